@@ -1,0 +1,333 @@
+"""The reference dialect: SQLite, with triggers writing every change to a change table.
+
+A real, if simple, change-data-capture source and target that needs no server: each captured
+table gets AFTER INSERT/UPDATE/DELETE triggers that append the row images to ``_sdk_changes``
+in the same transaction as the change. The change's sequence number is the offset. SQLite has
+one writer at a time and WAL readers see whole commits, so a sequence number read from the
+committed change table is also a visibility point (the hazard of DESIGN.md section 1 cannot
+happen here), and a read transaction is an exact snapshot (``begin_snapshot``).
+
+This module is the worked example of CONTRIBUTING.md: each hook is as short as it can be.
+Limitations: text keys compare with SQLite's default BINARY collation; values keep SQLite's
+storage classes (integer, real, text, blob), so dates are whatever text the application stored.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sdk import (
+    Capability,
+    ChangeEvent,
+    Column,
+    ConfigurationError,
+    ConnectionConfig,
+    DialectInfo,
+    Heartbeat,
+    Key,
+    LogicalType,
+    Offset,
+    OffsetExpiredError,
+    Requirement,
+    Row,
+    SnapshotSplit,
+    SnapshotView,
+    TableId,
+    TableSchema,
+    TableStats,
+    hookimpl,
+)
+
+from ._sql import (
+    CHANGES,
+    META,
+    decode_row,
+    from_target_value,
+    key_range_sql,
+    q,
+    target_type,
+    to_target_value,
+    trigger_sql,
+)
+
+NAME = "sqlite"
+SCHEMA = "main"
+POLL_SECONDS = 0.2
+
+
+@hookimpl
+def dialect_info() -> DialectInfo:
+    return DialectInfo(
+        name=NAME,
+        title="SQLite (trigger-maintained change table)",
+        drivers=("sqlite3",),
+        capabilities=frozenset({Capability.ATOMIC_SNAPSHOT, Capability.APPLY,
+                                Capability.ACKNOWLEDGE, Capability.EARLIEST}),
+    )
+
+
+@hookimpl
+def connect(config: ConnectionConfig) -> sqlite3.Connection:
+    if not config.database:
+        raise ConfigurationError("a sqlite URL names a file: sqlite:///path/to/file.db")
+    conn = sqlite3.connect(config.database, timeout=60, isolation_level=None,
+                           check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    return conn
+
+
+@hookimpl
+def preflight(conn: sqlite3.Connection, tables: Sequence[TableId]) -> list[Requirement]:
+    (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+    checks = [Requirement("journal_mode=wal", mode == "wal", f"journal_mode is {mode}",
+                          "PRAGMA journal_mode=WAL")]
+    triggers = {r[0] for r in conn.execute("SELECT tbl_name FROM sqlite_master "
+                                           "WHERE type='trigger' AND name LIKE '_sdk_%'")}
+    for table in tables:
+        checks.append(Requirement(
+            f"capture triggers on {table}", table.name in triggers,
+            fix="they are created by prepare_capture (sdk sync does it before starting)"))
+    return checks
+
+
+@hookimpl
+def prepare_capture(conn: sqlite3.Connection, tables: Sequence[TableSchema]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {CHANGES} (seq INTEGER PRIMARY KEY "
+                     "AUTOINCREMENT, tbl TEXT NOT NULL, op TEXT NOT NULL, old_row TEXT, "
+                     "new_row TEXT, ts INTEGER NOT NULL)")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {META} (name TEXT PRIMARY KEY, value)")
+        for table in tables:
+            for statement in trigger_sql(table):
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+@hookimpl
+def list_tables(conn: sqlite3.Connection) -> list[TableId]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE "
+                        "'sqlite\\_%' ESCAPE '\\' AND name NOT LIKE '\\_sdk\\_%' ESCAPE '\\' "
+                        "ORDER BY name")
+    return [TableId(SCHEMA, name) for (name,) in rows]
+
+
+_AFFINITY = [("INT", LogicalType.INT64), ("CHAR", LogicalType.STRING),
+             ("CLOB", LogicalType.STRING), ("TEXT", LogicalType.STRING),
+             ("BLOB", LogicalType.BINARY), ("REAL", LogicalType.FLOAT64),
+             ("FLOA", LogicalType.FLOAT64), ("DOUB", LogicalType.FLOAT64)]
+
+
+def _logical_type(declared: str) -> LogicalType:
+    """SQLite's column affinity rules (section 3.1 of its datatype doc) as logical types."""
+    upper = declared.upper()
+    for fragment, logical in _AFFINITY:
+        if fragment in upper:
+            return logical
+    return LogicalType.BINARY if not upper else LogicalType.FLOAT64
+
+
+@hookimpl
+def describe_table(conn: sqlite3.Connection, table: TableId) -> TableSchema:
+    info = conn.execute(f"PRAGMA table_info({q(table.name)})").fetchall()
+    if not info:
+        raise ConfigurationError(f"table {table} does not exist in {SCHEMA}")
+    columns = tuple(Column(name, _logical_type(decl), decl or "ANY", not notnull or pk > 0)
+                    for _, name, decl, notnull, _, pk in info)
+    primary_key = tuple(name for *_, name, _, _, _, pk in sorted(info, key=lambda r: r[5])
+                        if pk > 0)
+    not_null = {c.name for c in columns if not c.nullable}
+    unique_keys = []
+    for _, index, unique, origin, _ in conn.execute(f"PRAGMA index_list({q(table.name)})"):
+        cols = tuple(r[2] for r in conn.execute(f"PRAGMA index_info({q(index)})"))
+        if unique and origin != "pk" and cols and set(cols) <= not_null:
+            unique_keys.append(cols)
+    return TableSchema(table, columns, primary_key, tuple(unique_keys))
+
+
+@hookimpl
+def table_stats(conn: sqlite3.Connection, table: TableSchema) -> TableStats:
+    keys = ", ".join(map(q, table.key))
+    desc = ", ".join(f"{q(k)} DESC" for k in table.key)
+    first = conn.execute(f"SELECT {keys} FROM {q(table.table.name)} ORDER BY {keys} LIMIT 1")
+    last = conn.execute(f"SELECT {keys} FROM {q(table.table.name)} ORDER BY {desc} LIMIT 1")
+    (count,) = conn.execute(f"SELECT count(*) FROM {q(table.table.name)}").fetchone()
+    lo, hi = first.fetchone(), last.fetchone()
+    return TableStats(tuple(lo) if lo else None, tuple(hi) if hi else None, count)
+
+
+@hookimpl
+def next_boundary(conn: sqlite3.Connection, table: TableSchema, start: Key | None, size: int
+                  ) -> Key | None:
+    keys = ", ".join(map(q, table.key))
+    where, params = key_range_sql(table.key, start, None)
+    row = conn.execute(f"SELECT {keys} FROM {q(table.table.name)} WHERE {where} "
+                       f"ORDER BY {keys} LIMIT 1 OFFSET ?", [*params, size]).fetchone()
+    return tuple(row) if row else None
+
+
+@hookimpl
+def current_offset(conn: sqlite3.Connection) -> Offset:
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (CHANGES,)).fetchone()
+    return Offset(NAME, seq=(row[0] if row else 0) + 1)
+
+
+@hookimpl
+def read_range(conn: sqlite3.Connection, table: TableSchema, split: SnapshotSplit,
+               fetch_size: int) -> Iterator[Sequence[Row]]:
+    columns = ", ".join(map(q, table.column_names))
+    where, params = key_range_sql(table.key, split.start, split.end)
+    cursor = conn.execute(f"SELECT {columns} FROM {q(table.table.name)} WHERE {where}", params)
+    while batch := cursor.fetchmany(fetch_size):
+        yield batch
+
+
+@hookimpl
+def stream_log(conn: sqlite3.Connection, tables: Sequence[TableSchema], start: Offset,
+               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+    by_name = {t.table.name: t for t in tables}
+    position = _seq(start)
+    purged = conn.execute(f"SELECT value FROM {META} WHERE name = 'purged_below'").fetchone()
+    if purged and position < purged[0]:
+        raise OffsetExpiredError(
+            f"sqlite change table was purged below seq {purged[0]}; cannot resume from "
+            f"seq {position}: take a new snapshot")
+    while True:
+        # Read up to a committed head, so a heartbeat there never skips a change.
+        head = _seq(end) if end is not None else _seq(current_offset(conn))
+        marks = ", ".join("?" * len(by_name))
+        cursor = conn.execute(
+            f"SELECT seq, tbl, op, old_row, new_row, ts FROM {CHANGES} WHERE seq >= ? AND "
+            f"seq < ? AND tbl IN ({marks}) ORDER BY seq", [position, head, *by_name])
+        for seq, tbl, op, old_json, new_json, ts in cursor:
+            yield _event(by_name[tbl], seq, op, old_json, new_json, ts)
+        position = max(position, head)
+        if end is not None:
+            return
+        yield Heartbeat(Offset(NAME, seq=position))
+        time.sleep(POLL_SECONDS)
+
+
+def _event(table: TableSchema, seq: int, op: Any, old_json: str | None,
+           new_json: str | None, ts: int) -> ChangeEvent:
+    before, after = decode_row(old_json), decode_row(new_json)
+    if op == "d":
+        assert before is not None
+        return ChangeEvent(table.table, "d", table.key_of(before), None, Offset(NAME, seq=seq),
+                           before, commit_ts=ts)
+    assert after is not None
+    key = table.key_of(after)
+    old_key = table.key_of(before) if before is not None else None
+    return ChangeEvent(table.table, op, key, after, Offset(NAME, seq=seq), before,
+                       old_key if old_key != key else None, ts)
+
+
+def _seq(offset: Offset) -> int:
+    seq = offset["seq"]
+    assert isinstance(seq, int), offset
+    return seq
+
+
+@hookimpl
+def compare_offset(a: Offset, b: Offset) -> int:
+    x, y = a["seq"], b["seq"]
+    assert isinstance(x, int) and isinstance(y, int)
+    return (x > y) - (x < y)
+
+
+@hookimpl
+def begin_snapshot(conn: sqlite3.Connection) -> SnapshotView:
+    conn.execute("BEGIN")  # the first read fixes the snapshot; the offset read is that read
+    return SnapshotView(current_offset(conn))
+
+
+@hookimpl
+def end_snapshot(conn: sqlite3.Connection) -> None:
+    conn.execute("COMMIT")
+
+
+@hookimpl
+def earliest_offset(conn: sqlite3.Connection) -> Offset:
+    row = conn.execute(f"SELECT value FROM {META} WHERE name = 'purged_below'").fetchone()
+    return Offset(NAME, seq=row[0] if row else 1)
+
+
+@hookimpl
+def acknowledge_offset(conn: sqlite3.Connection, offset: Offset) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(f"INSERT INTO {META} VALUES ('purged_below', ?) ON CONFLICT(name) DO UPDATE "
+                 "SET value = max(value, excluded.value)", (_seq(offset),))
+    conn.execute(f"DELETE FROM {CHANGES} WHERE seq < (SELECT value FROM {META} "
+                 "WHERE name = 'purged_below')")
+    conn.execute("COMMIT")
+
+
+# --- the dialect as a sync target ------------------------------------------------------------
+
+APPLIED = "_sdk_applied"
+
+
+@hookimpl
+def create_table(conn: sqlite3.Connection, table: TableSchema) -> None:
+    name = q(table.table.name)
+    existing = [r[1] for r in conn.execute(f"PRAGMA table_info({name})")]
+    if existing and existing != list(table.column_names):
+        raise ConfigurationError(
+            f"target table {table.table.name} exists with columns {existing}, not "
+            f"{list(table.column_names)}: drop it or choose another target")
+    columns = ", ".join(f"{q(c.name)} {target_type(c)}" for c in table.columns)
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns}, "
+                 f"PRIMARY KEY ({', '.join(map(q, table.key))}))")
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {APPLIED} (tbl TEXT, batch_id TEXT, "
+                 "PRIMARY KEY (tbl, batch_id))")
+
+
+@hookimpl
+def apply_changes(conn: sqlite3.Connection, table: TableSchema,
+                  events: Sequence[ChangeEvent], batch_id: str) -> bool:
+    name = q(table.table.name)
+    delete = f"DELETE FROM {name} WHERE " + " AND ".join(f"{q(k)} = ?" for k in table.key)
+    upsert = (f"INSERT OR REPLACE INTO {name} VALUES "
+              f"({', '.join('?' * len(table.columns))})")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        seen = conn.execute(f"SELECT 1 FROM {APPLIED} WHERE tbl = ? AND batch_id = ?",
+                            (table.table.name, batch_id)).fetchone()
+        if seen:
+            conn.execute("ROLLBACK")
+            return False
+        for event in events:
+            if event.op == "d":
+                conn.execute(delete, [to_target_value(v) for v in event.key])
+                continue
+            if event.old_key is not None:
+                conn.execute(delete, [to_target_value(v) for v in event.old_key])
+            assert event.after is not None
+            conn.execute(upsert, [to_target_value(v) for v in event.after])
+        conn.execute(f"INSERT INTO {APPLIED} VALUES (?, ?)", (table.table.name, batch_id))
+        conn.execute("COMMIT")
+        return True
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def read_target(conn: sqlite3.Connection, table: TableSchema) -> dict[Key, Row]:
+    """Every row of a mirror table by key, with values decoded back to Python (for checks)."""
+    types = [c.type for c in table.columns]
+    rows = conn.execute(f"SELECT {', '.join(map(q, table.column_names))} "
+                        f"FROM {q(table.table.name)}")
+    out = {}
+    for raw in rows:
+        row = tuple(from_target_value(v, t) for v, t in zip(raw, types, strict=True))
+        out[table.key_of(row)] = row
+    return out
+
+
+__all__ = ["NAME", "read_target"]

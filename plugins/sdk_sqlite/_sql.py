@@ -1,0 +1,124 @@
+"""SQL text and value conversions of the SQLite dialect."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any
+
+from sdk import Column, Key, LogicalType, Row, TableSchema
+
+CHANGES = "_sdk_changes"
+META = "_sdk_meta"
+_NOW_MICROS = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)"
+
+
+def q(name: str) -> str:
+    """Quote an identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _encoded(ref: str) -> str:
+    """A column value as a JSON array element that keeps reals and blobs exact."""
+    return (f"CASE typeof({ref}) WHEN 'real' THEN json_object('r', printf('%!.17g', {ref})) "
+            f"WHEN 'blob' THEN json_object('b', hex({ref})) ELSE {ref} END")
+
+
+def trigger_sql(table: TableSchema) -> list[str]:
+    """Statements that (re)create the three capture triggers of ``table``."""
+    name = table.table.name
+    def image(alias: str) -> str:
+        return "json_array(" + ", ".join(_encoded(f"{alias}.{q(c)}")
+                                         for c in table.column_names) + ")"
+    statements = []
+    for event, op, old, new in (("INSERT", "c", "NULL", image("NEW")),
+                                ("UPDATE", "u", image("OLD"), image("NEW")),
+                                ("DELETE", "d", image("OLD"), "NULL")):
+        trigger = q(f"_sdk_{name}_{op}")
+        statements.append(f"DROP TRIGGER IF EXISTS {trigger}")
+        statements.append(
+            f"CREATE TRIGGER {trigger} AFTER {event} ON {q(name)} BEGIN "
+            f"INSERT INTO {CHANGES} (tbl, op, old_row, new_row, ts) VALUES "
+            f"({_literal(name)}, '{op}', {old}, {new}, {_NOW_MICROS}); END")
+    return statements
+
+
+def _decode_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "r" in value:
+            return float(value["r"])
+        return bytes.fromhex(value["b"])
+    return value
+
+
+def decode_row(text: str | None) -> Row | None:
+    """Invert the trigger's JSON row image."""
+    if text is None:
+        return None
+    return tuple(_decode_value(v) for v in json.loads(text))
+
+
+def key_range_sql(key: Sequence[str], start: Key | None, end: Key | None
+                  ) -> tuple[str, list[Any]]:
+    """A WHERE clause for ``start <= (key columns) < end`` comparing as row values."""
+    columns = "(" + ", ".join(map(q, key)) + ")"
+    marks = "(" + ", ".join("?" * len(key)) + ")"
+    clauses, params = [], []
+    if start is not None:
+        clauses.append(f"{columns} >= {marks}")
+        params.extend(start)
+    if end is not None:
+        clauses.append(f"{columns} < {marks}")
+        params.extend(end)
+    return (" AND ".join(clauses) or "1"), params
+
+
+_TARGET_TYPES = {LogicalType.BOOLEAN: "INTEGER", LogicalType.INT8: "INTEGER",
+                 LogicalType.INT16: "INTEGER", LogicalType.INT32: "INTEGER",
+                 LogicalType.INT64: "INTEGER", LogicalType.INTERVAL: "INTEGER",
+                 LogicalType.FLOAT32: "REAL", LogicalType.FLOAT64: "REAL",
+                 LogicalType.BINARY: "BLOB"}
+
+
+def target_type(column: Column) -> str:
+    """The SQLite column type that stores ``column``'s values without loss."""
+    return _TARGET_TYPES.get(column.type, "TEXT")
+
+
+def to_target_value(value: Any) -> Any:
+    """A Python value as something sqlite3 stores exactly (decimals and times as text)."""
+    if value is None or isinstance(value, (int, float, str, bytes)):
+        return int(value) if isinstance(value, bool) else value
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value // dt.timedelta(microseconds=1)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    raise TypeError(f"cannot store a {type(value).__name__} in SQLite: {value!r}")
+
+
+_FROM_TARGET: dict[LogicalType, Callable[[Any], Any]] = {
+    LogicalType.BOOLEAN: bool,
+    LogicalType.DECIMAL: Decimal,
+    LogicalType.DATE: dt.date.fromisoformat,
+    LogicalType.TIME: dt.time.fromisoformat,
+    LogicalType.TIMESTAMP: dt.datetime.fromisoformat,
+    LogicalType.TIMESTAMP_TZ: dt.datetime.fromisoformat,
+    LogicalType.INTERVAL: lambda us: dt.timedelta(microseconds=us),
+}
+
+
+def from_target_value(value: Any, logical: LogicalType) -> Any:
+    """Invert :func:`to_target_value` for a column of type ``logical``."""
+    if value is None or logical not in _FROM_TARGET:
+        return value
+    return _FROM_TARGET[logical](value)

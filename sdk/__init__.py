@@ -1,0 +1,84 @@
+"""sdk: a plugin-based change-data-capture SDK on Apache Spark.
+
+Dialect plugin authors import everything they need from here: ``hookimpl``, the data types
+and the errors. The contract itself is :mod:`sdk.hookspecs`.
+"""
+
+from .config import ConnectionConfig
+from .dialects import Dialect, DialectManager, connect, get_dialect
+from .errors import (
+    ConfigurationError,
+    DialectNotFoundError,
+    DriverMissingError,
+    FatalSyncError,
+    MissingKeyError,
+    OffsetExpiredError,
+    PluginValidationError,
+    PreflightError,
+    RetriableError,
+    SdkError,
+    SyncError,
+)
+from .hookspecs import hookimpl
+from .types import (
+    Capability,
+    ChangeEvent,
+    Column,
+    Connection,
+    DialectInfo,
+    FinishedSplit,
+    Heartbeat,
+    Key,
+    LogicalType,
+    LogSplit,
+    Offset,
+    Op,
+    Requirement,
+    Row,
+    SnapshotSplit,
+    SnapshotView,
+    TableId,
+    TableSchema,
+    TableStats,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Capability",
+    "ChangeEvent",
+    "Column",
+    "ConfigurationError",
+    "Connection",
+    "ConnectionConfig",
+    "Dialect",
+    "DialectInfo",
+    "DialectManager",
+    "DialectNotFoundError",
+    "DriverMissingError",
+    "FatalSyncError",
+    "FinishedSplit",
+    "Heartbeat",
+    "Key",
+    "LogSplit",
+    "LogicalType",
+    "MissingKeyError",
+    "Offset",
+    "OffsetExpiredError",
+    "Op",
+    "PluginValidationError",
+    "PreflightError",
+    "Requirement",
+    "RetriableError",
+    "Row",
+    "SdkError",
+    "SnapshotSplit",
+    "SnapshotView",
+    "SyncError",
+    "TableId",
+    "TableSchema",
+    "TableStats",
+    "connect",
+    "get_dialect",
+    "hookimpl",
+]

@@ -1,0 +1,85 @@
+"""Lossless JSON encoding of the values a key, a row or an offset may hold.
+
+State files, offsets and the change envelope are JSON; database values are richer (Decimal,
+bytes, dates, instants). Plain JSON values stay as they are; the others become a one-key object
+whose key starts with ``$``, so a round trip gives back the same Python value and type.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import math
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def encode_value(value: Any) -> Any:
+    """Return a JSON-ready form of ``value`` that :func:`decode_value` turns back into it."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if isinstance(value, Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, dt.datetime):
+        return {"$datetime": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, dt.time):
+        return {"$time": value.isoformat()}
+    if isinstance(value, dt.timedelta):
+        return {"$timedelta": (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds}
+    if isinstance(value, (list, tuple)):
+        return [encode_value(v) for v in value]
+    if isinstance(value, dict):
+        return {"$object": {str(k): encode_value(v) for k, v in value.items()}}
+    raise TypeError(f"cannot encode a value of type {type(value).__name__} as JSON: {value!r}")
+
+
+_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "$float": float,
+    "$decimal": Decimal,
+    "$bytes": base64.b64decode,
+    "$datetime": dt.datetime.fromisoformat,
+    "$date": dt.date.fromisoformat,
+    "$time": dt.time.fromisoformat,
+    "$timedelta": lambda us: dt.timedelta(microseconds=us),
+    "$object": lambda obj: {k: decode_value(v) for k, v in obj.items()},
+}
+
+
+def decode_value(value: Any) -> Any:
+    """Invert :func:`encode_value`."""
+    if isinstance(value, dict):
+        ((tag, inner),) = value.items()
+        return _DECODERS[tag](inner)
+    if isinstance(value, list):
+        return [decode_value(v) for v in value]
+    return value
+
+
+def encode_key(key: tuple[Any, ...] | None) -> list[Any] | None:
+    """Encode a key tuple (or None for an open split end)."""
+    return None if key is None else [encode_value(v) for v in key]
+
+
+def decode_key(data: list[Any] | None) -> tuple[Any, ...] | None:
+    """Invert :func:`encode_key`."""
+    return None if data is None else tuple(decode_value(v) for v in data)
+
+
+def dumps(data: Any) -> str:
+    """Canonical JSON: sorted keys, no spaces, so equal data gives equal text."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def micros_to_datetime(micros: int) -> dt.datetime:
+    """An epoch-microsecond instant as an aware UTC datetime."""
+    return _EPOCH + dt.timedelta(microseconds=micros)

@@ -1,0 +1,119 @@
+"""Database URLs: parsing, the dialect they select, and masking so a password is never shown."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .errors import ConfigurationError
+
+#: URL schemes that name a built-in dialect under another spelling.
+SCHEME_ALIASES = {
+    "mariadb": "mysql",
+    "postgresql": "postgres",
+    "mssql": "sqlserver",
+}
+
+
+@dataclass(frozen=True)
+class ConnectionConfig:
+    """Where a database is and how to log in, parsed from a URL.
+
+    ``repr`` and ``masked_url`` never show the password. Extra query parameters land in
+    ``options`` for the dialect to read (``?ssl=true``).
+    """
+
+    dialect: str
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    database: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_url(cls, url: str) -> ConnectionConfig:
+        """Parse ``scheme://user:password@host:port/database?opt=value``.
+
+        ``sqlite:///relative.db`` and ``sqlite:////absolute.db`` name a file. Instead of writing
+        the password in the URL, ``?password_env=NAME`` reads it from an environment variable
+        and ``?password_file=PATH`` from a file.
+        """
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise ConfigurationError(f"bad database URL {mask_url(url)!r}: {exc}") from None
+        if not parts.scheme or "://" not in url:
+            raise ConfigurationError(
+                f"bad database URL {mask_url(url)!r}: it needs a scheme such as "
+                "mysql://, postgresql://, sqlite:///")
+        scheme = parts.scheme.lower().split("+")[0]
+        dialect = SCHEME_ALIASES.get(scheme, scheme)
+        options = dict(parse_qsl(parts.query))
+        if dialect == "sqlite":
+            database = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+            return cls(dialect, database=database or None, options=options)
+        database = unquote(parts.path.lstrip("/")) or None
+        password = unquote(parts.password) if parts.password else None
+        password = _resolve_secret(options.pop("password_env", None),
+                                   options.pop("password_file", None), password)
+        return cls(
+            dialect=dialect,
+            host=parts.hostname,
+            port=port,
+            user=unquote(parts.username) if parts.username else None,
+            password=password,
+            database=database,
+            options=options,
+        )
+
+    @property
+    def masked_url(self) -> str:
+        """The URL with the password replaced by ``***``: safe to log."""
+        if self.dialect == "sqlite":
+            return f"sqlite:///{self.database or ''}"
+        auth = ""
+        if self.user:
+            auth = self.user + (":***" if self.password else "") + "@"
+        host = self.host or ""
+        port = f":{self.port}" if self.port else ""
+        return f"{self.dialect}://{auth}{host}{port}/{self.database or ''}"
+
+    def with_options(self, **options: str) -> ConnectionConfig:
+        """A copy with more options."""
+        return replace(self, options={**self.options, **options})
+
+    def __str__(self) -> str:
+        return self.masked_url
+
+
+def _resolve_secret(env: str | None, file: str | None, inline: str | None) -> str | None:
+    if env is not None:
+        if env not in os.environ:
+            raise ConfigurationError(f"password_env names the environment variable {env!r}, "
+                                     "which is not set")
+        return os.environ[env]
+    if file is not None:
+        path = Path(file).expanduser()
+        try:
+            return path.read_text().strip()
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read password_file {path}: {exc.strerror}") \
+                from None
+    return inline
+
+
+def mask_url(url: str) -> str:
+    """Hide the password of a URL that may not even parse."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    auth, at, host = rest.rpartition("@")
+    if not at or ":" not in auth:
+        return url
+    user = auth.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"

@@ -1,0 +1,400 @@
+"""Finding, validating and calling dialect plugins.
+
+:class:`DialectManager` loads the plugins registered in the ``sdk.dialects`` entry-point group,
+checks each against :mod:`sdk.hookspecs`, and hands out :class:`Dialect` facades. A facade calls
+the hooks of its own plugin only, directly (no fan-out to other dialects, no per-call pluggy
+dispatch: ``compare_offset`` runs once per change event).
+
+Operator switches:
+
+- ``SDK_DISABLE_PLUGINS=a,b``: do not load these entry points.
+- ``SDK_TRACE_HOOKS=1``: log every hook call and its duration at INFO on logger ``sdk.hooks``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from importlib.metadata import entry_points
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .config import ConnectionConfig
+from .errors import (
+    ConfigurationError,
+    DialectNotFoundError,
+    DriverMissingError,
+    PluginValidationError,
+)
+from .types import (
+    Capability,
+    ChangeEvent,
+    Connection,
+    DialectInfo,
+    Heartbeat,
+    Key,
+    Offset,
+    Requirement,
+    Row,
+    SnapshotSplit,
+    SnapshotView,
+    TableId,
+    TableSchema,
+    TableStats,
+)
+
+ENTRY_POINT_GROUP = "sdk.dialects"
+
+#: Dialects that ship inside the ``sdk`` wheel, with the extra that installs their driver.
+BUILTIN_EXTRAS = {"mysql": "mysql", "postgres": "postgres", "oracle": "oracle",
+                  "sqlserver": "sqlserver", "sqlite": None}
+
+_SPEC_NAMES = tuple(
+    name for name in dir(hookspecs)
+    if callable(getattr(hookspecs, name))
+    and hasattr(getattr(hookspecs, name), hookspecs.PROJECT + "_spec")
+)
+
+log = logging.getLogger(__name__)
+trace_log = logging.getLogger("sdk.hooks")
+
+
+@dataclass(frozen=True)
+class DialectStatus:
+    """One line of ``sdk dialects``: an installed dialect, and whether it can be used here."""
+
+    name: str
+    info: DialectInfo | None
+    problem: str | None
+
+    @property
+    def usable(self) -> bool:
+        return self.problem is None
+
+
+class DialectManager:
+    """Loads dialect plugins and hands out one :class:`Dialect` per name."""
+
+    def __init__(self, *, load_entry_points: bool = True) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self._broken: dict[str, str] = {}
+        self._dialects: dict[str, Dialect] = {}
+        if load_entry_points:
+            self._load_entry_points()
+
+    def _load_entry_points(self) -> None:
+        disabled = {n.strip() for n in os.environ.get("SDK_DISABLE_PLUGINS", "").split(",")}
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name in disabled or self.pm.has_plugin(ep.name):
+                continue
+            try:
+                plugin = ep.load()
+                self.register(plugin, ep.name)
+            except Exception as exc:  # a broken third-party plugin must not break the others
+                self._broken[ep.name] = f"failed to load {ep.value!r}: {exc}"
+                log.warning("dialect plugin %r not loaded: %s", ep.name, exc)
+
+    def register(self, plugin: object, name: str) -> None:
+        """Register ``plugin`` as dialect ``name`` and validate it against the contract.
+
+        Raises :class:`PluginValidationError` (and registers nothing) when it does not fit.
+        """
+        self.pm.register(plugin, name=name)
+        try:
+            self._validate(plugin, name)
+        except Exception:
+            self.pm.unregister(name=name)
+            raise
+        self._dialects.pop(name, None)
+
+    def unregister(self, name: str) -> None:
+        """Remove dialect ``name`` (tests register throwaway dialects)."""
+        self.pm.unregister(name=name)
+        self._dialects.pop(name, None)
+
+    def _validate(self, plugin: object, name: str) -> None:
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            raise PluginValidationError(f"dialect plugin {name!r}: {exc}") from None
+        impls = _impls_of(self.pm, name)
+        missing = [hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls]
+        if missing:
+            raise PluginValidationError(
+                f"dialect plugin {name!r} ({plugin!r}) lacks required hook(s): "
+                f"{', '.join(missing)}; see sdk/hookspecs.py")
+        info = impls["dialect_info"]()
+        if not isinstance(info, DialectInfo):
+            raise PluginValidationError(
+                f"dialect plugin {name!r}: dialect_info() must return sdk.DialectInfo, "
+                f"got {type(info).__name__}")
+        if info.name != name:
+            raise PluginValidationError(
+                f"dialect plugin registered as {name!r} says its name is {info.name!r}; "
+                "the entry-point name and DialectInfo.name must be the same")
+
+    @property
+    def names(self) -> list[str]:
+        """Names of the dialects that loaded, sorted."""
+        return sorted(name for name, _ in self.pm.list_name_plugin())
+
+    def statuses(self) -> list[DialectStatus]:
+        """Every installed dialect (and every built-in one that is not), with what it lacks."""
+        out: dict[str, DialectStatus] = {}
+        for name in self.names:
+            info = self.get_info(name)
+            missing = [m for m in info.drivers if importlib.util.find_spec(m) is None]
+            problem = f"driver missing: {_install_hint(info)}" if missing else None
+            out[name] = DialectStatus(name, info, problem)
+        for name, problem in self._broken.items():
+            out[name] = DialectStatus(name, None, problem)
+        for name, extra in BUILTIN_EXTRAS.items():
+            if name not in out and extra:
+                out[name] = DialectStatus(name, None,
+                                          f"plugin not found; pip install 'sdk[{extra}]'")
+        return [out[name] for name in sorted(out)]
+
+    def get_info(self, name: str) -> DialectInfo:
+        info: DialectInfo = _impls_of(self.pm, name)["dialect_info"]()
+        return info
+
+    def dialect_for_url(self, url: str) -> tuple[Dialect, ConnectionConfig]:
+        """The dialect a URL's scheme selects, and the parsed URL."""
+        config = ConnectionConfig.from_url(url)
+        for name in self.names:
+            if config.dialect in self.get_info(name).url_schemes:
+                return self.get(name), config
+        return self.get(config.dialect), config
+
+    def get(self, name: str) -> Dialect:
+        """The facade for dialect ``name``.
+
+        Raises :class:`DialectNotFoundError` naming what is installed and what to install, or
+        :class:`DriverMissingError` naming the extra when the plugin is there but not its driver.
+        """
+        if name in self._dialects:
+            return self._dialects[name]
+        if not self.pm.has_plugin(name):
+            installed = ", ".join(self.names) or "none"
+            if name in self._broken:
+                raise DialectNotFoundError(f"dialect plugin {name!r} {self._broken[name]}")
+            hint = (f"try: pip install 'sdk[{BUILTIN_EXTRAS[name]}]'"
+                    if BUILTIN_EXTRAS.get(name) else
+                    f"a third-party dialect registers in the {ENTRY_POINT_GROUP!r} "
+                    "entry-point group")
+            raise DialectNotFoundError(
+                f"no plugin for dialect {name!r}; installed: {installed}; {hint}")
+        info = self.get_info(name)
+        missing = [m for m in info.drivers if importlib.util.find_spec(m) is None]
+        if missing:
+            raise DriverMissingError(
+                f"dialect {name!r} needs the driver module(s) {', '.join(missing)}: "
+                f"{_install_hint(info)}")
+        raw = _raw_impls_of(self.pm, name)
+        fn, argnames = raw["compare_offset"]
+        fast_compare = fn if argnames == ("a", "b") and not os.environ.get("SDK_TRACE_HOOKS") \
+            else None
+        dialect = Dialect(name, info, _impls_of(self.pm, name), fast_compare)
+        self._dialects[name] = dialect
+        return dialect
+
+
+def _install_hint(info: DialectInfo) -> str:
+    if info.extra:
+        return f"pip install 'sdk[{info.extra}]'"
+    return f"install {', '.join(info.drivers)}"
+
+
+def _impls_of(pm: pluggy.PluginManager, plugin_name: str) -> dict[str, Callable[..., Any]]:
+    """The hook implementations of one plugin, as plain callables taking spec keyword args."""
+    return {hook: _bind(fn, argnames, hook, plugin_name)
+            for hook, (fn, argnames) in _raw_impls_of(pm, plugin_name).items()}
+
+
+def _raw_impls_of(pm: pluggy.PluginManager, plugin_name: str
+                  ) -> dict[str, tuple[Callable[..., Any], tuple[str, ...]]]:
+    plugin = pm.get_plugin(plugin_name)
+    out: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {}
+    for hook_name in _SPEC_NAMES:
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
+            if impl.plugin is plugin:
+                out[hook_name] = (impl.function, impl.argnames)
+    return out
+
+
+def _bind(fn: Callable[..., Any], argnames: tuple[str, ...], hook: str, dialect: str
+          ) -> Callable[..., Any]:
+    """Adapt an implementation that may take a subset of the spec's arguments."""
+    def call(**kwargs: Any) -> Any:
+        return fn(*[kwargs[a] for a in argnames])
+
+    if os.environ.get("SDK_TRACE_HOOKS"):
+        def traced(**kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return call(**kwargs)
+            finally:
+                trace_log.info("%s.%s(%s) %.1f ms", dialect, hook,
+                               ", ".join(f"{k}={v!r}" for k, v in kwargs.items()
+                                         if k != "config"),
+                               (time.perf_counter() - t0) * 1000)
+        return traced
+    return call
+
+
+def _get_dialect(name: str) -> Dialect:
+    return default_manager().get(name)
+
+
+class Dialect:
+    """Typed access to one dialect's hooks.
+
+    Pickles by name: an executor unpickles it by loading the plugin again, so it can travel
+    inside a Spark partition.
+    """
+
+    def __init__(self, name: str, info: DialectInfo, impls: dict[str, Callable[..., Any]],
+                 fast_compare: Callable[[Offset, Offset], int] | None = None):
+        self.name = name
+        self.info = info
+        self._impls = impls
+        self._fast_compare = fast_compare
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_get_dialect, (self.name,))
+
+    def __repr__(self) -> str:
+        return f"<Dialect {self.name}>"
+
+    def implements(self, hook: str) -> bool:
+        """Whether the plugin implements the (optional) hook ``hook``."""
+        return hook in self._impls
+
+    def has(self, capability: Capability) -> bool:
+        return capability in self.info.capabilities
+
+    def _call(self, hook: str, **kwargs: Any) -> Any:
+        try:
+            impl = self._impls[hook]
+        except KeyError:
+            raise ConfigurationError(
+                f"dialect {self.name!r} does not implement {hook!r}") from None
+        return impl(**kwargs)
+
+    def connect(self, config: ConnectionConfig) -> Connection:
+        conn: Connection = self._call("connect", config=config)
+        return conn
+
+    def preflight(self, conn: Connection, tables: Sequence[TableId]) -> list[Requirement]:
+        if not self.implements("preflight"):
+            return []
+        result: list[Requirement] = self._call("preflight", conn=conn, tables=tables)
+        return result
+
+    def prepare_capture(self, conn: Connection, tables: Sequence[TableSchema]) -> None:
+        if self.implements("prepare_capture"):
+            self._call("prepare_capture", conn=conn, tables=tables)
+
+    def list_tables(self, conn: Connection) -> list[TableId]:
+        result: list[TableId] = self._call("list_tables", conn=conn)
+        return result
+
+    def describe_table(self, conn: Connection, table: TableId) -> TableSchema:
+        result: TableSchema = self._call("describe_table", conn=conn, table=table)
+        return result
+
+    def table_stats(self, conn: Connection, table: TableSchema) -> TableStats:
+        result: TableStats = self._call("table_stats", conn=conn, table=table)
+        return result
+
+    def next_boundary(self, conn: Connection, table: TableSchema, start: Key | None,
+                      size: int) -> Key | None:
+        result: Key | None = self._call("next_boundary", conn=conn, table=table, start=start,
+                                        size=size)
+        return result
+
+    def current_offset(self, conn: Connection) -> Offset:
+        result: Offset = self._call("current_offset", conn=conn)
+        return result
+
+    def read_range(self, conn: Connection, table: TableSchema, split: SnapshotSplit,
+                   fetch_size: int = 4096) -> Iterator[Sequence[Row]]:
+        result: Iterator[Sequence[Row]] = self._call(
+            "read_range", conn=conn, table=table, split=split, fetch_size=fetch_size)
+        return result
+
+    def stream_log(self, conn: Connection, tables: Sequence[TableSchema], start: Offset,
+                   end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+        result: Iterator[ChangeEvent | Heartbeat] = self._call(
+            "stream_log", conn=conn, tables=tables, start=start, end=end)
+        return result
+
+    @cached_property
+    def compare_offset(self) -> Callable[[Offset, Offset], int]:
+        """``compare_offset(a, b)``: the plugin's function itself, for the per-event path."""
+        if self._fast_compare is not None:
+            return self._fast_compare
+        impl = self._impls["compare_offset"]
+        return lambda a, b: impl(a=a, b=b)  # type: ignore[no-any-return]
+
+    def begin_snapshot(self, conn: Connection, token: str | None = None) -> SnapshotView | None:
+        if not self.implements("begin_snapshot"):
+            return None
+        result: SnapshotView | None = self._call("begin_snapshot", conn=conn, token=token)
+        return result
+
+    def end_snapshot(self, conn: Connection) -> None:
+        if self.implements("end_snapshot"):
+            self._call("end_snapshot", conn=conn)
+
+    def earliest_offset(self, conn: Connection) -> Offset | None:
+        result: Offset | None = self._call("earliest_offset", conn=conn)
+        return result
+
+    def offset_at_time(self, conn: Connection, timestamp: dt.datetime) -> Offset | None:
+        result: Offset | None = self._call("offset_at_time", conn=conn, timestamp=timestamp)
+        return result
+
+    def acknowledge_offset(self, conn: Connection, offset: Offset) -> None:
+        if self.implements("acknowledge_offset"):
+            self._call("acknowledge_offset", conn=conn, offset=offset)
+
+    def create_table(self, conn: Connection, table: TableSchema) -> None:
+        self._call("create_table", conn=conn, table=table)
+
+    def apply_changes(self, conn: Connection, table: TableSchema,
+                      events: Sequence[ChangeEvent], batch_id: str) -> bool:
+        result: bool = self._call("apply_changes", conn=conn, table=table, events=events,
+                                  batch_id=batch_id)
+        return result
+
+
+_default: DialectManager | None = None
+
+
+def default_manager() -> DialectManager:
+    """The process-wide manager over the installed entry points, created on first use."""
+    global _default
+    if _default is None:
+        _default = DialectManager()
+    return _default
+
+
+def get_dialect(name: str) -> Dialect:
+    """The installed dialect ``name`` (see :meth:`DialectManager.get`)."""
+    return default_manager().get(name)
+
+
+def connect(url: str) -> tuple[Dialect, Connection, ConnectionConfig]:
+    """Choose the dialect from ``url``'s scheme and open a connection with it."""
+    dialect, config = default_manager().dialect_for_url(url)
+    return dialect, dialect.connect(config), config

@@ -1,0 +1,70 @@
+"""Errors grouped by what the caller should do about them.
+
+- :class:`ConfigurationError`: fix the options, the server settings or the install, then run again.
+- :class:`FatalSyncError`: the run cannot continue from where it is (an expired log position,
+  a lost replication slot); a new snapshot is needed.
+- :class:`RetriableError`: a passing fault (a dropped connection); the same step may be retried.
+
+Messages name the object at fault (table, column, option, setting, privilege) and the fix.
+"""
+
+from __future__ import annotations
+
+
+class SdkError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class ConfigurationError(SdkError):
+    """A bad option, a missing driver, setting or privilege: the user must change something."""
+
+
+class DialectNotFoundError(ConfigurationError):
+    """No installed plugin serves the requested dialect."""
+
+
+class DriverMissingError(ConfigurationError):
+    """The dialect's plugin is installed but its database driver is not."""
+
+
+class PluginValidationError(ConfigurationError):
+    """A dialect plugin does not fit the contract in :mod:`sdk.hookspecs`."""
+
+
+class PreflightError(ConfigurationError):
+    """The source server is not configured for change capture; the message lists each fix."""
+
+
+class MissingKeyError(ConfigurationError):
+    """A table has neither a primary key nor a chosen non-null unique key to split and merge on."""
+
+
+class SyncError(SdkError):
+    """Something went wrong while reading or writing changes."""
+
+
+class FatalSyncError(SyncError):
+    """The sync cannot go on from its current position; retrying will not help."""
+
+
+class OffsetExpiredError(FatalSyncError):
+    """The log no longer holds the position to resume from (purged binlog, lost slot, ...)."""
+
+
+class RetriableError(SyncError):
+    """A passing fault: the same step may be tried again."""
+
+
+__all__ = [
+    "ConfigurationError",
+    "DialectNotFoundError",
+    "DriverMissingError",
+    "FatalSyncError",
+    "MissingKeyError",
+    "OffsetExpiredError",
+    "PluginValidationError",
+    "PreflightError",
+    "RetriableError",
+    "SdkError",
+    "SyncError",
+]

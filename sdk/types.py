@@ -1,0 +1,417 @@
+"""The data that flows between the engine and a dialect: offsets, tables, splits, change events.
+
+Every type here is plain data: it pickles (Spark ships it to executors) and round-trips through
+JSON with ``to_json`` / ``from_json`` (checkpoints and offsets are JSON).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, Protocol
+
+from .codec import decode_key, encode_key
+
+Key = tuple[Any, ...]
+"""A row's key: the values of its key columns, in key order. Keys compare as Python tuples."""
+
+Row = tuple[Any, ...]
+"""A row's values in the order of :attr:`TableSchema.columns`."""
+
+OffsetValue = str | int | None
+
+Op = Literal["r", "c", "u", "d"]
+"""``r`` snapshot read, ``c`` insert, ``u`` update, ``d`` delete."""
+
+
+class Offset:
+    """A position in one dialect's change log, opaque to the engine.
+
+    Holds a dialect name and a small map of string/int fields (binlog file and position, an LSN,
+    an SCN...). Only the dialect's ``compare_offset`` orders two offsets. Equal offsets have equal
+    canonical JSON, so an offset can key a dict and be compared as text by Spark.
+    """
+
+    __slots__ = ("_items", "dialect")
+
+    dialect: str
+    _items: tuple[tuple[str, OffsetValue], ...]
+
+    def __init__(self, dialect: str, fields: Mapping[str, OffsetValue] | None = None, /,
+                 **kw: OffsetValue) -> None:
+        merged = {**(fields or {}), **kw}
+        for name, value in merged.items():
+            if not (value is None or isinstance(value, (str, int))) or isinstance(value, bool):
+                raise TypeError(f"offset field {name!r} must be str, int or None, got {value!r}")
+        object.__setattr__(self, "dialect", dialect)
+        object.__setattr__(self, "_items", tuple(sorted(merged.items())))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Offset is immutable")
+
+    def __getitem__(self, name: str) -> OffsetValue:
+        for key, value in self._items:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def get(self, name: str, default: OffsetValue = None) -> OffsetValue:
+        """The field ``name``, or ``default`` when the offset has no such field."""
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    @property
+    def fields(self) -> dict[str, OffsetValue]:
+        """The fields as a new dict."""
+        return dict(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Offset):
+            return NotImplemented
+        return self.dialect == other.dialect and self._items == other._items
+
+    def __hash__(self) -> int:
+        return hash((self.dialect, self._items))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._items)
+        return f"Offset({self.dialect!r}, {inner})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Offset, (self.dialect, dict(self._items)))
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"dialect": ..., "position": {...}}``."""
+        return {"dialect": self.dialect, "position": dict(self._items)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Offset:
+        """Invert :meth:`to_json`."""
+        return cls(data["dialect"], data["position"])
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class TableId:
+    """A table's name within its database: ``schema`` is the MySQL database, the PostgreSQL,
+    Oracle or SQL Server schema, or ``main`` for SQLite."""
+
+    schema: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    @classmethod
+    def parse(cls, text: str, default_schema: str = "") -> TableId:
+        """``"shop.orders"`` -> ``TableId("shop", "orders")``; a bare name takes ``default_schema``."""
+        schema, dot, name = text.rpartition(".")
+        return cls(schema if dot else default_schema, name)
+
+    def to_json(self) -> list[str]:
+        return [self.schema, self.name]
+
+    @classmethod
+    def from_json(cls, data: Sequence[str]) -> TableId:
+        return cls(data[0], data[1])
+
+
+class LogicalType(StrEnum):
+    """Database-neutral column types; the engine maps them to Arrow and Spark types.
+
+    A dialect picks the one that holds every value of the source type exactly (BIGINT UNSIGNED
+    is a ``DECIMAL`` of precision 20; a decimal wider than 38 digits stays ``DECIMAL`` and the
+    engine keeps it as a string).
+    """
+
+    BOOLEAN = "boolean"
+    INT8 = "int8"
+    INT16 = "int16"
+    INT32 = "int32"
+    INT64 = "int64"
+    FLOAT32 = "float32"
+    FLOAT64 = "float64"
+    DECIMAL = "decimal"
+    STRING = "string"
+    BINARY = "binary"
+    DATE = "date"
+    TIME = "time"
+    TIMESTAMP = "timestamp"
+    """A wall-clock date and time with no zone (``datetime`` without tzinfo)."""
+    TIMESTAMP_TZ = "timestamp_tz"
+    """An instant (aware ``datetime`` in UTC)."""
+    INTERVAL = "interval"
+    JSON = "json"
+    """JSON document kept as its text."""
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a table as the dialect describes it."""
+
+    name: str
+    type: LogicalType
+    source_type: str
+    nullable: bool = True
+    precision: int | None = None
+    scale: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type.value, "source_type": self.source_type,
+                "nullable": self.nullable, "precision": self.precision, "scale": self.scale}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Column:
+        return cls(data["name"], LogicalType(data["type"]), data["source_type"],
+                   data["nullable"], data["precision"], data["scale"])
+
+
+@dataclass(frozen=True, slots=True)
+class TableSchema:
+    """A table's columns and keys.
+
+    ``key`` names the columns that identify a row for splitting, merging and routing: the
+    primary key unless the user chose a non-null unique key. It is empty when the table has
+    neither, and such a table cannot be captured.
+    """
+
+    table: TableId
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()
+    unique_keys: tuple[tuple[str, ...], ...] = ()
+    key: tuple[str, ...] = ()
+    key_index: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.key and self.primary_key:
+            object.__setattr__(self, "key", self.primary_key)
+        names = [c.name for c in self.columns]
+        missing = [k for k in self.key if k not in names]
+        if missing:
+            raise ValueError(f"key column(s) {missing} not in table {self.table}")
+        object.__setattr__(self, "key_index", tuple(names.index(k) for k in self.key))
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def key_of(self, row: Row) -> Key:
+        """The key of a row given in column order."""
+        return tuple(row[i] for i in self.key_index)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table.to_json(), "columns": [c.to_json() for c in self.columns],
+                "primary_key": list(self.primary_key),
+                "unique_keys": [list(k) for k in self.unique_keys], "key": list(self.key)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TableSchema:
+        return cls(TableId.from_json(data["table"]),
+                   tuple(Column.from_json(c) for c in data["columns"]),
+                   tuple(data["primary_key"]), tuple(tuple(k) for k in data["unique_keys"]),
+                   tuple(data["key"]))
+
+
+@dataclass(frozen=True, slots=True)
+class TableStats:
+    """What the planner needs to choose between arithmetic and index-seek cuts."""
+
+    min_key: Key | None
+    max_key: Key | None
+    approx_rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSplit:
+    """The half-open key range ``[start, end)`` of one table; ``None`` means unbounded.
+
+    The splits of a table are numbered from 0 and together cover every key exactly once.
+    """
+
+    table: TableId
+    index: int
+    start: Key | None
+    end: Key | None
+
+    @property
+    def split_id(self) -> str:
+        return f"{self.table}:{self.index}"
+
+    def contains(self, key: Key) -> bool:
+        return (self.start is None or key >= self.start) and (self.end is None or key < self.end)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table.to_json(), "index": self.index,
+                "start": encode_key(self.start), "end": encode_key(self.end)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SnapshotSplit:
+        return cls(TableId.from_json(data["table"]), data["index"],
+                   decode_key(data["start"]), decode_key(data["end"]))
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedSplit:
+    """A snapshot split that was read and emitted, with the watermark the log phase filters on:
+    changes to its keys below ``watermark`` are already in what it emitted."""
+
+    split: SnapshotSplit
+    watermark: Offset
+    rows: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"split": self.split.to_json(), "watermark": self.watermark.to_json(),
+                "rows": self.rows}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FinishedSplit:
+        return cls(SnapshotSplit.from_json(data["split"]), Offset.from_json(data["watermark"]),
+                   data["rows"])
+
+
+@dataclass(frozen=True, slots=True)
+class LogSplit:
+    """A stretch of the log to read for some tables: ``[start, end)``, or open-ended."""
+
+    tables: tuple[TableId, ...]
+    start: Offset
+    end: Offset | None = None
+
+
+@dataclass(slots=True)
+class ChangeEvent:
+    """One row change.
+
+    ``key`` is the row's key after the change (for a delete, the deleted key). An update that
+    changed the key also carries ``old_key``; the engine routes it as a delete of ``old_key``
+    and an insert of ``key``. ``before`` is set only where the log records a before image.
+    ``commit_ts`` is the commit time in microseconds since the Unix epoch (UTC), when known.
+    """
+
+    table: TableId
+    op: Op
+    key: Key
+    after: Row | None
+    offset: Offset
+    before: Row | None = None
+    old_key: Key | None = None
+    commit_ts: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table.to_json(), "op": self.op, "key": encode_key(self.key),
+                "after": encode_key(self.after), "before": encode_key(self.before),
+                "old_key": encode_key(self.old_key), "offset": self.offset.to_json(),
+                "commit_ts": self.commit_ts}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ChangeEvent:
+        key = decode_key(data["key"])
+        assert key is not None
+        return cls(TableId.from_json(data["table"]), data["op"], key, decode_key(data["after"]),
+                   Offset.from_json(data["offset"]), decode_key(data["before"]),
+                   decode_key(data["old_key"]), data["commit_ts"])
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Yielded by ``stream_log`` while the log is idle: every change below ``offset`` of the
+    chosen tables has been yielded, so a reader may move its position there."""
+
+    offset: Offset
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotView:
+    """A consistent read view opened by ``begin_snapshot``: reads on that connection see exactly
+    the changes below ``offset``. ``token`` lets other connections join the same view."""
+
+    offset: Offset
+    token: str | None = None
+
+
+class Capability(StrEnum):
+    """Optional abilities a dialect declares in :class:`DialectInfo` (and the conformance kit
+    tests)."""
+
+    ATOMIC_SNAPSHOT = "atomic_snapshot"
+    """``begin_snapshot`` opens a view whose offset is exact: no backfill needed."""
+    BEFORE_IMAGES = "before_images"
+    """Update and delete events carry the full before image."""
+    APPLY = "apply"
+    """The dialect can be a sync target (``create_table`` and ``apply_changes``)."""
+    ACKNOWLEDGE = "acknowledge"
+    """The log must be told which offsets were committed downstream (a replication slot)."""
+    EARLIEST = "earliest"
+    """``earliest_offset`` works (startup mode ``earliest``)."""
+    TIMESTAMP = "timestamp"
+    """``offset_at_time`` works (startup mode ``timestamp``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DialectInfo:
+    """Who a dialect is and what it needs: returned by the ``dialect_info`` hook."""
+
+    name: str
+    title: str
+    drivers: tuple[str, ...] = ()
+    """Modules the dialect imports to talk to its database (checked without importing)."""
+    extra: str | None = None
+    """The ``pip install 'sdk[EXTRA]'`` that installs the drivers."""
+    capabilities: frozenset[Capability] = frozenset()
+    url_schemes: tuple[str, ...] = ()
+    """URL schemes that select this dialect, besides its name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One preflight check: a setting or privilege the dialect needs, and how to fix it."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+    fix: str = ""
+
+    def __str__(self) -> str:
+        status = "OK" if self.ok else "MISSING"
+        text = f"[{status}] {self.name}"
+        if self.detail:
+            text += f": {self.detail}"
+        if not self.ok and self.fix:
+            text += f"\n    fix: {self.fix}"
+        return text
+
+
+class Connection(Protocol):
+    """What the engine needs of the object a dialect's ``connect`` returns: it can be closed.
+    Everything else about it is the dialect's own business."""
+
+    def close(self) -> None: ...
+
+
+RowBatches = Iterator[Sequence[Row]]
+LogItems = Iterator["ChangeEvent | Heartbeat"]
+
+
+__all__ = [
+    "Capability",
+    "ChangeEvent",
+    "Column",
+    "Connection",
+    "DialectInfo",
+    "FinishedSplit",
+    "Heartbeat",
+    "Key",
+    "LogSplit",
+    "LogicalType",
+    "Offset",
+    "Op",
+    "Requirement",
+    "Row",
+    "SnapshotSplit",
+    "SnapshotView",
+    "TableId",
+    "TableSchema",
+    "TableStats",
+]

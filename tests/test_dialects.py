@@ -1,0 +1,130 @@
+"""Plugin loading: discovery, validation at load, dispatch to one dialect, clear misses."""
+
+from __future__ import annotations
+
+import pickle
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sdk import (
+    DialectInfo,
+    DialectManager,
+    DialectNotFoundError,
+    DriverMissingError,
+    Offset,
+    PluginValidationError,
+    get_dialect,
+    hookimpl,
+)
+from sdk.hookspecs import REQUIRED_HOOKS
+
+
+def make_plugin(name: str, drivers: tuple[str, ...] = (), extra: str | None = None,
+                skip: tuple[str, ...] = (), **extra_hooks: Any) -> types.SimpleNamespace:
+    """A plugin object implementing every required hook trivially (for loading tests only)."""
+    def info() -> DialectInfo:
+        return DialectInfo(name=name, title=name, drivers=drivers, extra=extra)
+
+    def compare(a: Offset, b: Offset) -> int:
+        return 0
+
+    def anything(*args: Any) -> Iterator[Any]:
+        yield from ()
+
+    hooks: dict[str, Any] = {hook: anything for hook in REQUIRED_HOOKS}
+    hooks.update(dialect_info=info, compare_offset=compare, **extra_hooks)
+    return types.SimpleNamespace(**{k: hookimpl(v) for k, v in hooks.items() if k not in skip})
+
+
+def test_builtin_reference_dialect_loads_from_entry_point() -> None:
+    manager = DialectManager()
+    assert "sqlite" in manager.names
+    sqlite = manager.get("sqlite")
+    assert sqlite.info.name == "sqlite" and sqlite.implements("apply_changes")
+
+
+def test_dispatch_reaches_only_the_chosen_dialect() -> None:
+    calls: list[str] = []
+
+    def current_offset_a() -> Offset:
+        calls.append("a")
+        return Offset("a", n=1)
+
+    def current_offset_b() -> Offset:
+        calls.append("b")
+        return Offset("b", n=2)
+
+    manager = DialectManager(load_entry_points=False)
+    manager.register(make_plugin("a", current_offset=current_offset_a), "a")
+    manager.register(make_plugin("b", current_offset=current_offset_b), "b")
+    assert manager.get("b").current_offset(conn=None) == Offset("b", n=2)  # type: ignore[arg-type]
+    assert calls == ["b"]
+
+
+def test_missing_required_hook_is_refused_at_load() -> None:
+    manager = DialectManager(load_entry_points=False)
+    with pytest.raises(PluginValidationError, match="lacks required hook.*stream_log"):
+        manager.register(make_plugin("x", skip=("stream_log",)), "x")
+    assert "x" not in manager.names
+
+
+def test_misspelt_hook_is_refused_at_load() -> None:
+    manager = DialectManager(load_entry_points=False)
+    with pytest.raises(PluginValidationError, match="curent_offset"):
+        manager.register(make_plugin("x", curent_offset=lambda: None), "x")
+
+
+def test_name_must_match_entry_point() -> None:
+    manager = DialectManager(load_entry_points=False)
+    with pytest.raises(PluginValidationError, match="says its name is 'y'"):
+        manager.register(make_plugin("y"), "x")
+
+
+def test_unknown_dialect_names_installed_and_extra() -> None:
+    manager = DialectManager(load_entry_points=False)
+    manager.register(make_plugin("a"), "a")
+    with pytest.raises(DialectNotFoundError) as info:
+        manager.get("oracle")
+    assert "installed: a" in str(info.value)
+    assert "pip install 'sdk[oracle]'" in str(info.value)
+    with pytest.raises(DialectNotFoundError, match="entry-point group"):
+        manager.get("nosuchdb")
+
+
+def test_missing_driver_names_the_extra_and_is_listed() -> None:
+    manager = DialectManager(load_entry_points=False)
+    plugin = make_plugin("oracle", drivers=("no_such_driver_module",), extra="oracle")
+    manager.register(plugin, "oracle")
+    with pytest.raises(DriverMissingError, match=r"pip install 'sdk\[oracle\]'"):
+        manager.get("oracle")
+    (status,) = [s for s in manager.statuses() if s.name == "oracle"]
+    assert not status.usable
+    assert status.problem == "driver missing: pip install 'sdk[oracle]'"
+
+
+def test_disabled_plugins_are_not_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SDK_DISABLE_PLUGINS", "sqlite")
+    assert "sqlite" not in DialectManager().names
+
+
+def test_hook_tracing_logs_calls(monkeypatch: pytest.MonkeyPatch,
+                                 caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("SDK_TRACE_HOOKS", "1")
+    manager = DialectManager(load_entry_points=False)
+    manager.register(make_plugin("a"), "a")
+    with caplog.at_level("INFO", logger="sdk.hooks"):
+        assert manager.get("a").compare_offset(Offset("a", n=1), Offset("a", n=2)) == 0
+    assert "a.compare_offset(" in caplog.text
+
+
+def test_dialect_pickles_by_name() -> None:
+    dialect = get_dialect("sqlite")
+    assert pickle.loads(pickle.dumps(dialect)) is dialect
+
+
+def test_url_scheme_selects_dialect() -> None:
+    dialect, config = DialectManager().dialect_for_url("sqlite:///x.db")
+    assert dialect.name == "sqlite" and config.database == "x.db"
