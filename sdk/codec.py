@@ -35,7 +35,7 @@ def encode_value(value: Any) -> Any:
     if isinstance(value, dt.time):
         return {"$time": value.isoformat()}
     if isinstance(value, dt.timedelta):
-        return {"$timedelta": (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds}
+        return {"$timedelta": value // dt.timedelta(microseconds=1)}
     if isinstance(value, (list, tuple)):
         return [encode_value(v) for v in value]
     if isinstance(value, dict):

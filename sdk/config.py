@@ -55,12 +55,12 @@ class ConnectionConfig:
         dialect = SCHEME_ALIASES.get(scheme, scheme)
         options = dict(parse_qsl(parts.query))
         if dialect == "sqlite":
-            database = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
-            return cls(dialect, database=database or None, options=options)
+            path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+            return cls(dialect, database=path or None, options=options)
         database = unquote(parts.path.lstrip("/")) or None
-        password = unquote(parts.password) if parts.password else None
+        inline = unquote(parts.password) if parts.password else None
         password = _resolve_secret(options.pop("password_env", None),
-                                   options.pop("password_file", None), password)
+                                   options.pop("password_file", None), inline)
         return cls(
             dialect=dialect,
             host=parts.hostname,

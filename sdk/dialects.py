@@ -344,7 +344,7 @@ class Dialect:
         if self._fast_compare is not None:
             return self._fast_compare
         impl = self._impls["compare_offset"]
-        return lambda a, b: impl(a=a, b=b)  # type: ignore[no-any-return]
+        return lambda a, b: impl(a=a, b=b)
 
     def begin_snapshot(self, conn: Connection, token: str | None = None) -> SnapshotView | None:
         if not self.implements("begin_snapshot"):

@@ -106,7 +106,8 @@ class TableId:
 
     @classmethod
     def parse(cls, text: str, default_schema: str = "") -> TableId:
-        """``"shop.orders"`` -> ``TableId("shop", "orders")``; a bare name takes ``default_schema``."""
+        """``"shop.orders"`` -> ``TableId("shop", "orders")``; a bare name gets
+        ``default_schema``."""
         schema, dot, name = text.rpartition(".")
         return cls(schema if dot else default_schema, name)
 

@@ -66,7 +66,7 @@ def test_dispatch_reaches_only_the_chosen_dialect() -> None:
 
 def test_missing_required_hook_is_refused_at_load() -> None:
     manager = DialectManager(load_entry_points=False)
-    with pytest.raises(PluginValidationError, match="lacks required hook.*stream_log"):
+    with pytest.raises(PluginValidationError, match=r"lacks required hook.*stream_log"):
         manager.register(make_plugin("x", skip=("stream_log",)), "x")
     assert "x" not in manager.names
 

@@ -69,7 +69,8 @@ def key_range_sql(key: Sequence[str], start: Key | None, end: Key | None
     """A WHERE clause for ``start <= (key columns) < end`` comparing as row values."""
     columns = "(" + ", ".join(map(q, key)) + ")"
     marks = "(" + ", ".join("?" * len(key)) + ")"
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[Any] = []
     if start is not None:
         clauses.append(f"{columns} >= {marks}")
         params.extend(start)
