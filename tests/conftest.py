@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,4 +49,64 @@ def server_url(name: str, default: str) -> str:
 
 
 MYSQL_URL = server_url("mysql", "mysql://sdk_cdc:sdk_cdc@127.0.0.1:3306/sdk_test")
+MYSQL_ADMIN_URL = server_url("mysql_admin", "mysql://root@127.0.0.1:3306/sdk_test")
 POSTGRES_URL = server_url("postgres", "postgresql://sdk_cdc:sdk_cdc@127.0.0.1:5432/sdk_test")
+POSTGRES_ADMIN_URL = server_url("postgres_admin", "postgresql://postgres@127.0.0.1:5432/sdk_test")
+
+
+def require_server(name: str, url: str, probe: Callable[[], object]) -> str:
+    """Return ``url`` once ``probe`` reaches the server; skip with the reason if it cannot,
+    except under CI, where the MySQL and PostgreSQL servers must be there and a miss fails."""
+    try:
+        probe()
+    except Exception as exc:
+        message = (f"{name} test server not reachable at {ConnectionConfig.from_url(url)}: "
+                   f"{exc}; run scripts/services.sh or set SDK_TEST_{name.upper()}_URL")
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return url
+
+
+@pytest.fixture(scope="session")
+def mysql_admin() -> Iterator[Any]:
+    """A pymysql connection as the MySQL test server's administrator (sets up test data)."""
+    import pymysql
+
+    config = ConnectionConfig.from_url(MYSQL_ADMIN_URL)
+
+    def probe() -> Any:
+        return pymysql.connect(host=config.host, port=config.port or 3306, user=config.user,
+                               password=config.password or "", database=config.database,
+                               autocommit=True, charset="utf8mb4")
+
+    require_server("mysql", MYSQL_ADMIN_URL, probe)
+    conn = probe()
+    yield conn
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[Any]:
+    """A psycopg connection as the PostgreSQL test server's administrator."""
+    import psycopg
+
+    def probe() -> Any:
+        return psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True)
+
+    require_server("postgres", POSTGRES_ADMIN_URL, probe)
+    conn = probe()
+    yield conn
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def mysql_url(mysql_admin: Any) -> str:
+    """The MySQL test server's URL for the least-privilege CDC user."""
+    return MYSQL_URL
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_admin: Any) -> str:
+    """The PostgreSQL test server's URL for the least-privilege CDC user."""
+    return POSTGRES_URL
