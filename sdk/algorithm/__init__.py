@@ -1,0 +1,30 @@
+"""The snapshot, backfill and incremental algorithm, written once for every dialect.
+
+No database code and no Spark here: :mod:`.assigner` decides what to read next,
+:mod:`.reader` reads a split, :mod:`.incremental` filters the log phase, :mod:`.state` is the
+serialisable progress and :mod:`.runner` drives them in one process.
+"""
+
+from .assigner import SplitAssigner, TablePlan, choose_key
+from .incremental import IncrementalFilter
+from .options import StartupMode, SyncOptions
+from .reader import PhaseHooks, SplitResult, apply_to_buffer, read_split
+from .runner import SyncRunner, caught_up
+from .state import Phase, SyncState
+
+__all__ = [
+    "IncrementalFilter",
+    "Phase",
+    "PhaseHooks",
+    "SplitAssigner",
+    "SplitResult",
+    "StartupMode",
+    "SyncOptions",
+    "SyncRunner",
+    "SyncState",
+    "TablePlan",
+    "apply_to_buffer",
+    "caught_up",
+    "choose_key",
+    "read_split",
+]
