@@ -159,10 +159,12 @@ def current_offset(conn: Connection) -> Offset:
     """Return the position the next change will get.
 
     Implementations must guarantee: monotonic across calls; strictly above every change
-    committed before the call; and *visibility*: every change below the returned offset is
-    visible to a SELECT that starts after this call returns. If the database's raw log position
-    does not promise that (MySQL binlog, PostgreSQL WAL), close the window here (wait for the
-    transactions in flight) or use ``begin_snapshot``.
+    visible to any reader before the call; and *visibility*: every change below the returned
+    offset is visible to a SELECT that starts after this call returns. If the database's raw
+    log position does not promise that (MySQL binlog, PostgreSQL WAL), close the window here by
+    waiting until the changes in flight below the head are visible, or use
+    ``begin_snapshot``. Returning the oldest in-flight position instead is not enough: the
+    offset is also a split's high watermark, and must lie above what its read saw.
     """
 
 
