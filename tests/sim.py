@@ -232,12 +232,15 @@ def replay(events: Sequence[ChangeEvent]) -> dict[Key, Row]:
     return table
 
 
-def key_histories(db: MemoryDatabase, initial: dict[Key, Row]
+def key_histories(log: Sequence[Entry | ChangeEvent], initial: dict[Key, Row]
                   ) -> dict[Key, list[tuple[int, Row | None]]]:
     """Each key's images in log order, as (offset, image or None when absent); the initial
-    rows sit at offset -1."""
+    rows sit at offset -1. Entry ``i`` of a simulated log has offset ``i``; a change event
+    carries its ``seq``."""
     out: dict[Key, list[tuple[int, Row | None]]] = {k: [(-1, v)] for k, v in initial.items()}
-    for seq, e in enumerate(db.log):
+    for index, e in enumerate(log):
+        seq = e.offset["seq"] if isinstance(e, ChangeEvent) else index
+        assert isinstance(seq, int)
         if e.old_key is not None:
             out.setdefault(e.old_key, []).append((seq, None))
         out.setdefault(e.key, []).append((seq, None if e.op == "d" else e.after))

@@ -194,7 +194,7 @@ def test_replaying_the_output_gives_the_source_table(scenario: Scenario) -> None
 @given(scenarios(exactly_once=True))
 def test_exactly_once_emits_each_change_once_in_order(scenario: Scenario) -> None:
     outcome = run(scenario)
-    histories = key_histories(outcome.db, scenario.initial)
+    histories = key_histories(outcome.db.log, scenario.initial)
     check_exactly_once(outcome.events, histories, watermarks(outcome))
 
 
