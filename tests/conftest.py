@@ -43,6 +43,13 @@ def sqlite_source(sqlite_dialect: Dialect, sqlite_url: str
     conn.close()
 
 
+def cdc_autoregistered() -> bool:
+    """Whether PySpark's scan for ``pyspark_*`` modules finds ours (a regular install)."""
+    import pkgutil
+
+    return any(m.name == "pyspark_cdc" for m in pkgutil.iter_modules())
+
+
 def server_url(name: str, default: str) -> str:
     """A test server's URL: ``SDK_TEST_<NAME>_URL`` or the one scripts/services.sh sets up."""
     return os.environ.get(f"SDK_TEST_{name.upper()}_URL", default)
@@ -110,3 +117,25 @@ def mysql_url(mysql_admin: Any) -> str:
 def postgres_url(postgres_admin: Any) -> str:
     """The PostgreSQL test server's URL for the least-privilege CDC user."""
     return POSTGRES_URL
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark session for the whole run (starting one takes seconds)."""
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    if not cdc_autoregistered():
+        from sdk.spark import register
+
+        register(session)  # an editable install hides pyspark_cdc from PySpark's module scan
+    yield session
+    session.stop()

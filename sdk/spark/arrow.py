@@ -1,0 +1,233 @@
+"""One type mapping from dialect values to Arrow record batches and Spark schemas.
+
+Snapshot rows and log rows go through the same functions, so the same stored value gives the
+same Spark value in both phases. Instants are UTC; decimals wider than Spark's 38 digits (or of
+unknown precision) are kept exactly as strings; TIME is kept as its ISO text.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from ..codec import dumps, encode_value
+from ..types import ChangeEvent, Column, LogicalType, TableSchema
+
+MAX_SPARK_DECIMAL = 38
+
+#: Metadata columns added after a table's own columns.
+META_COLUMNS = (
+    ("_op", T.StringType(), pa.string()),
+    ("_offset", T.StringType(), pa.string()),
+    ("_commit_ts", T.TimestampType(), pa.timestamp("us", tz="UTC")),
+    ("_seq", T.LongType(), pa.int64()),
+)
+
+#: The envelope that carries changes of several tables in one stream.
+ENVELOPE_COLUMNS = (
+    ("table", T.StringType(), pa.string()),
+    ("op", T.StringType(), pa.string()),
+    ("key", T.StringType(), pa.string()),
+    ("before", T.StringType(), pa.string()),
+    ("after", T.StringType(), pa.string()),
+    ("offset", T.StringType(), pa.string()),
+    ("commit_ts", T.TimestampType(), pa.timestamp("us", tz="UTC")),
+    ("seq", T.LongType(), pa.int64()),
+)
+
+
+def _wide(column: Column) -> bool:
+    return column.precision is None or column.precision > MAX_SPARK_DECIMAL
+
+
+def spark_type(column: Column) -> T.DataType:
+    """The Spark type a column's values land in."""
+    logical = column.type
+    if logical is LogicalType.DECIMAL:
+        if _wide(column):
+            return T.StringType()
+        return T.DecimalType(column.precision or 10, column.scale or 0)
+    return _SPARK[logical]
+
+
+def arrow_type(column: Column) -> pa.DataType:
+    """The Arrow type matching :func:`spark_type` exactly (Spark rejects near misses)."""
+    logical = column.type
+    if logical is LogicalType.DECIMAL:
+        if _wide(column):
+            return pa.string()
+        return pa.decimal128(column.precision or 10, column.scale or 0)
+    return _ARROW[logical]
+
+
+_SPARK: dict[LogicalType, T.DataType] = {
+    LogicalType.BOOLEAN: T.BooleanType(), LogicalType.INT8: T.ByteType(),
+    LogicalType.INT16: T.ShortType(), LogicalType.INT32: T.IntegerType(),
+    LogicalType.INT64: T.LongType(), LogicalType.FLOAT32: T.FloatType(),
+    LogicalType.FLOAT64: T.DoubleType(), LogicalType.STRING: T.StringType(),
+    LogicalType.BINARY: T.BinaryType(), LogicalType.DATE: T.DateType(),
+    LogicalType.TIME: T.StringType(), LogicalType.TIMESTAMP: T.TimestampNTZType(),
+    LogicalType.TIMESTAMP_TZ: T.TimestampType(),
+    LogicalType.INTERVAL: T.DayTimeIntervalType(), LogicalType.JSON: T.StringType(),
+}
+
+_ARROW: dict[LogicalType, pa.DataType] = {
+    LogicalType.BOOLEAN: pa.bool_(), LogicalType.INT8: pa.int8(),
+    LogicalType.INT16: pa.int16(), LogicalType.INT32: pa.int32(),
+    LogicalType.INT64: pa.int64(), LogicalType.FLOAT32: pa.float32(),
+    LogicalType.FLOAT64: pa.float64(), LogicalType.STRING: pa.string(),
+    LogicalType.BINARY: pa.binary(), LogicalType.DATE: pa.date32(),
+    LogicalType.TIME: pa.string(), LogicalType.TIMESTAMP: pa.timestamp("us"),
+    LogicalType.TIMESTAMP_TZ: pa.timestamp("us", tz="UTC"),
+    LogicalType.INTERVAL: pa.duration("us"), LogicalType.JSON: pa.string(),
+}
+
+
+def _as_text(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (dt.time, dt.date)):
+        return value.isoformat()
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value
+
+
+def _converter(column: Column) -> Callable[[Any], Any] | None:
+    """A per-value conversion needed before Arrow takes the value, or None."""
+    arrow = arrow_type(column)
+    if pa.types.is_string(arrow) and column.type is not LogicalType.STRING:
+        return _as_text
+    if column.type is LogicalType.TIMESTAMP_TZ:
+        return _utc
+    if column.type is LogicalType.BOOLEAN:
+        return lambda v: None if v is None else bool(v)
+    return None
+
+
+def table_schema(table: TableSchema) -> tuple[T.StructType, pa.Schema]:
+    """Spark and Arrow schemas of one table's typed output: its columns, then the metadata."""
+    fields = [(c.name, spark_type(c), arrow_type(c), c.nullable) for c in table.columns]
+    fields += [(name, st, at, True) for name, st, at in META_COLUMNS]
+    return (T.StructType([T.StructField(n, st, True) for n, st, _, _ in fields]),
+            pa.schema([pa.field(n, at, True) for n, _, at, _ in fields]))
+
+
+def envelope_schema() -> tuple[T.StructType, pa.Schema]:
+    """Spark and Arrow schemas of the multi-table envelope."""
+    return (T.StructType([T.StructField(n, st, True) for n, st, _ in ENVELOPE_COLUMNS]),
+            pa.schema([pa.field(n, at, True) for n, _, at in ENVELOPE_COLUMNS]))
+
+
+class TableBatcher:
+    """Turns one table's rows and events into Arrow batches of its typed output schema."""
+
+    def __init__(self, table: TableSchema) -> None:
+        self.table = table
+        self.spark_schema, self.arrow_schema = table_schema(table)
+        self._converters = [_converter(c) for c in table.columns]
+        self._width = len(table.columns)
+
+    def batch(self, rows: Sequence[Sequence[Any] | None], ops: Sequence[str],
+              offsets: Sequence[str], commit_ts: Sequence[int | None], first_seq: int
+              ) -> pa.RecordBatch:
+        """A record batch: ``rows`` (None for a key-only delete) with their metadata."""
+        columns = []
+        for i, (convert, field) in enumerate(zip(self._converters, self.arrow_schema,
+                                                 strict=False)):
+            values = [None if r is None else r[i] for r in rows]
+            if convert is not None:
+                values = [convert(v) for v in values]
+            columns.append(pa.array(values, type=field.type))
+        n = len(rows)
+        columns.append(pa.array(ops, type=pa.string()))
+        columns.append(pa.array(offsets, type=pa.string()))
+        columns.append(pa.array(commit_ts, type=pa.int64()).cast(pa.timestamp("us", tz="UTC")))
+        columns.append(pa.array(range(first_seq, first_seq + n), type=pa.int64()))
+        return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
+
+    def snapshot_batch(self, rows: Sequence[Sequence[Any]], watermark: str) -> pa.RecordBatch:
+        n = len(rows)
+        return self.batch(rows, ["r"] * n, [watermark] * n, [None] * n, 0)
+
+    def key_only(self, key: Sequence[Any]) -> tuple[Any, ...]:
+        """A row with only the key columns set, for a delete whose log has no before image."""
+        row: list[Any] = [None] * self._width
+        for index, value in zip(self.table.key_index, key, strict=True):
+            row[index] = value
+        return tuple(row)
+
+
+def event_rows(batcher: TableBatcher, events: Sequence[ChangeEvent]
+               ) -> tuple[list[Any], list[str], list[str], list[int | None]]:
+    """Columns for the events of one table, a key-moving update as a delete of the old key
+    followed by the update, so a sink applying rows in order stays right."""
+    rows: list[Any] = []
+    ops: list[str] = []
+    offsets: list[str] = []
+    stamps: list[int | None] = []
+    for e in events:
+        offset = dumps(e.offset.to_json())
+        if e.old_key is not None:
+            rows.append(e.before if e.before is not None else batcher.key_only(e.old_key))
+            ops.append("d")
+            offsets.append(offset)
+            stamps.append(e.commit_ts)
+        if e.op == "d":
+            rows.append(e.before if e.before is not None else batcher.key_only(e.key))
+        else:
+            rows.append(e.after)
+        ops.append(e.op)
+        offsets.append(offset)
+        stamps.append(e.commit_ts)
+    return rows, ops, offsets, stamps
+
+
+def _image(table: TableSchema, row: Sequence[Any] | None) -> str | None:
+    if row is None:
+        return None
+    return dumps({c: encode_value(v) for c, v in zip(table.column_names, row, strict=True)})
+
+
+def envelope_batch(tables: dict[Any, TableSchema], events: Sequence[ChangeEvent],
+                   first_seq: int) -> pa.RecordBatch:
+    """Events of any tables as envelope rows; images are JSON objects of column -> value
+    (values as :func:`sdk.codec.encode_value` writes them)."""
+    cols: dict[str, list[Any]] = {n: [] for n, _, _ in ENVELOPE_COLUMNS}
+    for e in events:
+        table = tables[e.table]
+        parts: list[tuple[str, Any, Any, Any]] = []
+        if e.old_key is not None:
+            parts.append(("d", e.old_key, e.before, None))
+            parts.append(("c" if e.op == "r" else e.op, e.key, None, e.after))
+        else:
+            parts.append((e.op, e.key, e.before, e.after))
+        for op, key, before, after in parts:
+            cols["table"].append(str(e.table))
+            cols["op"].append(op)
+            cols["key"].append(dumps([encode_value(v) for v in key]))
+            cols["before"].append(_image(table, before))
+            cols["after"].append(_image(table, after))
+            cols["offset"].append(dumps(e.offset.to_json()))
+            cols["commit_ts"].append(e.commit_ts)
+    n = len(cols["op"])
+    cols["seq"] = list(range(first_seq, first_seq + n))
+    _, schema = envelope_schema()
+    arrays = [pa.array(cols[f.name], type=pa.int64()).cast(f.type) if f.name == "commit_ts"
+              else pa.array(cols[f.name], type=f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+__all__ = ["TableBatcher", "envelope_batch", "envelope_schema", "event_rows",
+           "table_schema"]

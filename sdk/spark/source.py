@@ -1,0 +1,509 @@
+"""The ``cdc`` PySpark data source: the algorithm on Spark over any dialect.
+
+``spark.read.format("cdc")`` reads a snapshot of the chosen tables, each split consistent as of
+its own watermark. ``spark.readStream.format("cdc")`` reads the snapshot in micro-batches of
+splits, then the log, exactly once across crashes:
+
+- Spark keeps only the offsets. Each offset names an immutable state file in ``stateDir``
+  (split cursors, finished splits with watermarks, log position), so offsets stay small.
+- A snapshot batch hands out splits; each task reads its split with the watermark algorithm,
+  stages the merged rows and the watermark in ``stateDir`` and then emits them. A replayed batch
+  (crash, retry, second action) serves the staged rows: identical data, identical watermark.
+  The next ``latestOffset`` folds the watermarks into the state.
+- A log batch is one task reading the fixed range ``[from, to)`` of the log and filtering it with
+  the finished splits; bounded reads are repeatable, so a replay gives the same rows.
+- The dialect's log is released (``acknowledge_offset``) only in ``commit``, only up to the
+  committed end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from ..algorithm import (
+    IncrementalFilter,
+    Phase,
+    SplitAssigner,
+    SyncOptions,
+    SyncRunner,
+    SyncState,
+    choose_key,
+    read_split,
+)
+from ..codec import dumps
+from ..config import ConnectionConfig
+from ..dialects import Dialect, default_manager, get_dialect
+from ..errors import ConfigurationError, PreflightError
+from ..tables import parse_patterns, select_tables
+from ..types import ChangeEvent, Connection, FinishedSplit, Offset, SnapshotSplit, TableSchema
+from .arrow import TableBatcher, envelope_batch, envelope_schema, event_rows
+from .statestore import StateStore
+
+log = logging.getLogger(__name__)
+
+BATCH_ROWS = 10_000
+OFFSET_VERSION = 1
+
+
+@dataclass
+class SourceSpec:
+    """Everything a reader needs, resolved once on the driver and shipped to tasks."""
+
+    dialect: str
+    config: ConnectionConfig
+    tables: list[TableSchema]
+    options: SyncOptions
+    envelope: bool
+    state_dir: str | None
+    splits_per_batch: int
+    parallelism: int
+    head_poll_seconds: float
+
+    @property
+    def dialect_obj(self) -> Dialect:
+        return get_dialect(self.dialect)
+
+    def connect(self) -> Connection:
+        return self.dialect_obj.connect(self.config)
+
+    def table_map(self) -> dict[Any, TableSchema]:
+        return {t.table: t for t in self.tables}
+
+    def spark_schema(self) -> StructType:
+        if self.envelope:
+            return envelope_schema()[0]
+        return TableBatcher(self.tables[0]).spark_schema
+
+
+_ENGINE_OPTIONS = {"url", "tables", "statedir", "envelope", "snapshot.splits-per-batch",
+                   "parallelism", "log.poll-interval.ms"}
+
+
+def resolve(options: dict[str, str]) -> SourceSpec:
+    """Parse the reader options, discover the tables, check and prepare the source."""
+    opts = {k.lower(): v for k, v in options.items()}
+    if "url" not in opts:
+        raise ConfigurationError('the cdc source needs option("url", "<database URL>")')
+    dialect, config = default_manager().dialect_for_url(opts["url"])
+    sync_options = SyncOptions.from_strings(
+        {k: v for k, v in opts.items() if k not in _ENGINE_OPTIONS})
+    conn = dialect.connect(config)
+    try:
+        available = dialect.list_tables(conn)
+        chosen = select_tables(available, parse_patterns(opts.get("tables", "*")))
+        if not chosen:
+            raise ConfigurationError(f"no tables to capture in {config.masked_url}")
+        schemas = [choose_key(dialect.describe_table(conn, t), sync_options) for t in chosen]
+        dialect.prepare_capture(conn, schemas)
+        missing = [r for r in dialect.preflight(conn, chosen) if not r.ok]
+        if missing:
+            raise PreflightError(f"{config.masked_url} is not ready for change capture:\n"
+                                 + "\n".join(str(r) for r in missing))
+    finally:
+        conn.close()
+    envelope = opts.get("envelope", "false").lower() == "true" or len(schemas) > 1
+    return SourceSpec(
+        dialect=dialect.name, config=config, tables=schemas, options=sync_options,
+        envelope=envelope, state_dir=opts.get("statedir"),
+        splits_per_batch=int(opts.get("snapshot.splits-per-batch", "8")),
+        parallelism=int(opts.get("parallelism", "8")),
+        head_poll_seconds=int(opts.get("log.poll-interval.ms", "500")) / 1000)
+
+
+class CdcDataSource(DataSource):
+    """``format("cdc")``: options ``url``, ``tables``, ``stateDir`` and the algorithm's."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "cdc"
+
+    def _spec(self) -> SourceSpec:
+        spec = getattr(self, "_resolved", None)
+        if spec is None:
+            spec = resolve(dict(self.options))
+            self._resolved = spec
+        return spec
+
+    def schema(self) -> StructType:
+        return self._spec().spark_schema()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return CdcBatchReader(self._spec())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        spec = self._spec()
+        if not spec.state_dir:
+            raise ConfigurationError(
+                'a cdc stream needs option("stateDir", ...) on storage shared by the driver '
+                "and the executors, e.g. <checkpointLocation>/cdc-state")
+        return CdcStreamReader(spec)
+
+
+# --- reading splits and log ranges (executor side) -------------------------------------------
+
+
+@dataclass
+class SplitPartition(InputPartition):
+    """Snapshot splits for one task; ``stage`` names where their output is staged, if
+    anywhere."""
+
+    splits: list[tuple[int, SnapshotSplit]]
+    stage: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__(None)
+
+
+@dataclass
+class LogPartition(InputPartition):
+    """The log range of one micro-batch: ``state`` names the state file of its end offset."""
+
+    state: str
+
+    def __post_init__(self) -> None:
+        super().__init__(None)
+
+
+def _split_output(spec: SourceSpec, schema: TableSchema, rows: list[Any], watermark: Offset
+                  ) -> list[pa.RecordBatch]:
+    out = []
+    for start in range(0, max(len(rows), 1), BATCH_ROWS):
+        chunk = rows[start:start + BATCH_ROWS]
+        if spec.envelope:
+            events = [ChangeEvent(schema.table, "r", schema.key_of(r), r, watermark)
+                      for r in chunk]
+            out.append(envelope_batch(spec.table_map(), events, 0))
+        else:
+            out.append(TableBatcher(schema).snapshot_batch(chunk, dumps(watermark.to_json())))
+    return [b for b in out if b.num_rows]
+
+
+def read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.RecordBatch]:
+    """Read a partition's splits, staging each split's output first when ``stage`` is set."""
+    store = StateStore(spec.state_dir) if partition.stage and spec.state_dir else None
+    dialect = spec.dialect_obj
+    conn: Connection | None = None
+    try:
+        for table_index, split in partition.splits:
+            schema = spec.tables[table_index]
+            name = f"{table_index}-{split.index}"
+            if store is not None and partition.stage is not None:
+                staged = store.read_json("batches", partition.stage, f"{name}.json")
+                if staged is not None:
+                    table = store.read_arrow("batches", partition.stage, f"{name}.arrow")
+                    assert table is not None, f"stage of split {split.split_id} lost its rows"
+                    yield from table.to_batches(BATCH_ROWS)
+                    continue
+            if conn is None:
+                conn = dialect.connect(spec.config)
+            result = read_split(dialect, conn, schema, split, spec.options)
+            batches = _split_output(spec, schema, result.rows, result.watermark)
+            if store is not None and partition.stage is not None:
+                arrow_schema = (envelope_schema()[1] if spec.envelope
+                                else TableBatcher(schema).arrow_schema)
+                store.write_arrow(pa.Table.from_batches(batches, schema=arrow_schema),
+                                  "batches", partition.stage, f"{name}.arrow")
+                done = FinishedSplit(split, result.watermark, len(result.rows))
+                store.write_json(done.to_json(), "batches", partition.stage, f"{name}.json")
+            yield from batches
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+def read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
+    """Read one micro-batch's log range and emit what the incremental filter lets through."""
+    assert spec.state_dir
+    engine = EngineState.load(StateStore(spec.state_dir), partition.state)
+    dialect = spec.dialect_obj
+    flt = IncrementalFilter(engine.sync.finished, dialect.compare_offset)
+    assert engine.log_from is not None and engine.sync.position is not None
+    conn = dialect.connect(spec.config)
+    tables = spec.table_map()
+    batchers = {t: TableBatcher(s) for t, s in tables.items()}
+    seq = 0
+    pending: list[ChangeEvent] = []
+
+    def flush() -> pa.RecordBatch:
+        nonlocal seq
+        if spec.envelope:
+            batch = envelope_batch(tables, pending, seq)
+        else:
+            batcher = batchers[spec.tables[0].table]
+            rows, ops, offsets, stamps = event_rows(batcher, pending)
+            batch = batcher.batch(rows, ops, offsets, stamps, seq)
+        seq += batch.num_rows
+        pending.clear()
+        return batch
+
+    try:
+        for item in dialect.stream_log(conn, spec.tables, engine.log_from, engine.sync.position):
+            if isinstance(item, ChangeEvent):
+                routed = flt.route(item)
+                if routed is not None:
+                    pending.append(routed)
+                    if len(pending) >= BATCH_ROWS:
+                        yield flush()
+        if pending:
+            yield flush()
+    finally:
+        conn.close()
+
+
+class CdcBatchReader(DataSourceReader):
+    """``spark.read``: every split of every table, each consistent as of its watermark."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        self.spec = spec
+
+    def partitions(self) -> Sequence[InputPartition]:
+        spec = self.spec
+        dialect = spec.dialect_obj
+        assigner = SplitAssigner(dialect, spec.options)
+        conn = dialect.connect(spec.config)
+        splits: list[tuple[int, SnapshotSplit]] = []
+        try:
+            for index, schema in enumerate(spec.tables):
+                plan = assigner.plan(conn, schema)
+                while (nxt := assigner.next_split(conn, schema, plan)) is not None:
+                    split, plan = nxt
+                    splits.append((index, split))
+        finally:
+            conn.close()
+        groups = max(1, min(spec.parallelism, len(splits)))
+        return [SplitPartition(splits[i::groups]) for i in range(groups)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SplitPartition)
+        yield from read_splits(self.spec, partition)
+
+
+# --- the streaming reader (driver side) -------------------------------------------------------
+
+
+@dataclass
+class EngineState:
+    """What an offset stands for: the sync state, the splits handed out in the batch that ends
+    here (their watermarks are not folded in yet), and the log range this batch reads."""
+
+    sync: SyncState
+    inflight: list[tuple[int, SnapshotSplit]] = field(default_factory=list)
+    log_from: Offset | None = None
+    seq: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sync": self.sync.to_json(),
+                "inflight": [[i, s.to_json()] for i, s in self.inflight],
+                "log_from": self.log_from.to_json() if self.log_from else None}
+
+    def save(self, store: StateStore) -> str:
+        """Store under ``<seq>-<content hash>``; the name is what the offset carries."""
+        digest = store.put_content(self.to_json(), "content")
+        name = f"{self.seq:012d}-{digest}"
+        if store.read_bytes("states", f"{name}.json") is None:
+            store.write_json({"content": digest}, "states", f"{name}.json")
+        return name
+
+    @classmethod
+    def load(cls, store: StateStore, name: str) -> EngineState:
+        pointer = store.read_json("states", f"{name}.json")
+        if pointer is None:
+            raise ConfigurationError(f"state {name} is missing from {store.uri}: the stateDir "
+                                     "does not belong to this checkpoint")
+        data = store.read_json("content", f"{pointer['content']}.json")
+        return cls(SyncState.from_json(data["sync"]),
+                   [(i, SnapshotSplit.from_json(s)) for i, s in data["inflight"]],
+                   Offset.from_json(data["log_from"]) if data["log_from"] else None,
+                   int(name.split("-", 1)[0]))
+
+
+class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream``: snapshot batches, then log batches, exactly once."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        self.spec = spec
+        assert spec.state_dir
+        self.store = StateStore(spec.state_dir)
+        self._conn: Connection | None = None
+        self._head: tuple[float, Offset | None] = (0.0, None)
+        self._target: Offset | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_conn"] = None
+        return state
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            self._conn = self.spec.connect()
+        return self._conn
+
+    def _offset(self, engine: EngineState) -> dict[str, Any]:
+        name = engine.save(self.store)
+        position = engine.sync.position
+        return {"v": OFFSET_VERSION, "phase": engine.sync.phase.value, "state": name,
+                "position": dumps(position.to_json()) if position else None}
+
+    def initialOffset(self) -> dict[str, Any]:
+        runner = SyncRunner(self.spec.dialect_obj, lambda: self.conn, self.spec.options)
+        return self._offset(EngineState(runner.start(self.spec.tables)))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.spec.dialect_obj.current_offset(self.conn)
+
+    def _log_head(self) -> Offset:
+        at, head = self._head
+        if head is None or time.monotonic() - at >= self.spec.head_poll_seconds:
+            head = self.spec.dialect_obj.current_offset(self.conn)
+            self._head = (time.monotonic(), head)
+        if self._target is not None and \
+                self.spec.dialect_obj.compare_offset(head, self._target) > 0:
+            return self._target
+        return head
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        engine = EngineState.load(self.store, start["state"])
+        changed = False
+        if engine.inflight:
+            engine = self._fold(start["state"], engine)
+            changed = True
+        sync = engine.sync
+        if sync.phase is Phase.SNAPSHOT:
+            handed = self._hand_out(sync)
+            if handed is not None:
+                sync, inflight = handed
+                return self._offset(EngineState(sync, inflight, None, engine.seq + 1))
+            sync = self._finish_snapshot(sync)
+            changed = True
+        if sync.phase is Phase.LOG:
+            return self._log_offset(engine, sync, changed, start)
+        if changed:
+            return self._offset(EngineState(sync, [], None, engine.seq + 1))
+        return start
+
+    def _fold(self, name: str, engine: EngineState) -> EngineState:
+        finished = dict(engine.sync.finished)
+        for table_index, split in engine.inflight:
+            data = self.store.read_json("batches", name, f"{table_index}-{split.index}.json")
+            if data is None:
+                raise ConfigurationError(f"the watermark of split {split.split_id} is missing "
+                                         f"from {self.store.uri}: was the stateDir cleaned?")
+            done = FinishedSplit.from_json(data)
+            finished[split.table] = (*finished.get(split.table, ()), done)
+        return replace(engine, sync=replace(engine.sync, finished=finished), inflight=[])
+
+    def _hand_out(self, sync: SyncState
+                  ) -> tuple[SyncState, list[tuple[int, SnapshotSplit]]] | None:
+        assigner = SplitAssigner(self.spec.dialect_obj, self.spec.options)
+        index_of = {t.table: i for i, t in enumerate(self.spec.tables)}
+        plans = dict(sync.plans)
+        handed: list[tuple[int, SnapshotSplit]] = []
+        for table, plan in sync.plans.items():
+            while len(handed) < self.spec.splits_per_batch:
+                nxt = assigner.next_split(self.conn, sync.tables[table], plan)
+                if nxt is None:
+                    break
+                split, plan = nxt
+                handed.append((index_of[table], split))
+            if plan.done:
+                del plans[table]
+            else:
+                plans[table] = plan
+            if len(handed) >= self.spec.splits_per_batch:
+                break
+        if not handed:
+            return None
+        return replace(sync, plans=plans), handed
+
+    def _finish_snapshot(self, sync: SyncState) -> SyncState:
+        if sync.stop_after_snapshot:
+            return replace(sync, phase=Phase.DONE, plans={}, finished={})
+        start = IncrementalFilter(sync.finished, self.spec.dialect_obj.compare_offset
+                                  ).start_offset()
+        if start is None:
+            start = self.spec.dialect_obj.current_offset(self.conn)
+        log.info("cdc: snapshot finished; log phase from %s", start)
+        return replace(sync, phase=Phase.LOG, plans={}, position=start)
+
+    def _log_offset(self, engine: EngineState, sync: SyncState, changed: bool,
+                    start: dict[str, Any]) -> dict[str, Any]:
+        compare = self.spec.dialect_obj.compare_offset
+        assert sync.position is not None
+        position = sync.position
+        flt = IncrementalFilter(sync.finished, compare)
+        pure = flt.advance(position)
+        if pure:
+            sync = replace(sync, finished={t: s for t, s in sync.finished.items()
+                                           if t not in pure})
+            changed = True
+        head = self._log_head()
+        if compare(head, position) > 0:
+            sync = replace(sync, position=head)
+            return self._offset(EngineState(sync, [], position, engine.seq + 1))
+        if changed:
+            return self._offset(EngineState(sync, [], None, engine.seq + 1))
+        return start
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if start == end:
+            return []
+        engine = EngineState.load(self.store, end["state"])
+        if engine.inflight:
+            return [SplitPartition([item], end["state"]) for item in engine.inflight]
+        if engine.log_from is not None:
+            return [LogPartition(end["state"])]
+        return []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, SplitPartition):
+            yield from read_splits(self.spec, partition)
+        else:
+            assert isinstance(partition, LogPartition)
+            yield from read_log(self.spec, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        engine = EngineState.load(self.store, end["state"])
+        if engine.sync.phase is Phase.LOG and engine.sync.position is not None:
+            self.spec.dialect_obj.acknowledge_offset(self.conn, engine.sync.position)
+        self._collect_garbage(engine.seq)
+
+    def _collect_garbage(self, committed_seq: int) -> None:
+        """Drop the stages and states of batches before the committed one: Spark never goes
+        back to them (a restart replays at most the batch after the last commit)."""
+        for name in self.store.list_dir("batches"):
+            if int(name.split("-", 1)[0]) < committed_seq:
+                self.store.delete_dir("batches", name)
+        keep: set[str] = set()
+        drop: list[tuple[str, str]] = []
+        for file in self.store.list_dir("states"):
+            pointer = self.store.read_json("states", file)
+            if pointer is None:
+                continue
+            if int(file.split("-", 1)[0]) < committed_seq - 1:
+                drop.append((file, pointer["content"]))
+            else:
+                keep.add(pointer["content"])
+        for file, content in drop:
+            self.store.delete_file("states", file)
+            if content not in keep:
+                self.store.delete_file("content", f"{content}.json")
+
+    def stop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
