@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from sdk import ConnectionConfig, get_dialect
+from sdk.spark import progress
 from sdk.spark.mirror import Mirror
 from sdk.spark.source import CdcStreamReader, resolve
 from sdk_sqlite import read_target
@@ -168,3 +169,7 @@ def test_change_log_has_no_duplicates(spark: Any, tmp_path: Path) -> None:
         else:
             state[r.id] = (r.id, r.name, r.price, r.data)
     assert {(k,): v for k, v in state.items()} == source_rows(url, "items")
+    report = progress(str(tmp_path / "state"))
+    assert report is not None and report["phase"] == "log" and report["caught_up"]
+    items = report["tables"]["main.items"]
+    assert items["snapshot_done"] and items["splits_done"] == items["splits_estimated"] >= 8

@@ -69,17 +69,20 @@ class TablePlan:
     step: int = 0
     stop: int = 0
     done: bool = False
+    approx_rows: int = 0
+    """The table's estimated size when planned, for progress (splits left ~ rows / size)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table.to_json(), "next_index": self.next_index,
                 "next_start": encode_key(self.next_start), "next_end": self.next_end,
-                "step": self.step, "stop": self.stop, "done": self.done}
+                "step": self.step, "stop": self.stop, "done": self.done,
+                "approx_rows": self.approx_rows}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TablePlan:
         return cls(TableId.from_json(data["table"]), data["next_index"],
                    decode_key(data["next_start"]), data["next_end"], data["step"],
-                   data["stop"], data["done"])
+                   data["stop"], data["done"], data.get("approx_rows", 0))
 
 
 class SplitAssigner:
@@ -91,13 +94,13 @@ class SplitAssigner:
 
     def plan(self, conn: Connection, schema: TableSchema) -> TablePlan:
         """Start a table's plan: decide between arithmetic and index-seek cuts."""
-        plan = TablePlan(schema.table)
+        stats = self.dialect.table_stats(conn, schema)
+        plan = TablePlan(schema.table, approx_rows=stats.approx_rows)
         if len(schema.key) != 1:
             return plan
         column = next(c for c in schema.columns if c.name == schema.key[0])
         if column.type not in _INTEGER_TYPES:
             return plan
-        stats = self.dialect.table_stats(conn, schema)
         if stats.min_key is None or stats.max_key is None or stats.approx_rows <= 0:
             return plan
         lo, hi = stats.min_key[0], stats.max_key[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .envelope import split_tables
 from .source import CdcDataSource
 
 
@@ -16,4 +17,14 @@ def register(spark: Any) -> None:
     spark.dataSource.register(CdcDataSource)
 
 
-__all__ = ["CdcDataSource", "register"]
+
+def progress(state_dir: str) -> dict[str, Any] | None:
+    """The last progress report of the stream using ``state_dir``: phase, per-table splits
+    done/estimated and rows, rows per second, log position, head and whether it caught up."""
+    from .statestore import StateStore
+
+    report: dict[str, Any] | None = StateStore(state_dir).read_json("progress.json")
+    return report
+
+
+__all__ = ["CdcDataSource", "progress", "register", "split_tables"]

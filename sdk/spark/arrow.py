@@ -217,6 +217,13 @@ def envelope_batch(tables: dict[Any, TableSchema], events: Sequence[ChangeEvent]
             cols["table"].append(str(e.table))
             cols["op"].append(op)
             cols["key"].append(dumps([encode_value(v) for v in key]))
+            if op == "d" and before is None:  # no before image: the key columns alone
+                cols["before"].append(dumps({c: encode_value(v) for c, v in
+                                             zip(table.key, key, strict=True)}))
+                cols["after"].append(None)
+                cols["offset"].append(dumps(e.offset.to_json()))
+                cols["commit_ts"].append(e.commit_ts)
+                continue
             cols["before"].append(_image(table, before))
             cols["after"].append(_image(table, after))
             cols["offset"].append(dumps(e.offset.to_json()))

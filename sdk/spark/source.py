@@ -44,6 +44,7 @@ from ..algorithm import (
     choose_key,
     read_split,
 )
+from ..algorithm.progress import progress_of
 from ..codec import dumps
 from ..config import ConnectionConfig
 from ..dialects import Dialect, default_manager, get_dialect
@@ -341,6 +342,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._conn: Connection | None = None
         self._head: tuple[float, Offset | None] = (0.0, None)
         self._target: Offset | None = None
+        self._progress: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -355,9 +357,32 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _offset(self, engine: EngineState) -> dict[str, Any]:
         name = engine.save(self.store)
+        self._report(engine)
         position = engine.sync.position
         return {"v": OFFSET_VERSION, "phase": engine.sync.phase.value, "state": name,
                 "position": dumps(position.to_json()) if position else None}
+
+    def _report(self, engine: EngineState) -> None:
+        """Write the progress report that ``sdk status`` and :func:`progress` read."""
+        head = self._head[1]
+        caught_up = None
+        if head is not None and engine.sync.position is not None:
+            compare = self.spec.dialect_obj.compare_offset
+            caught_up = compare(engine.sync.position, head) >= 0
+        previous = self._progress or self.store.read_json("progress.json")
+        self._progress = progress_of(engine.sync, self.spec.options.split_size, previous,
+                                     head, caught_up)
+        self.store.write_json(self._progress, "progress.json")
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """Shown as the source's ``latestOffset`` in the streaming query progress."""
+        report = self._progress
+        if report is None:
+            return None
+        tables = {name: f"{t['splits_done']}/{t['splits_estimated']} splits, {t['rows']} rows"
+                  for name, t in report["tables"].items()}
+        return {"phase": report["phase"], "rows": int(report["rows"]), "tables": tables,
+                "caught_up": bool(report.get("caught_up", False))}
 
     def initialOffset(self) -> dict[str, Any]:
         runner = SyncRunner(self.spec.dialect_obj, lambda: self.conn, self.spec.options)

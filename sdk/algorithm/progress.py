@@ -1,0 +1,52 @@
+"""Progress of a sync, per table and overall, from its state: what ``sdk status`` and the
+streaming query's progress show."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from ..codec import dumps
+from .state import SyncState
+
+
+def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | None = None,
+                head: Any = None, caught_up: bool | None = None) -> dict[str, Any]:
+    """A JSON-ready progress report. ``previous`` (the last report) keeps the figures of tables
+    whose splits were already forgotten (pure-log phase) and the start time for rates."""
+    now = time.time()
+    previous = previous or {}
+    tables: dict[str, dict[str, Any]] = dict(previous.get("tables", {}))
+    for table in state.tables:
+        name = str(table)
+        finished = state.finished.get(table, ())
+        plan = state.plans.get(table)
+        if not finished and plan is None and name in tables:
+            tables[name]["snapshot_done"] = True
+            continue
+        done = len(finished)
+        rows = sum(f.rows for f in finished)
+        if plan is not None:
+            estimate = max(done + 1, math.ceil(plan.approx_rows / split_size))
+        else:
+            estimate = done
+        tables[name] = {"splits_done": done, "splits_estimated": estimate, "rows": rows,
+                        "snapshot_done": plan is None}
+    started = previous.get("started_at", now)
+    rows_total = sum(t["rows"] for t in tables.values())
+    elapsed = max(now - started, 1e-9)
+    report: dict[str, Any] = {
+        "phase": state.phase.value,
+        "tables": tables,
+        "rows": rows_total,
+        "rows_per_second": round(rows_total / elapsed, 1),
+        "started_at": started,
+        "updated_at": now,
+        "position": dumps(state.position.to_json()) if state.position else None,
+    }
+    if head is not None:
+        report["head"] = dumps(head.to_json())
+    if caught_up is not None:
+        report["caught_up"] = caught_up
+    return report
