@@ -156,6 +156,8 @@ def bench_log(changes: int) -> None:
              .trigger(availableNow=True).start())
     query.awaitTermination()
     durations = [p for p in query.recentProgress if p["numInputRows"]]
+    for p in durations:
+        print("batch", p["batchId"], p["numInputRows"], p["durationMs"])
     rows = sum(p["numInputRows"] for p in durations)
     busy = sum(p["durationMs"]["triggerExecution"] for p in durations) / 1000
     print(f"engine log batches: {rows} changes in {busy:.2f}s of batches "

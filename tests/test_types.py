@@ -50,6 +50,8 @@ def test_offset_is_canonical_hashable_and_immutable() -> None:
     assert a == b and hash(a) == hash(b)
     assert dumps(a.to_json()) == dumps(b.to_json())
     assert Offset.from_json(json.loads(dumps(a.to_json()))) == a
+    for offset in (a, Offset("pg", lsn=123, txid=None), Offset("x", name='q"ü\\')):
+        assert offset.json_text() == dumps(offset.to_json())
     assert pickle.loads(pickle.dumps(a)) == a
     assert a["pos"] == 4 and a.get("gtid") is None
     with pytest.raises(AttributeError):

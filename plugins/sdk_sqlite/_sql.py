@@ -61,7 +61,11 @@ def decode_row(text: str | None) -> Row | None:
     """Invert the trigger's JSON row image."""
     if text is None:
         return None
-    return tuple(_decode_value(v) for v in json.loads(text))
+    values = json.loads(text)
+    for index, value in enumerate(values):
+        if type(value) is dict:
+            values[index] = _decode_value(value)
+    return tuple(values)
 
 
 def key_range_sql(key: Sequence[str], start: Key | None, end: Key | None

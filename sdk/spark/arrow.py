@@ -143,23 +143,37 @@ class TableBatcher:
               offsets: Sequence[str], commit_ts: Sequence[int | None], first_seq: int
               ) -> pa.RecordBatch:
         """A record batch: ``rows`` (None for a key-only delete) with their metadata."""
+        n = len(rows)
+        meta = [pa.array(ops, type=pa.string()), pa.array(offsets, type=pa.string()),
+                pa.array(commit_ts, type=pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                pa.array(range(first_seq, first_seq + n), type=pa.int64())]
+        return self._assemble(rows, meta, complete=False)
+
+    def _assemble(self, rows: Sequence[Sequence[Any] | None], meta: list[pa.Array],
+                  complete: bool) -> pa.RecordBatch:
+        """Columns from rows; ``complete`` says no row is None (skips a scan)."""
+        if rows and (complete or all(r is not None for r in rows)):
+            transposed: list[Sequence[Any]] = list(zip(*rows, strict=True))
+        else:
+            transposed = [[None if r is None else r[i] for r in rows]
+                          for i in range(self._width)]
         columns = []
-        for i, (convert, field) in enumerate(zip(self._converters, self.arrow_schema,
-                                                 strict=False)):
-            values = [None if r is None else r[i] for r in rows]
+        for values, convert, field in zip(transposed, self._converters, self.arrow_schema,
+                                          strict=False):
             if convert is not None:
                 values = [convert(v) for v in values]
             columns.append(pa.array(values, type=field.type))
-        n = len(rows)
-        columns.append(pa.array(ops, type=pa.string()))
-        columns.append(pa.array(offsets, type=pa.string()))
-        columns.append(pa.array(commit_ts, type=pa.int64()).cast(pa.timestamp("us", tz="UTC")))
-        columns.append(pa.array(range(first_seq, first_seq + n), type=pa.int64()))
-        return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
+        if not rows:
+            columns = [pa.array([], type=f.type) for f in list(self.arrow_schema)[:self._width]]
+        return pa.RecordBatch.from_arrays(columns + meta, schema=self.arrow_schema)
 
     def snapshot_batch(self, rows: Sequence[Sequence[Any]], watermark: str) -> pa.RecordBatch:
+        """Snapshot rows: op ``r``, all at the split's watermark, ``_seq`` 0 (their keys are
+        distinct, so their order does not matter)."""
         n = len(rows)
-        return self.batch(rows, ["r"] * n, [watermark] * n, [None] * n, 0)
+        meta = [pa.repeat(pa.scalar("r"), n), pa.repeat(pa.scalar(watermark), n),
+                pa.nulls(n, pa.timestamp("us", tz="UTC")), pa.repeat(pa.scalar(0), n)]
+        return self._assemble(rows, meta, complete=True)
 
     def key_only(self, key: Sequence[Any]) -> tuple[Any, ...]:
         """A row with only the key columns set, for a delete whose log has no before image."""
@@ -178,7 +192,7 @@ def event_rows(batcher: TableBatcher, events: Sequence[ChangeEvent]
     offsets: list[str] = []
     stamps: list[int | None] = []
     for e in events:
-        offset = dumps(e.offset.to_json())
+        offset = e.offset.json_text()
         if e.old_key is not None:
             rows.append(e.before if e.before is not None else batcher.key_only(e.old_key))
             ops.append("d")
@@ -221,12 +235,12 @@ def envelope_batch(tables: dict[Any, TableSchema], events: Sequence[ChangeEvent]
                 cols["before"].append(dumps({c: encode_value(v) for c, v in
                                              zip(table.key, key, strict=True)}))
                 cols["after"].append(None)
-                cols["offset"].append(dumps(e.offset.to_json()))
+                cols["offset"].append(e.offset.json_text())
                 cols["commit_ts"].append(e.commit_ts)
                 continue
             cols["before"].append(_image(table, before))
             cols["after"].append(_image(table, after))
-            cols["offset"].append(dumps(e.offset.to_json()))
+            cols["offset"].append(e.offset.json_text())
             cols["commit_ts"].append(e.commit_ts)
     n = len(cols["op"])
     cols["seq"] = list(range(first_seq, first_seq + n))

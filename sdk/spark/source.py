@@ -56,7 +56,7 @@ from .statestore import StateStore
 
 log = logging.getLogger(__name__)
 
-BATCH_ROWS = 10_000
+BATCH_ROWS = 50_000
 OFFSET_VERSION = 1
 
 
