@@ -1,0 +1,393 @@
+"""The MySQL and MariaDB dialect: snapshots with pymysql, changes from the binlog with
+python-mysql-replication.
+
+Visibility (DESIGN.md section 1): a binlog position is written before the engine commit makes a
+transaction visible, so the raw ``SHOW BINLOG STATUS`` position is not a safe watermark. On
+MariaDB and Percona Server, ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` reports the exact
+binlog position of its read view (``Binlog_snapshot_file/position``): ``current_offset`` takes
+one (every change below it is visible to any later read) and ``begin_snapshot`` reads each split
+inside one (low == high, no backfill). Upstream MySQL has no such status: there the offset is
+the raw position and the window is not closed (see docs/dialects/mysql.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sdk import (
+    Capability,
+    ChangeEvent,
+    ConfigurationError,
+    ConnectionConfig,
+    DialectInfo,
+    DriverMissingError,
+    Heartbeat,
+    Key,
+    LogicalType,
+    Offset,
+    OffsetExpiredError,
+    Requirement,
+    Row,
+    SnapshotSplit,
+    SnapshotView,
+    TableId,
+    TableSchema,
+    TableStats,
+    hookimpl,
+)
+
+from ._binlog import read_changes
+from ._offsets import NAME, make_offset, parts, position_key
+from ._types import logical_column, normalizer
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+POLL_SECONDS = 0.5
+
+
+@dataclass
+class MySqlConnection:
+    """A pymysql connection plus what the binlog reader needs to open its own."""
+
+    raw: Any
+    settings: dict[str, Any]
+    database: str | None
+    snapshot_status: bool
+    mariadb: bool
+    in_view: bool = False
+    _binlogs: list[str] = field(default_factory=list)
+
+    def cursor(self) -> Any:
+        return self.raw.cursor()
+
+    def query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.raw.cursor() as cur:
+            cur.execute(sql, args)
+            return list(cur.fetchall())
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def q(name: str) -> str:
+    """Quote an identifier with backticks."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _table(table: TableId) -> str:
+    return f"{q(table.schema)}.{q(table.name)}"
+
+
+@hookimpl
+def dialect_info() -> DialectInfo:
+    return DialectInfo(
+        name=NAME, title="MySQL / MariaDB (binlog)", drivers=("pymysql", "pymysqlreplication"),
+        extra="mysql", url_schemes=("mysql", "mariadb"),
+        capabilities=frozenset({Capability.ATOMIC_SNAPSHOT, Capability.BEFORE_IMAGES,
+                                Capability.EARLIEST}))
+
+
+@hookimpl
+def connect(config: ConnectionConfig) -> MySqlConnection:
+    try:
+        import pymysql
+    except ImportError:
+        raise DriverMissingError("the mysql dialect needs pymysql: pip install 'sdk[mysql]'") \
+            from None
+    settings = {"host": config.host or "127.0.0.1", "port": config.port or 3306,
+                "user": config.user or "root", "passwd": config.password or ""}
+    try:
+        raw = pymysql.connect(host=settings["host"], port=settings["port"],
+                              user=settings["user"], password=settings["passwd"],
+                              database=config.database, charset="utf8mb4", autocommit=True,
+                              init_command="SET time_zone = '+00:00'",
+                              connect_timeout=int(config.options.get("connect_timeout", "10")))
+    except pymysql.err.OperationalError as exc:
+        raise ConfigurationError(f"cannot connect to {config.masked_url}: {exc.args[-1]}") \
+            from None
+    with raw.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        (version,) = cur.fetchone()
+        cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
+        snapshot_status = cur.fetchone() is not None
+    return MySqlConnection(raw, settings, config.database, snapshot_status,
+                           "mariadb" in version.lower())
+
+
+# --- preflight --------------------------------------------------------------------------------
+
+
+_SETTINGS = [
+    ("log_bin", "ON", "start the server with log_bin = mysql-bin (needs a restart)"),
+    ("binlog_format", "ROW", "SET GLOBAL binlog_format = 'ROW' (and in my.cnf)"),
+    ("binlog_row_image", "FULL", "SET GLOBAL binlog_row_image = 'FULL' (and in my.cnf)"),
+    ("binlog_row_metadata", "FULL", "SET GLOBAL binlog_row_metadata = 'FULL' (and in my.cnf)"),
+]
+
+
+@hookimpl
+def preflight(conn: MySqlConnection, tables: Sequence[TableId]) -> list[Requirement]:
+    variables = dict(conn.query(
+        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
+        "'binlog_row_image', 'binlog_row_metadata', 'server_id', 'expire_logs_days', "
+        "'binlog_expire_logs_seconds')"))
+    checks = []
+    for name, wanted, fix in _SETTINGS:
+        value = str(variables.get(name, "missing"))
+        ok = value.upper() in (wanted, "1" if wanted == "ON" else wanted)
+        checks.append(Requirement(f"{name}={wanted}", ok, f"{name} is {value}", fix))
+    server_id = int(variables.get("server_id", 0))
+    checks.append(Requirement("server_id set", server_id != 0, f"server_id is {server_id}",
+                              "SET GLOBAL server_id = 1 (any unique non-zero id)"))
+    seconds = int(variables.get("binlog_expire_logs_seconds", 0) or 0) or \
+        int(float(variables.get("expire_logs_days", 0) or 0) * 86400)
+    checks.append(Requirement(
+        "binlog retention of a day or more", seconds == 0 or seconds >= 86400,
+        f"binlogs expire after {seconds} s" if seconds else "binlogs never expire",
+        "SET GLOBAL binlog_expire_logs_seconds = 604800"))
+    grants = _grants(conn)
+    user = conn.settings["user"]
+    for privilege, alternatives in (("REPLICATION SLAVE", {"REPLICATION SLAVE",
+                                                           "REPLICATION REPLICA"}),
+                                    ("REPLICATION CLIENT", {"REPLICATION CLIENT",
+                                                            "BINLOG MONITOR"})):
+        ok = bool(grants.get("*.*", set()) & (alternatives | {"ALL PRIVILEGES"}))
+        checks.append(Requirement(f"privilege {privilege}", ok, "",
+                                  f"GRANT {privilege} ON *.* TO '{user}'@'%'"))
+    for table in tables:
+        scopes = ("*.*", f"{q(table.schema)}.*".upper(), _table(table).upper())
+        ok = any(grants.get(s, set()) & {"SELECT", "ALL PRIVILEGES"} for s in scopes)
+        checks.append(Requirement(f"SELECT on {table}", ok, "",
+                                  f"GRANT SELECT ON {_table(table)} TO '{user}'@'%'"))
+    return checks
+
+
+def _grants(conn: MySqlConnection) -> dict[str, set[str]]:
+    """``SHOW GRANTS`` as {object: privileges}, objects upper-cased (``*.*``, ```db`.*``)."""
+    out: dict[str, set[str]] = {}
+    for (line,) in conn.query("SHOW GRANTS"):
+        text = line.upper()
+        if not text.startswith("GRANT ") or " ON " not in text:
+            continue
+        privileges, _, rest = text[6:].partition(" ON ")
+        target = rest.split(" TO ", 1)[0].strip()
+        out.setdefault(target, set()).update(p.strip() for p in privileges.split(","))
+    return out
+
+
+# --- tables and splits ------------------------------------------------------------------------
+
+
+@hookimpl
+def list_tables(conn: MySqlConnection) -> list[TableId]:
+    sql = ("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE "
+           "TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN %s")
+    args: list[Any] = [SYSTEM_SCHEMAS]
+    if conn.database:
+        sql += " AND TABLE_SCHEMA = %s"
+        args.append(conn.database)
+    return [TableId(s, n) for s, n in conn.query(sql + " ORDER BY 1, 2", args)]
+
+
+@hookimpl
+def describe_table(conn: MySqlConnection, table: TableId) -> TableSchema:
+    rows = conn.query(
+        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, "
+        "NUMERIC_SCALE, COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+        "AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (table.schema, table.name))
+    if not rows:
+        raise ConfigurationError(f"table {table} does not exist or is not readable")
+    columns = []
+    for name, data_type, column_type, nullable, precision, scale, collation in rows:
+        source = f"{column_type} COLLATE {collation}" if collation else column_type
+        columns.append(logical_column(name, data_type, source, nullable == "YES",
+                                      precision, scale))
+    indexes: dict[str, list[str]] = {}
+    for index, _, column in conn.query(
+            "SELECT INDEX_NAME, SEQ_IN_INDEX, COLUMN_NAME FROM information_schema.STATISTICS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND NON_UNIQUE = 0 "
+            "ORDER BY INDEX_NAME, SEQ_IN_INDEX", (table.schema, table.name)):
+        indexes.setdefault(index, []).append(column)
+    not_null = {c.name for c in columns if not c.nullable}
+    primary = tuple(indexes.pop("PRIMARY", ()))
+    unique = tuple(tuple(cols) for cols in indexes.values() if set(cols) <= not_null)
+    return TableSchema(table, tuple(columns), primary, unique)
+
+
+def _key_expressions(table: TableSchema) -> list[str]:
+    """Key columns as SQL; text with a non-binary collation compares under its binary twin, so
+    the database and Python agree on key order (DESIGN.md: keys compare as Python tuples)."""
+    out = []
+    by_name = {c.name: c for c in table.columns}
+    for name in table.key:
+        column = by_name[name]
+        _, _, collation = column.source_type.partition(" COLLATE ")
+        if column.type is LogicalType.STRING and collation and not collation.endswith("_bin"):
+            out.append(f"{q(name)} COLLATE {collation.split('_')[0]}_bin")
+        else:
+            out.append(q(name))
+    return out
+
+
+def _key_range(table: TableSchema, start: Key | None, end: Key | None
+               ) -> tuple[str, list[Any]]:
+    """``start <= key < end`` spelled out lexicographically, which the range optimiser serves
+    from the index for compound keys too."""
+    keys = _key_expressions(table)
+    clauses: list[str] = []
+    args: list[Any] = []
+    for bound, last_op in ((start, ">="), (end, "<")):
+        if bound is None:
+            continue
+        strict = ">" if last_op == ">=" else "<"
+        ors = []
+        for i in range(len(keys)):
+            terms = [f"{keys[j]} = %s" for j in range(i)]
+            terms.append(f"{keys[i]} {last_op if i == len(keys) - 1 else strict} %s")
+            ors.append("(" + " AND ".join(terms) + ")")
+            args.extend([*bound[:i], bound[i]])
+        clauses.append("(" + " OR ".join(ors) + ")")
+    return (" AND ".join(clauses) or "TRUE"), args
+
+
+def _normalized_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]]) -> list[Row]:
+    converters = [(i, f) for i, c in enumerate(table.columns) if (f := normalizer(c))]
+    if not converters:
+        return list(rows)
+    out = []
+    for row in rows:
+        values = list(row)
+        for i, convert in converters:
+            values[i] = convert(values[i])
+        out.append(tuple(values))
+    return out
+
+
+@hookimpl
+def table_stats(conn: MySqlConnection, table: TableSchema) -> TableStats:
+    keys = ", ".join(_key_expressions(table))
+    desc = ", ".join(f"{k} DESC" for k in _key_expressions(table))
+    names = ", ".join(q(k) for k in table.key)
+    first = conn.query(f"SELECT {names} FROM {_table(table.table)} ORDER BY {keys} LIMIT 1")
+    last = conn.query(f"SELECT {names} FROM {_table(table.table)} ORDER BY {desc} LIMIT 1")
+    estimate = conn.query("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE "
+                          "TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                          (table.table.schema, table.table.name))
+    rows = int(estimate[0][0] or 0) if estimate else 0
+    return TableStats(tuple(first[0]) if first else None, tuple(last[0]) if last else None,
+                      rows)
+
+
+@hookimpl
+def next_boundary(conn: MySqlConnection, table: TableSchema, start: Key | None, size: int
+                  ) -> Key | None:
+    where, args = _key_range(table, start, None)
+    names = ", ".join(q(k) for k in table.key)
+    rows = conn.query(f"SELECT {names} FROM {_table(table.table)} WHERE {where} ORDER BY "
+                      f"{', '.join(_key_expressions(table))} LIMIT 1 OFFSET %s", [*args, size])
+    return tuple(rows[0]) if rows else None
+
+
+# --- the four fetch tasks ---------------------------------------------------------------------
+
+
+def _status_offset(conn: MySqlConnection) -> Offset:
+    for statement in ("SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"):
+        try:
+            rows = conn.query(statement)
+        except Exception:  # the other spelling exists on this server
+            continue
+        if rows:
+            return make_offset(rows[0][0], int(rows[0][1]))
+    raise ConfigurationError("the server reports no binlog position: start it with log_bin "
+                             "(see sdk check)")
+
+
+def _snapshot_position(conn: MySqlConnection) -> Offset:
+    status = dict(conn.query("SHOW STATUS LIKE 'binlog_snapshot_%'"))
+    return make_offset(status["Binlog_snapshot_file"], int(status["Binlog_snapshot_position"]))
+
+
+@hookimpl
+def current_offset(conn: MySqlConnection) -> Offset:
+    if not conn.snapshot_status:
+        return _status_offset(conn)
+    conn.query("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    try:
+        return _snapshot_position(conn)
+    finally:
+        conn.query("COMMIT")
+
+
+@hookimpl
+def read_range(conn: MySqlConnection, table: TableSchema, split: SnapshotSplit,
+               fetch_size: int) -> Iterator[Sequence[Row]]:
+    import pymysql.cursors
+
+    where, args = _key_range(table, split.start, split.end)
+    columns = ", ".join(q(c) for c in table.column_names)
+    with conn.raw.cursor(pymysql.cursors.SSCursor) as cur:
+        cur.execute(f"SELECT {columns} FROM {_table(table.table)} WHERE {where}", args)
+        while batch := cur.fetchmany(fetch_size):
+            yield _normalized_rows(table, batch)
+
+
+def _check_retained(conn: MySqlConnection, file: str) -> None:
+    files = [r[0] for r in conn.query("SHOW BINARY LOGS")]
+    if file not in files:
+        oldest = files[0] if files else "none"
+        raise OffsetExpiredError(
+            f"binlog {file} was purged (oldest kept: {oldest}): the changes since the saved "
+            "offset are gone; take a new snapshot and keep binlogs longer "
+            "(binlog_expire_logs_seconds)")
+
+
+@hookimpl
+def stream_log(conn: MySqlConnection, tables: Sequence[TableSchema], start: Offset,
+               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+    _check_retained(conn, parts(start)[0])
+    if end is not None:
+        if position_key(parts(end)) > position_key(parts(start)):
+            yield from read_changes(conn.settings, tables, parts(start), parts(end))
+        return
+    position = start
+    while True:
+        head = current_offset(conn)
+        if position_key(parts(head)) > position_key(parts(position)):
+            yield from read_changes(conn.settings, tables, parts(position), parts(head))
+            position = head
+        yield Heartbeat(position)
+        time.sleep(POLL_SECONDS)
+
+
+@hookimpl
+def compare_offset(a: Offset, b: Offset) -> int:
+    x, y = position_key(parts(a)), position_key(parts(b))
+    return (x > y) - (x < y)
+
+
+# --- optional hooks ---------------------------------------------------------------------------
+
+
+@hookimpl
+def begin_snapshot(conn: MySqlConnection) -> SnapshotView | None:
+    if not conn.snapshot_status:
+        return None
+    conn.query("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    conn.in_view = True
+    return SnapshotView(_snapshot_position(conn))
+
+
+@hookimpl
+def end_snapshot(conn: MySqlConnection) -> None:
+    if conn.in_view:
+        conn.query("COMMIT")
+        conn.in_view = False
+
+
+@hookimpl
+def earliest_offset(conn: MySqlConnection) -> Offset:
+    files = conn.query("SHOW BINARY LOGS")
+    return make_offset(files[0][0], 4)

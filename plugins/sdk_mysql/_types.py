@@ -1,0 +1,203 @@
+"""MySQL/MariaDB column types as logical types, and one value normalisation for both paths.
+
+pymysql (``read_range``) and python-mysql-replication (``stream_log``) return different Python
+values for the same stored value; :func:`normalizer` maps both to one. Differences found on
+MariaDB 10.11 (``tests/test_mysql_dialect.py`` pins each):
+
+- FLOAT: the binlog gives the float32 value, SELECT its shortest decimal text: both become the
+  float32 value.
+- BINARY(n): the binlog strips the zero padding SELECT keeps: both padded.
+- SET: the binlog gives a Python set (None when empty), SELECT ``'a,b'``: both the text in
+  definition order.
+- BIT: the binlog gives ``'0101'``, SELECT big-endian bytes: both an int.
+- TIME: the binlog (python-mysql-replication 1.0.x) decodes negative values with a fraction
+  wrongly (``-00:00:00.000001`` comes as ``-00:00:00.999999``): corrected here.
+- TIMESTAMP: both naive UTC (the session runs at ``+00:00``): both aware UTC instants.
+- zero dates: the binlog gives None, SELECT the text: both None.
+- spatial: both the internal format (4-byte SRID, then WKB): both the WKB.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import struct
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from sdk import Column, LogicalType
+
+L = LogicalType
+_SPATIAL = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+            "multipolygon", "geometrycollection"}
+_TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
+_BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+
+
+def logical_column(name: str, data_type: str, column_type: str, nullable: bool,
+                   precision: int | None, scale: int | None) -> Column:
+    """A column from ``information_schema.COLUMNS``."""
+    data_type = data_type.lower()
+    unsigned = "unsigned" in column_type.lower()
+
+    def col(logical: LogicalType, p: int | None = None, s: int | None = None) -> Column:
+        return Column(name, logical, column_type, nullable, p, s)
+
+    if data_type == "tinyint":
+        return col(L.INT16 if unsigned else L.INT8)
+    if data_type == "smallint":
+        return col(L.INT32 if unsigned else L.INT16)
+    if data_type == "mediumint":
+        return col(L.INT32)
+    if data_type in ("int", "integer"):
+        return col(L.INT64 if unsigned else L.INT32)
+    if data_type == "bigint":
+        return col(L.DECIMAL, 20, 0) if unsigned else col(L.INT64)
+    if data_type in ("decimal", "numeric"):
+        return col(L.DECIMAL, precision, scale)
+    if data_type == "float":
+        return col(L.FLOAT32)
+    if data_type in ("double", "real"):
+        return col(L.FLOAT64)
+    if data_type == "bit":
+        bits = int(column_type[column_type.index("(") + 1:column_type.index(")")])
+        return col(L.INT64) if bits < 64 else col(L.DECIMAL, 20, 0)
+    if data_type == "year":
+        return col(L.INT16)
+    if data_type == "date":
+        return col(L.DATE)
+    if data_type == "time":
+        return col(L.INTERVAL)
+    if data_type == "datetime":
+        return col(L.TIMESTAMP)
+    if data_type == "timestamp":
+        return col(L.TIMESTAMP_TZ)
+    if data_type == "json":
+        return col(L.JSON)
+    if data_type in _BINARY or data_type in _SPATIAL:
+        return col(L.BINARY)
+    return col(L.STRING)
+
+
+def _float32(value: Any) -> Any:
+    return struct.unpack("<f", struct.pack("<f", value))[0] if value is not None else None
+
+
+def _bits(value: Any) -> Any:
+    if isinstance(value, str):
+        return int(value, 2) if value else 0
+    if isinstance(value, (bytes, bytearray)):
+        return int.from_bytes(value, "big")
+    return value
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, str):
+        return None  # a zero TIMESTAMP
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+    return value
+
+
+def _zero_date_none(value: Any) -> Any:
+    return None if isinstance(value, str) else value
+
+
+def _wkb(value: Any) -> Any:
+    return bytes(value[4:]) if isinstance(value, (bytes, bytearray)) else value
+
+
+def _json_text(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode()
+    return json.dumps(value, separators=(", ", ": "), ensure_ascii=False)
+
+
+def _set_text(members: list[str]) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        if isinstance(value, (set, frozenset)):
+            return ",".join(m for m in members if m in value)
+        return value
+    return convert
+
+
+def _padded(length: int) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        if isinstance(value, (bytes, bytearray)):
+            return bytes(value).ljust(length, b"\0")
+        return value
+    return convert
+
+
+def _decimal(value: Any) -> Any:
+    if value is None or isinstance(value, Decimal):
+        return value
+    return Decimal(_bits(value))
+
+
+def _members(column_type: str) -> list[str]:
+    inner = column_type[column_type.index("(") + 1:column_type.rindex(")")]
+    return [m[1:-1].replace("''", "'") for m in _split_quoted(inner)]
+
+
+def _split_quoted(text: str) -> list[str]:
+    out, current, quoted = [], "", False
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "'" and quoted and i + 1 < len(text) and text[i + 1] == "'":
+            current += "''"
+            i += 2
+            continue
+        if ch == "'":
+            quoted = not quoted
+        if ch == "," and not quoted:
+            out.append(current)
+            current = ""
+        else:
+            current += ch
+        i += 1
+    out.append(current)
+    return out
+
+
+def normalizer(column: Column) -> Callable[[Any], Any] | None:
+    """The function that brings either driver's value of ``column`` to the one value, or None
+    when both already agree."""
+    kind = column.source_type.lower()
+    base = kind.split("(")[0].split(" ")[0]
+    if column.type is L.FLOAT32:
+        return _float32
+    if base == "bit":
+        return _decimal if column.type is L.DECIMAL else _bits
+    if column.type is L.DECIMAL and base == "bigint":
+        return _decimal
+    if base == "binary":
+        return _padded(int(kind[kind.index("(") + 1:kind.index(")")]))
+    if base == "set":
+        return _set_text(_members(column.source_type))
+    if column.type is L.TIMESTAMP_TZ:
+        return _utc
+    if column.type in (L.DATE, L.TIMESTAMP):
+        return _zero_date_none
+    if base in _SPATIAL:
+        return _wkb
+    if column.type is L.JSON:
+        return _json_text
+    return None
+
+
+def fix_binlog_time(value: Any) -> Any:
+    """Undo python-mysql-replication's decoding of negative TIME values with a fraction: it
+    returns ``-(s + (1s - f))`` for ``-(s + f)``."""
+    if not isinstance(value, dt.timedelta) or value >= dt.timedelta(0):
+        return value
+    magnitude = -value
+    micros = magnitude.microseconds
+    if not micros:
+        return value
+    whole = magnitude - dt.timedelta(microseconds=micros)
+    return -(whole + dt.timedelta(microseconds=1_000_000 - micros))
