@@ -64,7 +64,7 @@ class MySqlConnection:
 
     def query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.raw.cursor() as cur:
-            cur.execute(sql, args)
+            cur.execute(sql, args or None)  # no args: '%' in the text stays as it is
             return list(cur.fetchall())
 
     def close(self) -> None:
@@ -97,10 +97,10 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
         raise DriverMissingError("the mysql dialect needs pymysql: pip install 'sdk[mysql]'") \
             from None
     settings = {"host": config.host or "127.0.0.1", "port": config.port or 3306,
-                "user": config.user or "root", "passwd": config.password or ""}
+                "user": config.user or "root", "password": config.password or ""}
     try:
         raw = pymysql.connect(host=settings["host"], port=settings["port"],
-                              user=settings["user"], password=settings["passwd"],
+                              user=settings["user"], password=settings["password"],
                               database=config.database, charset="utf8mb4", autocommit=True,
                               init_command="SET time_zone = '+00:00'",
                               connect_timeout=int(config.options.get("connect_timeout", "10")))

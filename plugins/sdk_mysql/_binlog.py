@@ -92,6 +92,8 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                 index += 1
                 if (file, txn_pos) == (start_file, start_pos) and n < start_n:
                     continue
+                if end_key is not None and position_key((file, txn_pos, n)) >= end_key:
+                    return
                 if decoder is None:
                     continue
                 yield _change(decoder, event, row, make_offset(file, txn_pos, n))

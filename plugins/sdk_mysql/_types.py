@@ -6,7 +6,8 @@ MariaDB 10.11 (``tests/test_mysql_dialect.py`` pins each):
 
 - FLOAT: the binlog gives the float32 value, SELECT its shortest decimal text: both become the
   float32 value.
-- BINARY(n): the binlog strips the zero padding SELECT keeps: both padded.
+- BINARY(n): the binlog strips the zero padding SELECT keeps, and gives an empty value as
+  ``''``: both padded bytes.
 - SET: the binlog gives a Python set (None when empty), SELECT ``'a,b'``: both the text in
   definition order.
 - BIT: the binlog gives ``'0101'``, SELECT big-endian bytes: both an int.
@@ -124,8 +125,11 @@ def _set_text(members: list[str]) -> Callable[[Any], Any]:
     return convert
 
 
-def _padded(length: int) -> Callable[[Any], Any]:
+def _binary(length: int) -> Callable[[Any], Any]:
+    """Bytes, zero-padded to ``length`` (BINARY(n)); the binlog gives an empty value as ''."""
     def convert(value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.encode("latin-1")
         if isinstance(value, (bytes, bytearray)):
             return bytes(value).ljust(length, b"\0")
         return value
@@ -176,7 +180,9 @@ def normalizer(column: Column) -> Callable[[Any], Any] | None:
     if column.type is L.DECIMAL and base == "bigint":
         return _decimal
     if base == "binary":
-        return _padded(int(kind[kind.index("(") + 1:kind.index(")")]))
+        return _binary(int(kind[kind.index("(") + 1:kind.index(")")]))
+    if base in _BINARY:
+        return _binary(0)
     if base == "set":
         return _set_text(_members(column.source_type))
     if column.type is L.TIMESTAMP_TZ:

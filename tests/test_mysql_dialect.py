@@ -1,0 +1,403 @@
+"""The MySQL/MariaDB dialect against the real server (scripts/services.sh sets it up): the four
+hooks' guarantees, the type contract read both ways, and the algorithm end to end."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sdk import (
+    ChangeEvent,
+    ConnectionConfig,
+    Dialect,
+    Offset,
+    OffsetExpiredError,
+    SnapshotSplit,
+    TableId,
+    TableSchema,
+    get_dialect,
+)
+from sdk.algorithm import Phase, SyncOptions, SyncRunner, caught_up
+from sdk_sqlite import read_target
+
+pytestmark = pytest.mark.mysql
+
+
+@pytest.fixture
+def mysql() -> Dialect:
+    return get_dialect("mysql")
+
+
+@pytest.fixture
+def conn(mysql: Dialect, mysql_url: str) -> Iterator[Any]:
+    connection = mysql.connect(ConnectionConfig.from_url(mysql_url))
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def make_table(mysql_admin: Any) -> Iterator[Any]:
+    """Create uniquely named tables as the administrator; drop them afterwards."""
+    made: list[str] = []
+
+    def make(ddl: str, rows: list[tuple[Any, ...]] = ()) -> TableId:  # type: ignore[assignment]
+        name = f"t_{uuid.uuid4().hex[:10]}"
+        with mysql_admin.cursor() as cur:
+            cur.execute(ddl.format(name=f"`{name}`"))
+            if rows:
+                marks = ", ".join(["%s"] * len(rows[0]))
+                cur.executemany(f"INSERT INTO `{name}` VALUES ({marks})", rows)
+        made.append(name)
+        return TableId("sdk_test", name)
+
+    yield make
+    with mysql_admin.cursor() as cur:
+        for name in made:
+            cur.execute(f"DROP TABLE IF EXISTS `{name}`")
+
+
+def admin(mysql_admin: Any, sql: str, args: Any = None) -> None:
+    with mysql_admin.cursor() as cur:
+        cur.execute(sql, args)
+
+
+def log(mysql: Dialect, conn: Any, tables: list[TableSchema], start: Offset, end: Offset
+        ) -> list[ChangeEvent]:
+    return [e for e in mysql.stream_log(conn, tables, start, end) if isinstance(e, ChangeEvent)]
+
+
+GOLDEN = """CREATE TABLE {name} (
+  id BIGINT UNSIGNED PRIMARY KEY, ti TINYINT, tb TINYINT(1), tu TINYINT UNSIGNED,
+  si SMALLINT, mi MEDIUMINT, i INT, iu INT UNSIGNED, bi BIGINT,
+  d DECIMAL(65,30), d2 DECIMAL(10,2), f FLOAT, db DOUBLE, b BIT(10),
+  ch CHAR(3), vc VARCHAR(20), tx TEXT, bin BINARY(4), vb VARBINARY(10), bl BLOB,
+  e ENUM('a','b'), s SET('x','y','z'), j JSON,
+  dt DATE, tm TIME(6), dtt DATETIME(6), ts TIMESTAMP(6) NULL, y YEAR, g POINT
+) CHARSET utf8mb4"""
+
+GOLDEN_ROWS = [
+    (18446744073709551615, -128, 1, 255, -32768, -8388608, -2147483648, 4294967295,
+     -9223372036854775808, "-12345678901234567890123456789012345.123456789012345678901234567890",
+     "-0.01", 1.1, 0.1 + 0.2, 0b1000000001, "ab", "😀 é ' \"", "x" * 300, b"ab",
+     b"\x00\xff", bytes(range(256)), "b", "x,z", '{"k": [1, 2.5], "s": "é"}',
+     "2024-02-29", "-838:59:59.000001", "2024-01-02 03:04:05.123456",
+     "2024-01-02 03:04:05.654321", 2024, None),
+    (1,) + (None,) * 28,
+    (2, 0, 0, 0, 0, 0, 0, 0, 0, "0", "0", 0.0, -0.0, 0, "", "", "", b"", b"", b"", "a", "",
+     "null", "1000-01-01", "-00:00:00.000001", "9999-12-31 23:59:59.999999",
+     "1970-01-01 00:00:01", 1901, None),
+]
+
+
+def test_golden_types_read_the_same_both_ways(mysql: Dialect, conn: Any, make_table: Any,
+                                              mysql_admin: Any) -> None:
+    table = make_table(GOLDEN)
+    schema = mysql.describe_table(conn, table)
+    assert [c.type.value for c in schema.columns][:14] == [
+        "decimal", "int8", "int8", "int16", "int16", "int32", "int32", "int64", "int64",
+        "decimal", "decimal", "float32", "float64", "int64"]
+    start = mysql.current_offset(conn)
+    with mysql_admin.cursor() as cur:
+        cur.executemany(f"INSERT INTO `{table.name}` VALUES ({', '.join(['%s'] * 29)})",
+                        GOLDEN_ROWS)
+        cur.execute(f"UPDATE `{table.name}` SET g = ST_GeomFromText('POINT(1 2)') "
+                    "WHERE id = 2")
+    end = mysql.current_offset(conn)
+    whole = SnapshotSplit(table, 0, None, None)
+    snapshot = {r[0]: r for b in mysql.read_range(conn, schema, whole, 10) for r in b}
+    events = log(mysql, conn, [schema], start, end)
+    logged = {e.key[0]: e.after for e in events}
+    assert set(logged) == set(snapshot) == {Decimal(18446744073709551615), Decimal(1),
+                                            Decimal(2)}
+    for key, row in snapshot.items():
+        assert logged[key] == row, key
+        assert [type(v) for v in logged[key]] == [type(v) for v in row]  # type: ignore[union-attr]
+    first = snapshot[Decimal(18446744073709551615)]
+    assert first[9] == Decimal(GOLDEN_ROWS[0][9])
+    assert first[11] == pytest.approx(1.1) and first[13] == 513 and first[17] == b"ab\0\0"
+    assert first[21] == "x,z" and first[15] == "😀 é ' \""
+    assert first[24] == -dt.timedelta(hours=838, minutes=59, seconds=59, microseconds=1)
+    assert first[26] == dt.datetime(2024, 1, 2, 3, 4, 5, 654321, tzinfo=dt.UTC)
+    assert all(v is None for v in snapshot[Decimal(1)][1:])
+    second = snapshot[Decimal(2)]
+    assert second[21] == "" and second[24] == -dt.timedelta(microseconds=1)
+    assert second[28] == bytes.fromhex("0101000000000000000000f03f0000000000000040")  # WKB
+
+
+def test_current_offset_is_monotonic_and_above_committed_changes(
+        mysql: Dialect, conn: Any, make_table: Any, mysql_admin: Any) -> None:
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, v INT)")
+    schema = mysql.describe_table(conn, table)
+    marks = [mysql.current_offset(conn)]
+    for i in range(4):
+        admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (%s, 0)", (i,))
+        marks.append(mysql.current_offset(conn))
+    cmp = mysql.compare_offset
+    assert all(cmp(a, b) < 0 for a, b in pairwise(marks))
+    events = log(mysql, conn, [schema], marks[0], marks[-1])
+    assert [e.key for e in events] == [(0,), (1,), (2,), (3,)]
+    for event, after in zip(events, marks[1:], strict=True):
+        assert cmp(event.offset, after) < 0
+
+
+def test_read_range_covers_compound_text_keys_exactly_once(
+        mysql: Dialect, conn: Any, make_table: Any) -> None:
+    rows = [(a, b, "v") for a in ("", "A", "a", "B", "b", "é", "E", "😀") for b in (-1, 0, 7)]
+    table = make_table("CREATE TABLE {name} (a VARCHAR(8) NOT NULL, b INT NOT NULL, "
+                       "v TEXT, PRIMARY KEY (a, b)) CHARSET utf8mb4 COLLATE utf8mb4_bin",
+                       rows)
+    schema = mysql.describe_table(conn, table)
+    for size in (1, 4, 100):
+        bounds: list[Any] = [None]
+        while (nxt := mysql.next_boundary(conn, schema, bounds[-1], size)) is not None:
+            bounds.append(nxt)
+        bounds.append(None)
+        got = []
+        for i, (lo, hi) in enumerate(pairwise(bounds)):
+            split = SnapshotSplit(table, i, lo, hi)
+            part = [r for b in mysql.read_range(conn, schema, split, 3) for r in b]
+            assert all(split.contains(schema.key_of(r)) for r in part)
+            got += part
+        assert sorted(got) == sorted(rows), size
+
+
+def test_case_insensitive_text_keys_split_in_python_order(
+        mysql: Dialect, conn: Any, make_table: Any) -> None:
+    rows = [(k, 1) for k in ("a", "B", "c", "D", "é", "F")]
+    table = make_table("CREATE TABLE {name} (k VARCHAR(4) PRIMARY KEY, v INT) "
+                       "CHARSET utf8mb4 COLLATE utf8mb4_general_ci", rows)
+    schema = mysql.describe_table(conn, table)
+    boundary = mysql.next_boundary(conn, schema, None, 2)
+    assert boundary == ("F",)  # binary order: B, D, F, a, c, é
+    first = SnapshotSplit(table, 0, None, boundary)
+    got = [r[0] for b in mysql.read_range(conn, schema, first, 10) for r in b]
+    assert sorted(got) == ["B", "D"]
+    rest = SnapshotSplit(table, 1, boundary, None)
+    assert sorted(r[0] for b in mysql.read_range(conn, schema, rest, 10) for r in b) == \
+        ["F", "a", "c", "é"]
+
+
+def test_bounded_stream_is_exact_ordered_repeatable_without_rollbacks(
+        mysql: Dialect, conn: Any, make_table: Any, mysql_admin: Any) -> None:
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, v VARCHAR(20))")
+    other = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    schema, other_schema = (mysql.describe_table(conn, t) for t in (table, other))
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (1, 'before')")
+    low = mysql.current_offset(conn)
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (2, 'two'), (3, 'three')")
+    admin(mysql_admin, f"INSERT INTO `{other.name}` VALUES (9)")
+    admin(mysql_admin, "BEGIN")
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (4, 'rolled back')")
+    admin(mysql_admin, "ROLLBACK")
+    admin(mysql_admin, f"UPDATE `{table.name}` SET id = 20 WHERE id = 2")
+    admin(mysql_admin, f"DELETE FROM `{table.name}` WHERE id = 1")
+    high = mysql.current_offset(conn)
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (5, 'after')")
+    events = log(mysql, conn, [schema], low, high)
+    assert [(e.op, e.key, e.old_key) for e in events] == [
+        ("c", (2,), None), ("c", (3,), None), ("u", (20,), (2,)), ("d", (1,), None)]
+    assert events[2].before == (2, "two") and events[3].before == (1, "before")
+    assert log(mysql, conn, [schema], low, high) == events
+    both = log(mysql, conn, [schema, other_schema], low, high)
+    assert [e.table.name for e in both].count(other.name) == 1
+    assert [e.key for e in log(mysql, conn, [schema], high, mysql.current_offset(conn))] == \
+        [(5,)]
+
+
+def test_bounded_read_across_a_binlog_rotation(mysql: Dialect, conn: Any, make_table: Any,
+                                                mysql_admin: Any) -> None:
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    schema = mysql.describe_table(conn, table)
+    low = mysql.current_offset(conn)
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (1)")
+    admin(mysql_admin, "FLUSH BINARY LOGS")
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (2)")
+    mid = mysql.current_offset(conn)
+    admin(mysql_admin, "FLUSH BINARY LOGS")
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (3)")
+    high = mysql.current_offset(conn)
+    assert low["file"] != mid["file"] != high["file"]
+    assert [e.key for e in log(mysql, conn, [schema], low, mid)] == [(1,), (2,)]
+    assert [e.key for e in log(mysql, conn, [schema], low, high)] == [(1,), (2,), (3,)]
+    assert [e.key for e in log(mysql, conn, [schema], mid, high)] == [(3,)]
+
+
+def test_restart_inside_a_multi_row_event(mysql: Dialect, conn: Any, make_table: Any,
+                                          mysql_admin: Any) -> None:
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    schema = mysql.describe_table(conn, table)
+    low = mysql.current_offset(conn)
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (1), (2), (3), (4), (5)")
+    high = mysql.current_offset(conn)
+    events = log(mysql, conn, [schema], low, high)
+    assert len({(e.offset["file"], e.offset["pos"]) for e in events}) == 1
+    third = events[2].offset
+    assert [e.key for e in log(mysql, conn, [schema], third, high)] == [(3,), (4,), (5,)]
+    assert [e.key for e in log(mysql, conn, [schema], low, third)] == [(1,), (2,)]
+
+
+def test_a_transaction_spanning_the_low_watermark(mysql: Dialect, conn: Any, make_table: Any,
+                                                  mysql_admin: Any, mysql_url: str) -> None:
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    schema = mysql.describe_table(conn, table)
+    admin(mysql_admin, "BEGIN")
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (1)")
+    low = mysql.current_offset(conn)  # the transaction is open: not below the mark
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (2)")
+    admin(mysql_admin, "COMMIT")
+    high = mysql.current_offset(conn)
+    assert [e.key for e in log(mysql, conn, [schema], low, high)] == [(1,), (2,)]
+
+
+def test_snapshot_view_is_exact_under_a_concurrent_writer(
+        mysql: Dialect, conn: Any, make_table: Any, mysql_url: str) -> None:
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, v INT)")
+    schema = mysql.describe_table(conn, table)
+    start = mysql.current_offset(conn)
+    stop = threading.Event()
+    writer_conn = mysql.connect(ConnectionConfig.from_url(
+        "mysql://root@127.0.0.1:3306/sdk_test"))
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            writer_conn.query(f"INSERT INTO `{table.name}` VALUES (%s, 0)", (i,))
+            i += 1
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    time.sleep(0.3)
+    view = mysql.begin_snapshot(conn)
+    assert view is not None
+    time.sleep(0.3)
+    seen = {r[0] for b in mysql.read_range(conn, schema, SnapshotSplit(table, 0, None, None),
+                                           100) for r in b}
+    mysql.end_snapshot(conn)
+    stop.set()
+    thread.join()
+    writer_conn.close()
+    logged = {e.key[0] for e in log(mysql, conn, [schema], start, view.offset)}
+    assert seen == logged and len(seen) > 0
+
+
+def test_purged_position_is_fatal(mysql: Dialect, conn: Any, make_table: Any) -> None:
+    schema = mysql.describe_table(conn, make_table("CREATE TABLE {name} (id INT PRIMARY KEY)"))
+    gone = Offset("mysql", file="mysql-bin.000000", pos=4, n=0)
+    with pytest.raises(OffsetExpiredError, match="purged"):
+        list(mysql.stream_log(conn, [schema], gone, mysql.current_offset(conn)))
+
+
+def test_preflight_names_each_missing_privilege(mysql: Dialect, mysql_admin: Any,
+                                                make_table: Any) -> None:
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    admin(mysql_admin, "CREATE USER IF NOT EXISTS 'sdk_weak'@'%' IDENTIFIED BY 'weak'")
+    admin(mysql_admin, "GRANT SELECT ON sdk_test.* TO 'sdk_weak'@'%'")
+    try:
+        weak = mysql.connect(ConnectionConfig.from_url(
+            "mysql://sdk_weak:weak@127.0.0.1:3306/sdk_test"))
+        checks = mysql.preflight(weak, [table])
+        weak.close()
+    finally:
+        admin(mysql_admin, "DROP USER 'sdk_weak'@'%'")
+    missing = {c.name: c.fix for c in checks if not c.ok}
+    assert set(missing) == {"privilege REPLICATION SLAVE", "privilege REPLICATION CLIENT"}
+    assert missing["privilege REPLICATION SLAVE"] == \
+        "GRANT REPLICATION SLAVE ON *.* TO 'sdk_weak'@'%'"
+
+
+def test_bad_password_is_a_clear_error_without_the_password(mysql: Dialect) -> None:
+    from sdk import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as info:
+        mysql.connect(ConnectionConfig.from_url("mysql://sdk_cdc:wrong-pw@127.0.0.1/sdk_test"))
+    assert "wrong-pw" not in str(info.value) and "Access denied" in str(info.value)
+
+
+@pytest.mark.parametrize("atomic", [True, False])
+def test_sync_end_to_end_under_a_writer(mysql: Dialect, conn: Any, make_table: Any,
+                                        mysql_url: str, tmp_path: Path, atomic: bool) -> None:
+    ints = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, v VARCHAR(20), "
+                      "price DECIMAL(12,2))", [(i, f"row {i}", f"{i}.25") for i in range(3000)])
+    texts = make_table("CREATE TABLE {name} (code VARCHAR(12) NOT NULL, n INT NOT NULL, "
+                       "note TEXT, PRIMARY KEY (code, n)) CHARSET utf8mb4",
+                       [(f"k{i % 37}", i, "x") for i in range(500)])
+    unique = make_table("CREATE TABLE {name} (email VARCHAR(40) NOT NULL UNIQUE, v INT)",
+                        [(f"u{i}@x", i) for i in range(300)])
+    config = ConnectionConfig.from_url(mysql_url)
+    schemas = [mysql.describe_table(conn, t) for t in (ints, texts, unique)]
+    options = SyncOptions(split_size=211, atomic_snapshot=atomic,
+                          chunk_key={unique.name: ("email",)})
+    stop = threading.Event()
+    writer = mysql.connect(ConnectionConfig.from_url("mysql://root@127.0.0.1:3306/sdk_test"))
+
+    def write() -> None:
+        rng = random.Random(7)
+        while not stop.is_set():
+            k = rng.randrange(4000)
+            roll = rng.random()
+            if roll < 0.3:
+                writer.query(f"REPLACE INTO `{ints.name}` VALUES (%s, 'w', 1.5)", (k,))
+            elif roll < 0.45:
+                writer.query(f"UPDATE IGNORE `{ints.name}` SET id = %s WHERE id = %s",
+                             (rng.randrange(4000), k))
+            elif roll < 0.6:
+                writer.query(f"DELETE FROM `{ints.name}` WHERE id = %s", (k,))
+            elif roll < 0.8:
+                writer.query(f"REPLACE INTO `{texts.name}` VALUES (%s, %s, 'w')",
+                             (f"k{k % 41}", k % 600))
+            else:
+                writer.query(f"UPDATE `{unique.name}` SET v = v + 1 WHERE email = %s",
+                             (f"u{k % 300}@x",))
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    runner = SyncRunner(mysql, lambda: mysql.connect(config), options)
+    sqlite = get_dialect("sqlite")
+    target = sqlite.connect(ConnectionConfig.from_url(f"sqlite:///{tmp_path}/mirror.db"))
+    chosen = {}
+    try:
+        state = runner.start(schemas)
+        chosen = dict(state.tables)
+        for schema in chosen.values():
+            sqlite.create_table(target, schema)
+        step = 0
+        marks = set()
+        while state.phase is Phase.SNAPSHOT or step < 5:
+            events, state = runner.step(state)
+            marks |= {e.offset for e in events if e.op == "r"}
+            step += 1
+            for schema in chosen.values():
+                sqlite.apply_changes(target, schema, [e for e in events
+                                                      if e.table == schema.table], str(step))
+    finally:
+        stop.set()
+        thread.join()
+        writer.close()
+    assert len(marks) > 5  # the writer was busy while the splits were read
+    head = mysql.current_offset(conn)
+    while not caught_up(runner, head)(state):
+        events, state = runner.step(state)
+        step += 1
+        for schema in chosen.values():
+            sqlite.apply_changes(target, schema, [e for e in events if e.table == schema.table],
+                                 str(step))
+    runner.close()
+    for schema in chosen.values():
+        whole = SnapshotSplit(schema.table, 0, None, None)
+        source = {schema.key_of(r): tuple(str(v) if isinstance(v, Decimal) else v for v in r)
+                  for b in mysql.read_range(conn, schema, whole, 1000) for r in b}
+        mirrored = {k: tuple(str(v) if isinstance(v, Decimal) else v for v in r)
+                    for k, r in read_target(target, schema).items()}
+        assert mirrored == source, schema.table
+    target.close()
