@@ -50,6 +50,15 @@ class Offset:
         object.__setattr__(self, "dialect", dialect)
         object.__setattr__(self, "_items", tuple(sorted(merged.items())))
 
+    @classmethod
+    def from_sorted(cls, dialect: str, items: tuple[tuple[str, OffsetValue], ...]) -> Offset:
+        """Build an offset from ``(name, value)`` pairs already sorted by name and checked, for
+        per-change hot paths (it skips the checks ``Offset(...)`` makes)."""
+        offset: Offset = object.__new__(cls)
+        object.__setattr__(offset, "dialect", dialect)
+        object.__setattr__(offset, "_items", items)
+        return offset
+
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Offset is immutable")
 

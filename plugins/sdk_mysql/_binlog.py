@@ -7,9 +7,10 @@ skips the first ``n`` changes. Watermarks from the server (``SHOW BINLOG STATUS`
 ``Binlog_snapshot_position``) are transaction boundaries with ``n = 0``.
 
 The library is asked for file/position streaming (``is_mariadb`` stays False, since with it the
-start position is ignored) and every event, so the reader sees where each one starts; the end
-is checked per event, because the stream does not always end with EOF and ``end_log_pos``
-ignores the file name.
+start position is ignored) and for the transaction and row events only; a transaction's start
+is its GTID (or BEGIN) event's own position, taken from the event header. The end is checked per
+event, because the stream does not always end with EOF and ``end_log_pos`` ignores the file
+name.
 """
 
 from __future__ import annotations
@@ -30,24 +31,28 @@ class TableDecoder:
     def __init__(self, table: TableSchema) -> None:
         self.table = table
         self.names = table.column_names
-        self.converters = [normalizer(c) for c in table.columns]
-        self.time_columns = {i for i, c in enumerate(table.columns)
-                             if c.source_type.lower().startswith("time")
-                             and not c.source_type.lower().startswith("timestamp")}
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.converters: list[tuple[int, Any]] = []
+        for i, column in enumerate(table.columns):
+            convert = normalizer(column)
+            kind = column.source_type.lower()
+            if kind.startswith("time") and not kind.startswith("timestamp"):
+                convert = fix_binlog_time
+            if convert is not None:
+                self.converters.append((i, convert))
 
     def row(self, values: dict[str, Any], none_sources: dict[str, Any]) -> tuple[Any, ...]:
-        out = []
-        for i, (name, convert) in enumerate(zip(self.names, self.converters, strict=True)):
-            if name not in values:
-                raise OffsetExpiredError(
-                    f"binlog rows of {self.table.table} have no column {name!r}: the server "
-                    "needs binlog_row_metadata=FULL, or the table changed since")
-            value = values[name]
-            if value is None and none_sources.get(name) == "empty set":
-                value = set()
-            if i in self.time_columns:
-                value = fix_binlog_time(value)
-            out.append(convert(value) if convert is not None else value)
+        try:
+            out = [values[name] for name in self.names]
+        except KeyError as missing:
+            raise OffsetExpiredError(
+                f"binlog rows of {self.table.table} have no column {missing}: the server "
+                "needs binlog_row_metadata=FULL, or the table changed since") from None
+        for name, source in none_sources.items():
+            if source == "empty set" and name in self.index:
+                out[self.index[name]] = set()
+        for i, convert in self.converters:
+            out[i] = convert(out[i])
         return tuple(out)
 
 
@@ -58,7 +63,7 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
     the end of the binlog as it is now."""
     from pymysql.err import OperationalError
     from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
+    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     decoders = {(t.table.schema, t.table.name): TableDecoder(t) for t in tables}
@@ -66,25 +71,27 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
     end_key = position_key(end) if end is not None else None
     reader = BinLogStreamReader(
         connection_settings=settings, server_id=random.randint(1 << 20, (1 << 31) - 1),
-        log_file=start_file, log_pos=start_pos, resume_stream=True, blocking=False)
+        log_file=start_file, log_pos=start_pos, resume_stream=True, blocking=False,
+        only_events=[GtidEvent, MariadbGtidEvent, QueryEvent, WriteRowsEvent,
+                     UpdateRowsEvent, DeleteRowsEvent])
     txn_pos = start_pos
-    in_txn = False
+    after_gtid = False
     index = 0
     try:
         for event in reader:
             file = reader.log_file
-            begin = event.packet.log_pos - event.packet.event_size
-            if isinstance(event, (GtidEvent, MariadbGtidEvent)) or (
-                    isinstance(event, QueryEvent) and event.query == "BEGIN" and not in_txn):
-                txn_pos, in_txn, index = begin, True, 0
+            # A transaction starts at its GTID event (MariaDB, MySQL with GTIDs), else at its
+            # BEGIN (MySQL's anonymous GTID event is not decoded).
+            gtid = isinstance(event, (GtidEvent, MariadbGtidEvent))
+            if gtid or (isinstance(event, QueryEvent) and event.query == "BEGIN"
+                        and not after_gtid):
+                txn_pos, index = event.packet.log_pos - event.packet.event_size, 0
+                after_gtid = gtid
                 if end_key is not None and position_key((file, txn_pos, 0)) >= end_key:
                     return
                 continue
-            if isinstance(event, XidEvent) or (isinstance(event, QueryEvent)
-                                               and event.query != "BEGIN"):
-                in_txn = False
-                continue
-            if not isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+            after_gtid = False
+            if isinstance(event, QueryEvent):
                 continue
             decoder = decoders.get((event.schema, event.table))
             for row in event.rows:

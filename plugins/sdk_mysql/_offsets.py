@@ -9,7 +9,7 @@ NAME = "mysql"
 
 
 def make_offset(file: str, pos: int, n: int = 0) -> Offset:
-    return Offset(NAME, file=file, pos=pos, n=n)
+    return Offset.from_sorted(NAME, (("file", file), ("n", n), ("pos", pos)))
 
 
 def parts(offset: Offset) -> tuple[str, int, int]:

@@ -1,0 +1,110 @@
+"""The MySQL dialect against the raw drivers, in the same run, on the local MariaDB.
+
+    python benchmarks/mysql_dialect.py [--rows 1000000] [--changes 100000]
+        [--admin-url mysql://root@127.0.0.1:3306/sdk_test]
+        [--url mysql://sdk_cdc:sdk_cdc@127.0.0.1:3306/sdk_test]
+
+- read_range: rows/s of the dialect reading the whole table as one split, against a raw pymysql
+  unbuffered (SSCursor) loop over the same SELECT.
+- stream_log: row changes/s of the dialect over a binlog range, against raw
+  python-mysql-replication decoding of the same range (row events only, no offsets, no
+  normalisation), for one-row transactions and for one multi-row statement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from sdk import ChangeEvent, ConnectionConfig, SnapshotSplit, TableId, get_dialect
+
+
+def best_of(runs: int, fn: Any) -> tuple[float, int]:
+    best, count = float("inf"), 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        count = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--changes", type=int, default=100_000)
+    parser.add_argument("--admin-url", default="mysql://root@127.0.0.1:3306/sdk_test")
+    parser.add_argument("--url", default="mysql://sdk_cdc:sdk_cdc@127.0.0.1:3306/sdk_test")
+    args = parser.parse_args()
+    import pymysql
+    import pymysql.cursors
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    mysql = get_dialect("mysql")
+    admin = mysql.connect(ConnectionConfig.from_url(args.admin_url))
+    admin.query("DROP TABLE IF EXISTS bench_rows")
+    admin.query("CREATE TABLE bench_rows (id INT PRIMARY KEY, name VARCHAR(40), "
+                "price DECIMAL(12,2), qty INT, created DATETIME(6))")
+    admin.query(f"INSERT INTO bench_rows SELECT seq, CONCAT('name ', seq), seq / 7, seq % 100, "
+                f"'2024-01-01' + INTERVAL seq SECOND FROM seq_1_to_{args.rows}")
+    conn = mysql.connect(ConnectionConfig.from_url(args.url))
+    table = TableId("sdk_test", "bench_rows")
+    schema = mysql.describe_table(conn, table)
+    whole = SnapshotSplit(table, 0, None, None)
+
+    def dialect_read() -> int:
+        return sum(len(b) for b in mysql.read_range(conn, schema, whole, 10_000))
+
+    def raw_read() -> int:
+        raw = conn.raw
+        with raw.cursor(pymysql.cursors.SSCursor) as cur:
+            cur.execute("SELECT id, name, price, qty, created FROM sdk_test.bench_rows")
+            n = 0
+            while batch := cur.fetchmany(10_000):
+                n += len(batch)
+            return n
+
+    raw_s, n = best_of(2, raw_read)
+    ours_s, _ = best_of(2, dialect_read)
+    print(f"read_range {n} rows: dialect {n / ours_s:,.0f} rows/s, raw pymysql SSCursor "
+          f"{n / raw_s:,.0f} rows/s: {raw_s / ours_s:.2f}x")
+
+    settings = dict(conn.settings)
+    for label, statements in (
+            ("one-row transactions", [f"UPDATE bench_rows SET qty = qty + 1 WHERE id = {i}"
+                                      for i in range(1, args.changes + 1)]),
+            ("one multi-row statement",
+             [f"UPDATE bench_rows SET qty = qty + 1 WHERE id <= {args.changes}"])):
+        start = mysql.current_offset(conn)
+        for sql in statements:
+            admin.query(sql)
+        end = mysql.current_offset(conn)
+
+        def dialect_log(start: Any = start, end: Any = end) -> int:
+            return sum(isinstance(e, ChangeEvent)
+                       for e in mysql.stream_log(conn, [schema], start, end))
+
+        def raw_log(start: Any = start, end: Any = end) -> int:
+            reader = BinLogStreamReader(
+                connection_settings=settings, server_id=4242, log_file=start["file"],
+                log_pos=start["pos"], resume_stream=True, blocking=False,
+                only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
+            n = 0
+            for event in reader:
+                n += len(event.rows)
+                if (reader.log_file, reader.log_pos) >= (end["file"], end["pos"]):
+                    break
+            reader.close()
+            return n
+
+        raw_s, n = best_of(2, raw_log)
+        ours_s, m = best_of(2, dialect_log)
+        print(f"stream_log, {label}: dialect {m} changes {m / ours_s:,.0f}/s, raw "
+              f"python-mysql-replication {n} changes {n / raw_s:,.0f}/s: {raw_s / ours_s:.2f}x")
+    admin.query("DROP TABLE bench_rows")
+
+
+if __name__ == "__main__":
+    main()
