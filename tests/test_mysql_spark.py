@@ -1,0 +1,77 @@
+"""MariaDB through the Spark engine: a stream with a writer, into a SQLite mirror."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
+from sdk.spark.mirror import Mirror
+from sdk_sqlite import read_target
+
+pytestmark = [pytest.mark.mysql, pytest.mark.spark]
+
+
+def test_stream_from_mariadb_to_a_mirror(spark: Any, mysql_admin: Any, mysql_url: str,
+                                         tmp_path: Path) -> None:
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    with mysql_admin.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{name}` (id INT PRIMARY KEY, v VARCHAR(20), "
+                    "amount DECIMAL(10,2), at TIMESTAMP(6) NULL)")
+        cur.execute(f"INSERT INTO `{name}` SELECT seq, CONCAT('v', seq), seq / 4, "
+                    "'2024-05-06 07:08:09.123456' FROM seq_1_to_3000")
+    mysql = get_dialect("mysql")
+    conn = mysql.connect(ConnectionConfig.from_url(mysql_url))
+    schema = mysql.describe_table(conn, TableId("sdk_test", name))
+    mirror = Mirror(f"sqlite:///{tmp_path}/mirror.db", [schema])
+    stop = threading.Event()
+
+    def write() -> None:
+        i = 0
+        with mysql_admin.cursor() as cur:
+            while not stop.is_set():
+                i += 1
+                cur.execute(f"UPDATE `{name}` SET v = 'w{i}', at = NOW(6) WHERE id = %s",
+                            (i * 7 % 3000,))
+                cur.execute(f"REPLACE INTO `{name}` VALUES (%s, 'new', 1.5, NULL)",
+                            (3000 + i,))
+                cur.execute(f"DELETE FROM `{name}` WHERE id = %s", (i * 13 % 3000,))
+                time.sleep(0.005)
+
+    def run() -> None:
+        query = (spark.readStream.format("cdc").option("url", mysql_url)
+                 .option("tables", f"sdk_test.{name}").option("stateDir", str(tmp_path / "st"))
+                 .option("snapshot.split.size", "500").load()
+                 .writeStream.foreachBatch(mirror)
+                 .option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        run()
+        run()
+    finally:
+        stop.set()
+        thread.join()
+    run()
+    whole = SnapshotSplit(schema.table, 0, None, None)
+    source = {schema.key_of(r): r for b in mysql.read_range(conn, schema, whole, 1000)
+              for r in b}
+    sqlite = get_dialect("sqlite")
+    target = sqlite.connect(ConnectionConfig.from_url(f"sqlite:///{tmp_path}/mirror.db"))
+    mirrored = read_target(target, schema)
+    assert mirrored == source
+    assert any(isinstance(r[2], Decimal) for r in mirrored.values())
+    with mysql_admin.cursor() as cur:
+        cur.execute(f"DROP TABLE `{name}`")
+    target.close()
+    conn.close()
