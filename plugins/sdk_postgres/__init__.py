@@ -1,0 +1,543 @@
+"""The PostgreSQL dialect: snapshots with psycopg 3, changes from a logical replication slot
+with the built-in ``pgoutput`` plugin, decoded by :mod:`._pgoutput`.
+
+psycopg 3 has no replication stream, so the log is read with
+``pg_logical_slot_peek_binary_changes(slot, upto_lsn, ...)``: the slot always decodes from its
+confirmed position, the lower bound is a client-side filter, and the slot moves
+(``pg_replication_slot_advance``) only when the engine acknowledges a committed offset.
+
+Offsets are ``(lsn, n)``: the commit LSN of the change's transaction and the change's index in
+it, so changes order by commit as the log applies them. Watermarks are the current WAL
+position; a transaction whose commit record is already written can still be invisible for a
+moment (DESIGN.md section 1), so ``current_offset`` waits until the transactions in progress at
+that position have ended.
+
+Slot and publication names come from the URL: ``?slot=NAME&publication=NAME`` (defaults
+``sdk_slot`` and ``sdk_pub``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sdk import (
+    Capability,
+    ChangeEvent,
+    ConfigurationError,
+    ConnectionConfig,
+    DialectInfo,
+    DriverMissingError,
+    FatalSyncError,
+    Heartbeat,
+    Key,
+    Offset,
+    OffsetExpiredError,
+    Requirement,
+    RetriableError,
+    Row,
+    SnapshotSplit,
+    TableId,
+    TableSchema,
+    TableStats,
+    hookimpl,
+)
+
+from . import _pgoutput as pgo
+from ._types import TEXT_TYPES, kind_of, logical_column
+
+NAME = "postgres"
+POLL_SECONDS = 0.5
+PG_EPOCH_MICROS = 946_684_800_000_000  # 2000-01-01 in Unix microseconds
+PEEK_CHUNK = 5000
+
+
+@dataclass
+class PgConnection:
+    """A psycopg connection and the dialect's per-connection caches."""
+
+    raw: Any
+    slot: str
+    publication: str
+    wait_seconds: float
+    relations: dict[int, pgo.Relation] = field(default_factory=dict)
+    loaders: dict[int, Any] = field(default_factory=dict)
+
+    def query(self, sql: str, args: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        cur = self.raw.execute(sql, args)
+        return list(cur.fetchall()) if cur.description else []
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _table(table: TableId) -> str:
+    return f"{q(table.schema)}.{q(table.name)}"
+
+
+def lsn_text(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def lsn_int(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def make_offset(lsn: int, n: int = 0) -> Offset:
+    return Offset.from_sorted(NAME, (("lsn", lsn), ("n", n)))
+
+
+def _parts(offset: Offset) -> tuple[int, int]:
+    lsn, n = offset["lsn"], offset.get("n", 0)
+    assert isinstance(lsn, int) and isinstance(n, int), offset
+    return lsn, n
+
+
+@hookimpl
+def dialect_info() -> DialectInfo:
+    return DialectInfo(
+        name=NAME, title="PostgreSQL (logical replication, pgoutput)", drivers=("psycopg",),
+        extra="postgres", url_schemes=("postgres", "postgresql"),
+        capabilities=frozenset({Capability.ACKNOWLEDGE, Capability.EARLIEST}))
+
+
+@hookimpl
+def connect(config: ConnectionConfig) -> PgConnection:
+    try:
+        import psycopg
+    except ImportError:
+        raise DriverMissingError("the postgres dialect needs psycopg: "
+                                 "pip install 'sdk[postgres]'") from None
+    try:
+        raw = psycopg.connect(host=config.host or "127.0.0.1", port=config.port or 5432,
+                              user=config.user, password=config.password,
+                              dbname=config.database, autocommit=True,
+                              connect_timeout=int(config.options.get("connect_timeout", "10")),
+                              options="-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=postgres"
+                                      " -c extra_float_digits=3")
+    except psycopg.OperationalError as exc:
+        message = str(exc).strip().splitlines()[-1] if str(exc).strip() else "unreachable"
+        raise ConfigurationError(f"cannot connect to {config.masked_url}: {message}") from None
+    return PgConnection(raw, config.options.get("slot", "sdk_slot"),
+                        config.options.get("publication", "sdk_pub"),
+                        float(config.options.get("wait_seconds", "60")))
+
+
+# --- preflight and capture objects -----------------------------------------------------------
+
+
+@hookimpl
+def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement]:
+    (wal_level,) = conn.query("SHOW wal_level")[0]
+    (slots,) = conn.query("SHOW max_replication_slots")[0]
+    (used,) = conn.query("SELECT count(*) FROM pg_replication_slots")[0]
+    (keep,) = conn.query("SHOW max_slot_wal_keep_size")[0]
+    replication, superuser, user = conn.query(
+        "SELECT rolreplication, rolsuper, current_user FROM pg_roles "
+        "WHERE rolname = current_user")[0]
+    mine = conn.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (conn.slot,))
+    checks = [
+        Requirement("wal_level=logical", wal_level == "logical", f"wal_level is {wal_level}",
+                    "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL"),
+        Requirement("a free replication slot", bool(mine) or int(used) < int(slots),
+                    f"{used} of max_replication_slots={slots} used",
+                    "ALTER SYSTEM SET max_replication_slots = 20; then restart PostgreSQL"),
+        Requirement("role may replicate", replication or superuser, f"role {user}",
+                    f"ALTER ROLE {q(user)} WITH REPLICATION"),
+        Requirement("max_slot_wal_keep_size bounds the WAL a slot pins", keep != "-1",
+                    f"max_slot_wal_keep_size is {keep}" + (" (unlimited: a stopped sync "
+                                                          "can fill the disk)" if keep == "-1"
+                                                          else ""),
+                    "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf()"),
+    ]
+    published = {(s, t) for s, t in conn.query(
+        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+        (conn.publication,))}
+    for table in tables:
+        identity = conn.query(
+            "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
+            "AND i.indisprimary) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s", (table.schema, table.name))
+        ident, has_pk = identity[0] if identity else ("n", False)
+        ok = ident == "f" or (ident == "d" and has_pk) or ident == "i"
+        checks.append(Requirement(
+            f"replica identity of {table}", ok,
+            "no primary key and no replica identity: adding it to a publication would make "
+            "the application's UPDATE and DELETE fail" if not ok else "",
+            f"ALTER TABLE {_table(table)} REPLICA IDENTITY FULL (or add a primary key)"))
+        (can_select,) = conn.query("SELECT has_table_privilege(%s, 'SELECT')",
+                                   (_table(table),))[0]
+        checks.append(Requirement(f"SELECT on {table}", can_select, "",
+                                  f"GRANT SELECT ON {_table(table)} TO {q(user)}"))
+        checks.append(Requirement(
+            f"{table} in publication {conn.publication}", (table.schema, table.name) in published,
+            "", f"CREATE PUBLICATION {q(conn.publication)} FOR TABLE {_table(table)} (or ALTER "
+                f"PUBLICATION {q(conn.publication)} ADD TABLE {_table(table)}), as the table's "
+                "owner"))
+    return checks
+
+
+@hookimpl
+def prepare_capture(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
+    """Create the publication (or add missing tables) and the slot, when allowed to."""
+    import psycopg
+
+    names = ", ".join(_table(t.table) for t in tables)
+    exists = conn.query("SELECT 1 FROM pg_publication WHERE pubname = %s", (conn.publication,))
+    published = {(s, t) for s, t in conn.query(
+        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+        (conn.publication,))}
+    missing = [t for t in tables if (t.table.schema, t.table.name) not in published]
+    try:
+        if not exists:
+            conn.query(f"CREATE PUBLICATION {q(conn.publication)} FOR TABLE {names}")
+        elif missing:
+            conn.query(f"ALTER PUBLICATION {q(conn.publication)} ADD TABLE "
+                       + ", ".join(_table(t.table) for t in missing))
+    except psycopg.errors.InsufficientPrivilege:
+        pass  # preflight names the statement the tables' owner must run
+    if not conn.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (conn.slot,)):
+        with contextlib.suppress(psycopg.errors.DuplicateObject):
+            conn.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
+                       (conn.slot,))
+
+
+def drop_capture(conn: PgConnection) -> None:
+    """Drop the slot and the publication, so a finished sync leaves no slot pinning WAL."""
+    import psycopg
+
+    if conn.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (conn.slot,)):
+        conn.query("SELECT pg_drop_replication_slot(%s)", (conn.slot,))
+    try:
+        conn.query(f"DROP PUBLICATION IF EXISTS {q(conn.publication)}")
+    except psycopg.errors.InsufficientPrivilege:
+        raise ConfigurationError(
+            f"slot {conn.slot!r} dropped; publication {conn.publication!r} belongs to another "
+            f"role: its owner must run DROP PUBLICATION {q(conn.publication)}") from None
+
+
+# --- tables and splits ------------------------------------------------------------------------
+
+
+@hookimpl
+def list_tables(conn: PgConnection) -> list[TableId]:
+    return [TableId(s, t) for s, t in conn.query(
+        "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = "
+        "'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema') "
+        "ORDER BY 1, 2")]
+
+
+@hookimpl
+def describe_table(conn: PgConnection, table: TableId) -> TableSchema:
+    rows = conn.query(
+        "SELECT a.attname, t.typname, t.typtype, format_type(a.atttypid, a.atttypmod), "
+        "NOT a.attnotnull, a.atttypmod, bt.typname FROM pg_attribute a "
+        "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_type bt ON bt.oid = t.typbasetype "
+        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum", (table.schema, table.name))
+    if not rows:
+        raise ConfigurationError(f"table {table} does not exist or is not readable")
+    columns = tuple(logical_column(*row) for row in rows)
+    indexes = conn.query(
+        "SELECT i.indisprimary, array_agg(a.attname ORDER BY k.ord) FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
+        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum "
+        "WHERE n.nspname = %s AND c.relname = %s AND i.indisunique AND i.indpred IS NULL "
+        "GROUP BY i.indexrelid, i.indisprimary ORDER BY i.indexrelid",
+        (table.schema, table.name))
+    not_null = {c.name for c in columns if not c.nullable}
+    primary = next((tuple(cols) for is_pk, cols in indexes if is_pk), ())
+    unique = tuple(tuple(cols) for is_pk, cols in indexes
+                   if not is_pk and set(cols) <= not_null)
+    return TableSchema(table, columns, primary, unique)
+
+
+def _select_list(table: TableSchema) -> str:
+    """Columns as the snapshot selects them: types carried as text are cast, so the snapshot
+    and the log both give the server's text form."""
+    out = []
+    for column in table.columns:
+        if kind_of(column) in TEXT_TYPES:
+            out.append(f"{q(column.name)}::text")
+        else:
+            out.append(q(column.name))
+    return ", ".join(out)
+
+
+def _key_sql(table: TableSchema) -> str:
+    """Key columns in binary (``C``) order for text, matching Python's string order."""
+    by_name = {c.name: c for c in table.columns}
+    parts = []
+    for name in table.key:
+        kind = kind_of(by_name[name])
+        parts.append(f'{q(name)} COLLATE "C"' if kind in ("text", "varchar", "bpchar")
+                     else q(name))
+    return ", ".join(parts)
+
+
+@hookimpl
+def table_stats(conn: PgConnection, table: TableSchema) -> TableStats:
+    keys = _key_sql(table)
+    names = ", ".join(q(k) for k in table.key)
+    desc = ", ".join(f"{k} DESC" for k in keys.split(", "))
+    first = conn.query(f"SELECT {names} FROM {_table(table.table)} ORDER BY {keys} LIMIT 1")
+    last = conn.query(f"SELECT {names} FROM {_table(table.table)} ORDER BY {desc} LIMIT 1")
+    estimate = conn.query("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                          (_table(table.table),))
+    rows = max(int(estimate[0][0]), 0) if estimate else 0
+    return TableStats(tuple(first[0]) if first else None, tuple(last[0]) if last else None,
+                      rows)
+
+
+def _range(table: TableSchema, start: Key | None, end: Key | None) -> tuple[str, list[Any]]:
+    keys = f"({_key_sql(table)})"
+    marks = "(" + ", ".join(["%s"] * len(table.key)) + ")"
+    clauses: list[str] = []
+    args: list[Any] = []
+    if start is not None:
+        clauses.append(f"{keys} >= {marks}")
+        args.extend(start)
+    if end is not None:
+        clauses.append(f"{keys} < {marks}")
+        args.extend(end)
+    return (" AND ".join(clauses) or "TRUE"), args
+
+
+@hookimpl
+def next_boundary(conn: PgConnection, table: TableSchema, start: Key | None, size: int
+                  ) -> Key | None:
+    where, args = _range(table, start, None)
+    names = ", ".join(q(k) for k in table.key)
+    rows = conn.query(f"SELECT {names} FROM {_table(table.table)} WHERE {where} "
+                      f"ORDER BY {_key_sql(table)} LIMIT 1 OFFSET %s", [*args, size])
+    return tuple(rows[0]) if rows else None
+
+
+# --- the four fetch tasks ---------------------------------------------------------------------
+
+
+@hookimpl
+def current_offset(conn: PgConnection) -> Offset:
+    """The WAL position, once every transaction in progress at it has ended, so all changes
+    below it are visible to any later SELECT."""
+    # Any transaction whose commit record lies below ``lsn`` got its xid before ``fence`` was
+    # allocated; once the oldest running xid is at or past the fence, all of them have left
+    # the proc array and are visible.
+    (lsn,) = conn.query("SELECT pg_current_wal_lsn()::text")[0]
+    (fence,) = conn.query("SELECT pg_current_xact_id()::text")[0]
+    deadline = time.monotonic() + conn.wait_seconds
+    while True:
+        (oldest,) = conn.query("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")[0]
+        if int(oldest) >= int(fence):
+            return make_offset(lsn_int(lsn))
+        if time.monotonic() > deadline:
+            sessions = conn.query(
+                "SELECT pid, backend_xid::text, state FROM pg_stat_activity WHERE "
+                "backend_xid IS NOT NULL AND backend_xid::text::bigint < %s", (int(fence),))
+            raise RetriableError(
+                f"transactions stayed open for {conn.wait_seconds:.0f} s (sessions: "
+                f"{sessions or 'not visible to this role'}); a watermark waits for the "
+                "transactions in progress at it to end")
+        time.sleep(0.005)
+
+
+@hookimpl
+def read_range(conn: PgConnection, table: TableSchema, split: SnapshotSplit, fetch_size: int
+               ) -> Iterator[Sequence[Row]]:
+    where, args = _range(table, split.start, split.end)
+    with conn.raw.transaction(), conn.raw.cursor(name="sdk_split") as cur:
+        cur.itersize = fetch_size
+        cur.execute(f"SELECT {_select_list(table)} FROM {_table(table.table)} WHERE {where}",
+                    args)
+        while batch := cur.fetchmany(fetch_size):
+            yield batch
+
+
+def _loader(conn: PgConnection, oid: int) -> Any:
+    loader = conn.loaders.get(oid)
+    if loader is None:
+        from psycopg.pq import Format
+
+        loader = conn.raw.adapters.get_loader(oid, Format.TEXT)(oid, conn.raw)
+        conn.loaders[oid] = loader
+    return loader
+
+
+def _values(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
+            data: list[Any], old: list[Any] | None) -> tuple[Any, ...]:
+    by_name = {name: (i, oid) for i, (name, oid, _) in enumerate(relation.columns)}
+    out: list[Any] = []
+    for column in table.columns:
+        i, oid = by_name[column.name]
+        raw = data[i] if i < len(data) else None
+        if raw is pgo.UNCHANGED:
+            raw = old[i] if old is not None and old[i] is not pgo.UNCHANGED else pgo.UNCHANGED
+            if raw is pgo.UNCHANGED:
+                raise FatalSyncError(
+                    f"an update of {table.table} left the TOASTed column {column.name!r} out "
+                    "of the log: run ALTER TABLE "
+                    f"{_table(table.table)} REPLICA IDENTITY FULL so its value is logged")
+        if raw is None:
+            out.append(None)
+        elif kind_of(column) in TEXT_TYPES:
+            out.append(bytes(raw).decode())
+        else:
+            out.append(_loader(conn, oid).load(raw))
+    return tuple(out)
+
+
+def _check_slot(conn: PgConnection, start: int) -> None:
+    rows = conn.query("SELECT confirmed_flush_lsn::text, wal_status FROM pg_replication_slots "
+                      "WHERE slot_name = %s", (conn.slot,))
+    if not rows:
+        raise OffsetExpiredError(f"replication slot {conn.slot!r} does not exist (dropped, or "
+                                 "never created): take a new snapshot")
+    confirmed, status = rows[0]
+    if status == "lost":
+        raise OffsetExpiredError(
+            f"replication slot {conn.slot!r} is lost: PostgreSQL removed WAL it needed "
+            "(max_slot_wal_keep_size); drop it and take a new snapshot")
+    if confirmed and start < lsn_int(confirmed):
+        raise OffsetExpiredError(
+            f"slot {conn.slot!r} was advanced to {confirmed}, past the start {lsn_text(start)}: "
+            "those changes are gone; take a new snapshot")
+
+
+def _read(conn: PgConnection, tables: Sequence[TableSchema], start: tuple[int, int],
+          end: int) -> Iterator[ChangeEvent]:
+    wanted = {(t.table.schema, t.table.name): t for t in tables}
+    with conn.raw.transaction(), conn.raw.cursor(name="sdk_peek") as cursor:
+        cursor.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, "
+                       "NULL, 'proto_version', '1', 'publication_names', %s)",
+                       (conn.slot, lsn_text(end), conn.publication))
+        yield from _decode_rows(conn, wanted, cursor, start, end)
+
+
+def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema], cursor: Any,
+                 start: tuple[int, int], end: int) -> Iterator[ChangeEvent]:
+    txn: pgo.Begin | None = None
+    index = 0
+    while rows := cursor.fetchmany(PEEK_CHUNK):
+        for (data,) in rows:
+            message = pgo.decode(bytes(data))
+            if isinstance(message, pgo.Begin):
+                txn, index = message, 0
+            elif isinstance(message, pgo.Relation):
+                conn.relations[message.relid] = message
+            elif isinstance(message, pgo.Change):
+                assert txn is not None
+                n = index
+                index += 1
+                if txn.final_lsn < start[0] or (txn.final_lsn == start[0] and n < start[1]) \
+                        or txn.final_lsn >= end:
+                    continue
+                relation = conn.relations[message.relid]
+                table = wanted.get((relation.schema, relation.name))
+                if table is not None:
+                    yield _change(conn, table, relation, message, txn, n)
+            elif isinstance(message, pgo.Truncate):
+                assert txn is not None
+                names = [conn.relations[r] for r in message.relids if r in conn.relations]
+                hit = [f"{r.schema}.{r.name}" for r in names if (r.schema, r.name) in wanted]
+                if hit and start[0] <= txn.final_lsn < end:
+                    raise FatalSyncError(
+                        f"TRUNCATE of {', '.join(hit)} at {lsn_text(txn.final_lsn)}: the "
+                        "engine cannot express it as row changes yet; take a new snapshot of "
+                        "the table")
+
+
+def _change(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
+            message: pgo.Change, txn: pgo.Begin, n: int) -> ChangeEvent:
+    offset = make_offset(txn.final_lsn, n)
+    commit_ts = txn.commit_ts + PG_EPOCH_MICROS
+    old = None
+    if message.old is not None and not message.old_is_key:
+        old = _values(conn, table, relation, message.old, None)
+    if message.op == "c":
+        assert message.new is not None
+        after = _values(conn, table, relation, message.new, None)
+        return ChangeEvent(table.table, "c", table.key_of(after), after, offset,
+                           commit_ts=commit_ts)
+    if message.op == "d":
+        assert message.old is not None
+        key = _key_from(conn, table, relation, message.old)
+        return ChangeEvent(table.table, "d", key, None, offset, old, commit_ts=commit_ts)
+    assert message.new is not None
+    after = _values(conn, table, relation, message.new, message.old)
+    key = table.key_of(after)
+    old_key = _key_from(conn, table, relation, message.old) if message.old is not None \
+        else None
+    return ChangeEvent(table.table, "u", key, after, offset, old,
+                       old_key if old_key != key else None, commit_ts)
+
+
+def _key_from(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
+              data: list[Any]) -> Key:
+    """The key values out of an old tuple (a key-only one has NULL for the other columns)."""
+    by_name = {name: (i, oid) for i, (name, oid, _) in enumerate(relation.columns)}
+    by_column = {c.name: c for c in table.columns}
+    out = []
+    for name in table.key:
+        i, oid = by_name[name]
+        raw = data[i]
+        if raw is None or raw is pgo.UNCHANGED:
+            raise FatalSyncError(
+                f"the log has no old value of key column {name!r} of {table.table}: set its "
+                f"replica identity to the capture key: ALTER TABLE {_table(table.table)} "
+                "REPLICA IDENTITY FULL")
+        if kind_of(by_column[name]) in TEXT_TYPES:
+            out.append(bytes(raw).decode())
+        else:
+            out.append(_loader(conn, oid).load(raw))
+    return tuple(out)
+
+
+@hookimpl
+def stream_log(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
+               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+    begin = _parts(start)
+    _check_slot(conn, begin[0])
+    if end is not None:
+        yield from _read(conn, tables, begin, _parts(end)[0])
+        return
+    position = start
+    while True:
+        head = current_offset(conn)
+        if compare_offset(head, position) > 0:
+            yield from _read(conn, tables, _parts(position), _parts(head)[0])
+            position = head
+        yield Heartbeat(position)
+        time.sleep(POLL_SECONDS)
+
+
+@hookimpl
+def compare_offset(a: Offset, b: Offset) -> int:
+    x, y = _parts(a), _parts(b)
+    return (x > y) - (x < y)
+
+
+@hookimpl
+def acknowledge_offset(conn: PgConnection, offset: Offset) -> None:
+    lsn = _parts(offset)[0]
+    rows = conn.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                      "WHERE slot_name = %s", (conn.slot,))
+    if rows and rows[0][0] and lsn > lsn_int(rows[0][0]):
+        conn.query("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
+                   (conn.slot, lsn_text(lsn)))
+
+
+@hookimpl
+def earliest_offset(conn: PgConnection) -> Offset | None:
+    rows = conn.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                      "WHERE slot_name = %s", (conn.slot,))
+    return make_offset(lsn_int(rows[0][0])) if rows and rows[0][0] else None
