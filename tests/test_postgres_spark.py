@@ -1,0 +1,89 @@
+"""PostgreSQL through the Spark engine: a stream with a writer into a SQLite mirror, and the
+replication slot advanced only to what the query committed."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
+from sdk.spark.mirror import Mirror
+from sdk_postgres import lsn_int
+from sdk_sqlite import read_target
+
+pytestmark = [pytest.mark.postgres, pytest.mark.spark]
+
+
+def test_stream_from_postgres_to_a_mirror(spark: Any, postgres_admin: Any, postgres_url: str,
+                                          tmp_path: Path) -> None:
+    import psycopg
+
+    tag = uuid.uuid4().hex[:10]
+    name, slot, publication = f"t_{tag}", f"sdk_s_{tag}", f"sdk_p_{tag}"
+    postgres_admin.execute(f'CREATE TABLE "{name}" (id int PRIMARY KEY, v text, '
+                           "amount numeric(10,2), at timestamptz)")
+    postgres_admin.execute(f'INSERT INTO "{name}" SELECT g, %s || g, g / 4.0, '
+                           "'2024-05-06 07:08:09.123456+00' FROM generate_series(1, 3000) g",
+                           ("v",))
+    postgres_admin.execute(f'CREATE PUBLICATION "{publication}" FOR TABLE "{name}"')
+    url = f"{postgres_url}?slot={slot}&publication={publication}"
+    pg = get_dialect("postgres")
+    conn = pg.connect(ConnectionConfig.from_url(url))
+    schema = pg.describe_table(conn, TableId("public", name))
+    mirror = Mirror(f"sqlite:///{tmp_path}/mirror.db", [schema])
+    stop = threading.Event()
+
+    def write() -> None:
+        with psycopg.connect(postgres_url.replace("sdk_cdc:sdk_cdc", "postgres"),
+                             autocommit=True) as w:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                w.execute(f'UPDATE "{name}" SET v = %s, at = now() WHERE id = %s',
+                          (f"w{i}", i * 7 % 3000))
+                w.execute(f'INSERT INTO "{name}" VALUES (%s, %s, 1.5, NULL) ON CONFLICT (id) '
+                          "DO NOTHING", (3000 + i, "new"))
+                w.execute(f'DELETE FROM "{name}" WHERE id = %s', (i * 13 % 3000,))
+                time.sleep(0.005)
+
+    def run() -> None:
+        query = (spark.readStream.format("cdc").option("url", url)
+                 .option("tables", f"public.{name}").option("stateDir", str(tmp_path / "st"))
+                 .option("snapshot.split.size", "500").load()
+                 .writeStream.foreachBatch(mirror)
+                 .option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        run()
+        run()
+    finally:
+        stop.set()
+        thread.join()
+    run()
+    try:
+        whole = SnapshotSplit(schema.table, 0, None, None)
+        source = {schema.key_of(r): r for b in pg.read_range(conn, schema, whole, 1000)
+                  for r in b}
+        sqlite = get_dialect("sqlite")
+        target = sqlite.connect(ConnectionConfig.from_url(f"sqlite:///{tmp_path}/mirror.db"))
+        assert read_target(target, schema) == source
+        target.close()
+        (confirmed,) = conn.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                                  "WHERE slot_name = %s", (slot,))[0]
+        head = conn.query("SELECT pg_current_wal_lsn()::text")[0][0]
+        assert 0 < lsn_int(confirmed) <= lsn_int(head)  # advanced, never past the head
+    finally:
+        postgres_admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        postgres_admin.execute(f'DROP PUBLICATION "{publication}"')
+        postgres_admin.execute(f'DROP TABLE "{name}"')
+        conn.close()
