@@ -65,6 +65,8 @@ class PgConnection:
     wait_seconds: float
     relations: dict[int, pgo.Relation] = field(default_factory=dict)
     loaders: dict[int, Any] = field(default_factory=dict)
+    plans: dict[TableId, tuple[pgo.Relation, list[tuple[int, Any]]]] = field(
+        default_factory=dict)
 
     def query(self, sql: str, args: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         cur = self.raw.execute(sql, args)
@@ -373,26 +375,42 @@ def _loader(conn: PgConnection, oid: int) -> Any:
     return loader
 
 
-def _values(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
-            data: list[Any], old: list[Any] | None) -> tuple[Any, ...]:
+def _plan(conn: PgConnection, table: TableSchema, relation: pgo.Relation
+          ) -> list[tuple[int, Any]]:
+    """Per table column: its index in the relation's tuples and the loader that parses it
+    (None: keep the text). Cached per Relation message."""
+    cached = conn.plans.get(table.table)
+    if cached is not None and cached[0] is relation:
+        return cached[1]
     by_name = {name: (i, oid) for i, (name, oid, _) in enumerate(relation.columns)}
-    out: list[Any] = []
+    plan = []
     for column in table.columns:
         i, oid = by_name[column.name]
+        plan.append((i, None if kind_of(column) in TEXT_TYPES else _loader(conn, oid)))
+    conn.plans[table.table] = (relation, plan)
+    return plan
+
+
+def _values(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
+            data: list[Any], old: list[Any] | None) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for i, loader in _plan(conn, table, relation):
         raw = data[i] if i < len(data) else None
-        if raw is pgo.UNCHANGED:
-            raw = old[i] if old is not None and old[i] is not pgo.UNCHANGED else pgo.UNCHANGED
-            if raw is pgo.UNCHANGED:
-                raise FatalSyncError(
-                    f"an update of {table.table} left the TOASTed column {column.name!r} out "
-                    "of the log: run ALTER TABLE "
-                    f"{_table(table.table)} REPLICA IDENTITY FULL so its value is logged")
         if raw is None:
             out.append(None)
-        elif kind_of(column) in TEXT_TYPES:
-            out.append(bytes(raw).decode())
-        else:
-            out.append(_loader(conn, oid).load(raw))
+            continue
+        if raw is pgo.UNCHANGED:
+            raw = old[i] if old is not None else pgo.UNCHANGED
+            if raw is pgo.UNCHANGED:
+                name = relation.columns[i][0]
+                raise FatalSyncError(
+                    f"an update of {table.table} left the TOASTed column {name!r} out of the "
+                    f"log: run ALTER TABLE {_table(table.table)} REPLICA IDENTITY FULL so its "
+                    "value is logged")
+            if raw is None:
+                out.append(None)
+                continue
+        out.append(loader.load(raw) if loader is not None else bytes(raw).decode())
     return tuple(out)
 
 
