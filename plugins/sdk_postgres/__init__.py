@@ -47,6 +47,7 @@ from sdk import (
 )
 
 from . import _pgoutput as pgo
+from . import _target
 from ._types import TEXT_TYPES, kind_of, logical_column
 
 NAME = "postgres"
@@ -108,7 +109,8 @@ def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="PostgreSQL (logical replication, pgoutput)", drivers=("psycopg",),
         extra="postgres", url_schemes=("postgres", "postgresql"),
-        capabilities=frozenset({Capability.ACKNOWLEDGE, Capability.EARLIEST}))
+        capabilities=frozenset({Capability.ACKNOWLEDGE, Capability.EARLIEST,
+                                Capability.APPLY}))
 
 
 @hookimpl
@@ -559,3 +561,33 @@ def earliest_offset(conn: PgConnection) -> Offset | None:
     rows = conn.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                       "WHERE slot_name = %s", (conn.slot,))
     return make_offset(lsn_int(rows[0][0])) if rows and rows[0][0] else None
+
+
+# --- the dialect as a sync target -------------------------------------------------------------
+
+
+@hookimpl
+def create_table(conn: PgConnection, table: TableSchema) -> None:
+    existing = [r[0] for r in conn.query(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+        "AND NOT attisdropped ORDER BY attnum", (_table(table.table),))]
+    _target.check_columns(existing, table)
+    conn.query(f"CREATE SCHEMA IF NOT EXISTS {q(table.table.schema)}")
+    conn.query(_target.create_sql(table, _table(table.table), q))
+    conn.query(f"CREATE TABLE IF NOT EXISTS {q(table.table.schema)}.{_target.APPLIED} "
+               "(tbl text, batch_id text, PRIMARY KEY (tbl, batch_id))")
+
+
+@hookimpl
+def apply_changes(conn: PgConnection, table: TableSchema, events: Sequence[ChangeEvent],
+                  batch_id: str) -> bool:
+    applied = f"{q(table.table.schema)}.{_target.APPLIED}"
+    delete, upsert = _target.statements(table, _table(table.table), q)
+    with conn.raw.transaction(), conn.raw.cursor() as cur:
+        cur.execute(f"INSERT INTO {applied} VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (table.table.name, batch_id))
+        if cur.rowcount == 0:
+            return False  # this batch was applied before: a replay
+        for kind, params in _target.runs(events):
+            cur.executemany(delete if kind == "d" else upsert, params)
+    return True

@@ -1,0 +1,73 @@
+"""PostgreSQL as a sync target: mirror tables kept with idempotent batches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sdk import ChangeEvent, Column, ConfigurationError, LogicalType, TableSchema
+
+L = LogicalType
+APPLIED = "_sdk_applied"
+
+_TYPES = {
+    L.BOOLEAN: "boolean", L.INT8: "smallint", L.INT16: "smallint", L.INT32: "integer",
+    L.INT64: "bigint", L.FLOAT32: "real", L.FLOAT64: "double precision", L.STRING: "text",
+    L.BINARY: "bytea", L.DATE: "date", L.TIME: "time", L.TIMESTAMP: "timestamp",
+    L.TIMESTAMP_TZ: "timestamptz", L.INTERVAL: "interval", L.JSON: "json",
+}
+
+
+def target_type(column: Column) -> str:
+    """The PostgreSQL type that holds every value of ``column`` exactly."""
+    if column.type is L.DECIMAL:
+        if column.precision is None or column.precision > 1000:
+            return "numeric"
+        return f"numeric({column.precision},{column.scale or 0})"
+    return _TYPES[column.type]
+
+
+def create_sql(table: TableSchema, quoted: str, q: Any) -> str:
+    columns = ", ".join(f"{q(c.name)} {target_type(c)}" for c in table.columns)
+    return (f"CREATE TABLE IF NOT EXISTS {quoted} ({columns}, "
+            f"PRIMARY KEY ({', '.join(q(k) for k in table.key)}))")
+
+
+def check_columns(existing: list[str], table: TableSchema) -> None:
+    if existing and existing != list(table.column_names):
+        raise ConfigurationError(
+            f"target table {table.table} exists with columns {existing}, not "
+            f"{list(table.column_names)}: drop it or choose another target")
+
+
+def statements(table: TableSchema, quoted: str, q: Any) -> tuple[str, str]:
+    """The DELETE by key and the upsert, each value cast to its column's type."""
+    casts = {c.name: target_type(c) for c in table.columns}
+    delete = f"DELETE FROM {quoted} WHERE " + " AND ".join(
+        f"{q(k)} = %s::{casts[k]}" for k in table.key)
+    values = ", ".join(f"%s::{casts[c]}" for c in table.column_names)
+    updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in table.column_names
+                        if c not in table.key) or f"{q(table.key[0])} = EXCLUDED.{q(table.key[0])}"
+    upsert = (f"INSERT INTO {quoted} VALUES ({values}) ON CONFLICT "
+              f"({', '.join(q(k) for k in table.key)}) DO UPDATE SET {updates}")
+    return delete, upsert
+
+
+def runs(events: Sequence[ChangeEvent]) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """Consecutive deletes and upserts grouped, in order, for executemany."""
+    out: list[tuple[str, list[tuple[Any, ...]]]] = []
+    for event in events:
+        steps: list[tuple[str, tuple[Any, ...]]] = []
+        if event.op == "d":
+            steps.append(("d", event.key))
+        else:
+            if event.old_key is not None:
+                steps.append(("d", event.old_key))
+            assert event.after is not None
+            steps.append(("u", event.after))
+        for kind, params in steps:
+            if out and out[-1][0] == kind:
+                out[-1][1].append(params)
+            else:
+                out.append((kind, [params]))
+    return out
