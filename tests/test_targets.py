@@ -25,7 +25,7 @@ def test_mariadb_into_postgres(mysql_admin: Any, mysql_url: str, postgres_admin:
         cur.executemany(f"INSERT INTO `{name}` VALUES ({', '.join(['%s'] * 12)})", [
             (i, f"c{i}", Decimal(i) / 3, f"2024-01-0{i % 9 + 1} 10:00:00.5",
              "2024-02-03 04:05:06.25", f"-{i}:00:00.5", bytes([i % 256]) * 3,
-             '{"i": %d}' % i, "a,b", i % 32, 2000 + i % 100, -i % 128)
+             f'{{"i": {i}}}', "a,b", i % 32, 2000 + i % 100, -i % 128)
             for i in range(1, 500)])
         cur.execute(f"INSERT INTO `{name}` (id) VALUES (18446744073709551615)")
     mysql, pg = get_dialect("mysql"), get_dialect("postgres")
