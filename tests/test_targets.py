@@ -77,3 +77,77 @@ def test_mariadb_into_postgres(mysql_admin: Any, mysql_url: str, postgres_admin:
         postgres_admin.execute(f"DROP SCHEMA {target_schema_name} CASCADE")
         with mysql_admin.cursor() as cur:
             cur.execute(f"DROP TABLE `{name}`")
+
+
+def test_postgres_into_mariadb(mysql_admin: Any, mysql_url: str, postgres_admin: Any,
+                               postgres_url: str) -> None:
+    import datetime as dt
+
+    tag = uuid.uuid4().hex[:10]
+    name, slot, publication = f"t_{tag}", f"sdk_s_{tag}", f"sdk_p_{tag}"
+    postgres_admin.execute(
+        f'CREATE TABLE "{name}" (code text PRIMARY KEY, n int8, amount numeric(12,3), '
+        "ok bool, data bytea, at timestamptz, wall timestamp, day date, span interval, "
+        "doc json)")
+    postgres_admin.execute(
+        f'INSERT INTO "{name}" SELECT %s || g, g, g / 8.0, g %% 2 = 0, '
+        "decode(lpad(to_hex(g), 4, '0'), 'hex'), '2024-01-01 00:00:00+00'::timestamptz + "
+        "g * interval '1 hour', '2024-01-01 12:00'::timestamp, '2024-01-01'::date + g, "
+        "g * interval '1 minute', json_build_object('g', g) FROM generate_series(1, 300) g",
+        ("k",))
+    postgres_admin.execute(f'CREATE PUBLICATION "{publication}" FOR TABLE "{name}"')
+    mysql, pg = get_dialect("mysql"), get_dialect("postgres")
+    url = f"{postgres_url}?slot={slot}&publication={publication}"
+    source = pg.connect(ConnectionConfig.from_url(url))
+    target = mysql.connect(ConnectionConfig.from_url(
+        "mysql://root@127.0.0.1:3306/sdk_test"))
+    try:
+        schema = pg.describe_table(source, TableId("public", name))
+        pg.prepare_capture(source, [schema])
+        runner = SyncRunner(pg, lambda: pg.connect(ConnectionConfig.from_url(url)),
+                            SyncOptions(split_size=64))
+        state = runner.start([schema])
+        mirror = type(schema)(TableId("sdk_test", name), schema.columns, schema.primary_key,
+                              schema.unique_keys, schema.key)
+        mysql.create_table(target, mirror)
+        step = 0
+        while state.phase is Phase.SNAPSHOT or step < 3:
+            events, state = runner.step(state)
+            step += 1
+            moved = [type(e)(mirror.table, e.op, e.key, e.after, e.offset, e.before,
+                             e.old_key, e.commit_ts) for e in events]
+            assert mysql.apply_changes(target, mirror, moved, f"b{step}")
+            assert not mysql.apply_changes(target, mirror, moved, f"b{step}")
+            postgres_admin.execute(f'UPDATE "{name}" SET code = code || %s, n = -n '
+                                   "WHERE n = %s", ("x", step))
+        head = pg.current_offset(source)
+        while not caught_up(runner, head)(state):
+            events, state = runner.step(state)
+            step += 1
+            moved = [type(e)(mirror.table, e.op, e.key, e.after, e.offset, e.before,
+                             e.old_key, e.commit_ts) for e in events]
+            assert mysql.apply_changes(target, mirror, moved, f"b{step}")
+        runner.close()
+        whole = SnapshotSplit(schema.table, 0, None, None)
+
+        def plain(row: tuple[Any, ...]) -> tuple[Any, ...]:  # instants land as UTC DATETIME
+            return tuple(v.astimezone(dt.UTC).replace(tzinfo=None)
+                         if isinstance(v, dt.datetime) and v.tzinfo else v for v in row)
+
+        expected = {r[0]: plain(r) for b in pg.read_range(source, schema, whole, 1000)
+                    for r in b}
+        described = mysql.describe_table(target, mirror.table)
+        got = {r[0]: r for b in mysql.read_range(
+            target, described, SnapshotSplit(mirror.table, 0, None, None), 1000) for r in b}
+        assert len(got) == 300 and "k1x" in got
+        assert got.keys() == expected.keys()
+        for key, row in expected.items():
+            assert got[key] == row, key
+    finally:
+        source.close()
+        target.close()
+        postgres_admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        postgres_admin.execute(f'DROP PUBLICATION "{publication}"')
+        postgres_admin.execute(f'DROP TABLE "{name}"')
+        with mysql_admin.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS `{name}`")

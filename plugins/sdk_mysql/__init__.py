@@ -38,7 +38,9 @@ from sdk import (
     TableStats,
     hookimpl,
 )
+from sdk.apply import change_runs
 
+from . import _target
 from ._binlog import read_changes
 from ._offsets import NAME, make_offset, parts, position_key
 from ._types import logical_column, normalizer
@@ -86,7 +88,7 @@ def dialect_info() -> DialectInfo:
         name=NAME, title="MySQL / MariaDB (binlog)", drivers=("pymysql", "pymysqlreplication"),
         extra="mysql", url_schemes=("mysql", "mariadb"),
         capabilities=frozenset({Capability.ATOMIC_SNAPSHOT, Capability.BEFORE_IMAGES,
-                                Capability.EARLIEST}))
+                                Capability.EARLIEST, Capability.APPLY}))
 
 
 @hookimpl
@@ -391,3 +393,39 @@ def end_snapshot(conn: MySqlConnection) -> None:
 def earliest_offset(conn: MySqlConnection) -> Offset:
     files = conn.query("SHOW BINARY LOGS")
     return make_offset(files[0][0], 4)
+
+
+# --- the dialect as a sync target -------------------------------------------------------------
+
+
+@hookimpl
+def create_table(conn: MySqlConnection, table: TableSchema) -> None:
+    existing = [r[0] for r in conn.query(
+        "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND "
+        "TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (table.table.schema, table.table.name))]
+    _target.check_columns(existing, table)
+    conn.query(f"CREATE DATABASE IF NOT EXISTS {q(table.table.schema)}")
+    conn.query(_target.create_sql(table, _table(table.table), q))
+    conn.query(f"CREATE TABLE IF NOT EXISTS {q(table.table.schema)}.{_target.APPLIED} "
+               "(tbl VARCHAR(191), batch_id VARCHAR(191), PRIMARY KEY (tbl, batch_id))")
+
+
+@hookimpl
+def apply_changes(conn: MySqlConnection, table: TableSchema, events: Sequence[ChangeEvent],
+                  batch_id: str) -> bool:
+    applied = f"{q(table.table.schema)}.{_target.APPLIED}"
+    delete, upsert = _target.statements(table, _table(table.table), q)
+    conn.raw.begin()
+    try:
+        with conn.raw.cursor() as cur:
+            if not cur.execute(f"INSERT IGNORE INTO {applied} VALUES (%s, %s)",
+                               (table.table.name, batch_id)):
+                conn.raw.rollback()
+                return False  # this batch was applied before: a replay
+            for kind, rows in change_runs(events, _target.value):
+                cur.executemany(delete if kind == "delete" else upsert, rows)
+        conn.raw.commit()
+        return True
+    except BaseException:
+        conn.raw.rollback()
+        raise

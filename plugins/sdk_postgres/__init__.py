@@ -45,6 +45,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
+from sdk.apply import change_runs
 
 from . import _pgoutput as pgo
 from . import _target
@@ -588,6 +589,6 @@ def apply_changes(conn: PgConnection, table: TableSchema, events: Sequence[Chang
                     (table.table.name, batch_id))
         if cur.rowcount == 0:
             return False  # this batch was applied before: a replay
-        for kind, params in _target.runs(events):
-            cur.executemany(delete if kind == "d" else upsert, params)
+        for kind, rows in change_runs(events):
+            cur.executemany(delete if kind == "delete" else upsert, rows)
     return True

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from sdk import ChangeEvent, Column, ConfigurationError, LogicalType, TableSchema
+from sdk import Column, ConfigurationError, LogicalType, TableSchema
 
 L = LogicalType
 APPLIED = "_sdk_applied"
@@ -51,23 +50,3 @@ def statements(table: TableSchema, quoted: str, q: Any) -> tuple[str, str]:
     upsert = (f"INSERT INTO {quoted} VALUES ({values}) ON CONFLICT "
               f"({', '.join(q(k) for k in table.key)}) DO UPDATE SET {updates}")
     return delete, upsert
-
-
-def runs(events: Sequence[ChangeEvent]) -> list[tuple[str, list[tuple[Any, ...]]]]:
-    """Consecutive deletes and upserts grouped, in order, for executemany."""
-    out: list[tuple[str, list[tuple[Any, ...]]]] = []
-    for event in events:
-        steps: list[tuple[str, tuple[Any, ...]]] = []
-        if event.op == "d":
-            steps.append(("d", event.key))
-        else:
-            if event.old_key is not None:
-                steps.append(("d", event.old_key))
-            assert event.after is not None
-            steps.append(("u", event.after))
-        for kind, params in steps:
-            if out and out[-1][0] == kind:
-                out[-1][1].append(params)
-            else:
-                out.append((kind, [params]))
-    return out

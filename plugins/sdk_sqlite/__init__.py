@@ -40,6 +40,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
+from sdk.apply import change_runs
 
 from ._sql import (
     CHANGES,
@@ -302,14 +303,8 @@ def apply_changes(conn: sqlite3.Connection, table: TableSchema,
         if seen:
             conn.execute("ROLLBACK")
             return False
-        for event in events:
-            if event.op == "d":
-                conn.execute(delete, [to_target_value(v) for v in event.key])
-                continue
-            if event.old_key is not None:
-                conn.execute(delete, [to_target_value(v) for v in event.old_key])
-            assert event.after is not None
-            conn.execute(upsert, [to_target_value(v) for v in event.after])
+        for kind, rows in change_runs(events, to_target_value):
+            conn.executemany(delete if kind == "delete" else upsert, rows)
         conn.execute(f"INSERT INTO {APPLIED} VALUES (?, ?)", (table.table.name, batch_id))
         conn.execute("COMMIT")
         return True
