@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from .types import ChangeEvent
+from .errors import ConfigurationError
+from .types import ChangeEvent, TableSchema
 
 Kind = Literal["delete", "upsert"]
 
@@ -33,3 +34,12 @@ def change_runs(events: Sequence[ChangeEvent], convert: Callable[[Any], Any] | N
         assert event.after is not None
         add("upsert", event.after)
     return out
+
+
+def check_target_columns(existing: Sequence[str], table: TableSchema) -> None:
+    """Refuse a target table that exists with other columns than the source table's (an empty
+    ``existing`` means it does not exist yet)."""
+    if existing and list(existing) != list(table.column_names):
+        raise ConfigurationError(
+            f"target table {table.table} exists with columns {list(existing)}, not "
+            f"{list(table.column_names)}: drop it or choose another target")

@@ -38,7 +38,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import change_runs
+from sdk.apply import change_runs, check_target_columns
 
 from . import _target
 from ._binlog import read_changes
@@ -403,7 +403,7 @@ def create_table(conn: MySqlConnection, table: TableSchema) -> None:
     existing = [r[0] for r in conn.query(
         "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND "
         "TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (table.table.schema, table.table.name))]
-    _target.check_columns(existing, table)
+    check_target_columns(existing, table)
     conn.query(f"CREATE DATABASE IF NOT EXISTS {q(table.table.schema)}")
     conn.query(_target.create_sql(table, _table(table.table), q))
     conn.query(f"CREATE TABLE IF NOT EXISTS {q(table.table.schema)}.{_target.APPLIED} "

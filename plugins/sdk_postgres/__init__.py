@@ -45,7 +45,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import change_runs
+from sdk.apply import change_runs, check_target_columns
 
 from . import _pgoutput as pgo
 from . import _target
@@ -572,7 +572,7 @@ def create_table(conn: PgConnection, table: TableSchema) -> None:
     existing = [r[0] for r in conn.query(
         "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
         "AND NOT attisdropped ORDER BY attnum", (_table(table.table),))]
-    _target.check_columns(existing, table)
+    check_target_columns(existing, table)
     conn.query(f"CREATE SCHEMA IF NOT EXISTS {q(table.table.schema)}")
     conn.query(_target.create_sql(table, _table(table.table), q))
     conn.query(f"CREATE TABLE IF NOT EXISTS {q(table.table.schema)}.{_target.APPLIED} "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sdk import Column, ConfigurationError, LogicalType, TableSchema
+from sdk import Column, LogicalType, TableSchema
 
 L = LogicalType
 APPLIED = "_sdk_applied"
@@ -30,13 +30,6 @@ def create_sql(table: TableSchema, quoted: str, q: Any) -> str:
     columns = ", ".join(f"{q(c.name)} {target_type(c)}" for c in table.columns)
     return (f"CREATE TABLE IF NOT EXISTS {quoted} ({columns}, "
             f"PRIMARY KEY ({', '.join(q(k) for k in table.key)}))")
-
-
-def check_columns(existing: list[str], table: TableSchema) -> None:
-    if existing and existing != list(table.column_names):
-        raise ConfigurationError(
-            f"target table {table.table} exists with columns {existing}, not "
-            f"{list(table.column_names)}: drop it or choose another target")
 
 
 def statements(table: TableSchema, quoted: str, q: Any) -> tuple[str, str]:

@@ -40,7 +40,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import change_runs
+from sdk.apply import change_runs, check_target_columns
 
 from ._sql import (
     CHANGES,
@@ -277,11 +277,7 @@ APPLIED = "_sdk_applied"
 @hookimpl
 def create_table(conn: sqlite3.Connection, table: TableSchema) -> None:
     name = q(table.table.name)
-    existing = [r[1] for r in conn.execute(f"PRAGMA table_info({name})")]
-    if existing and existing != list(table.column_names):
-        raise ConfigurationError(
-            f"target table {table.table.name} exists with columns {existing}, not "
-            f"{list(table.column_names)}: drop it or choose another target")
+    check_target_columns([r[1] for r in conn.execute(f"PRAGMA table_info({name})")], table)
     columns = ", ".join(f"{q(c.name)} {target_type(c)}" for c in table.columns)
     conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns}, "
                  f"PRIMARY KEY ({', '.join(map(q, table.key))}))")
