@@ -401,3 +401,25 @@ def test_sync_end_to_end_under_a_writer(mysql: Dialect, conn: Any, make_table: A
                     for k, r in read_target(target, schema).items()}
         assert mirrored == source, schema.table
     target.close()
+
+
+def test_identifiers_with_spaces_quotes_backticks_and_accents(
+        mysql: Dialect, conn: Any, mysql_admin: Any) -> None:
+    name = f"we'ird `tbl\" é {uuid.uuid4().hex[:6]}"
+    quoted = "`" + name.replace("`", "``") + "`"
+    admin(mysql_admin, f"CREATE TABLE {quoted} (`k ey` INT PRIMARY KEY, `va``l\"ue é` TEXT)")
+    try:
+        table = TableId("sdk_test", name)
+        assert table in mysql.list_tables(conn)
+        schema = mysql.describe_table(conn, table)
+        assert schema.column_names == ("k ey", 'va`l"ue é') and schema.key == ("k ey",)
+        low = mysql.current_offset(conn)
+        admin(mysql_admin, f"INSERT INTO {quoted} VALUES (1, 'x'), (2, 'y'), (3, 'z')")
+        events = log(mysql, conn, [schema], low, mysql.current_offset(conn))
+        assert [e.after for e in events] == [(1, "x"), (2, "y"), (3, "z")]
+        assert mysql.next_boundary(conn, schema, None, 1) == (2,)
+        rows = [r for b in mysql.read_range(conn, schema, SnapshotSplit(table, 0, (2,), None),
+                                            10) for r in b]
+        assert sorted(rows) == [(2, "y"), (3, "z")]
+    finally:
+        admin(mysql_admin, f"DROP TABLE {quoted}")

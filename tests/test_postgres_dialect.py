@@ -372,3 +372,15 @@ def test_sync_end_to_end_under_a_writer(pg: Dialect, capture: Any, postgres_url:
 
 def _url_of(conn: Any, postgres_url: str) -> str:
     return f"{postgres_url}?slot={conn.slot}&publication={conn.publication}"
+
+
+def test_identifiers_with_spaces_quotes_and_accents(pg: Dialect, capture: Any,
+                                                    postgres_admin: Any) -> None:
+    conn, make = capture
+    schema = make('CREATE TABLE {name} ("k ey" int PRIMARY KEY, "va""l`ue é" text)')
+    assert schema.column_names == ("k ey", 'va"l`ue é')
+    low = pg.current_offset(conn)
+    run(postgres_admin, f'INSERT INTO "{schema.table.name}" VALUES (1, %s), (2, %s)', ("x", "y"))
+    events = log(pg, conn, [schema], low, pg.current_offset(conn))
+    assert [e.after for e in events] == [(1, "x"), (2, "y")]
+    assert pg.next_boundary(conn, schema, None, 1) == (2,)
