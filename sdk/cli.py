@@ -40,6 +40,55 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _options(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SdkError(f"--option takes KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """Copy the chosen tables into the target, then follow every change, exactly once."""
+    from .spark.sync import describe_progress, run_sync
+
+    interactive = sys.stdout.isatty()
+
+    def report(progress: dict[str, object]) -> None:
+        lines = describe_progress(progress)
+        if interactive:
+            print("\x1b[2K" + "\n\x1b[2K".join(lines), flush=True)
+            print(f"\x1b[{len(lines)}A", end="", flush=True)
+        else:
+            print(" | ".join(lines), flush=True)
+
+    summary = run_sync(args.source, args.target, args.tables, args.checkpoint, args.until,
+                       _options(args.option), args.master, args.target_schema, report)
+    if interactive:
+        print("\n" * 3, end="")
+    print(f"applied {summary.rows_applied} rows in {summary.seconds:.1f} s; phase "
+          f"{summary.phase}{', caught up' if summary.caught_up else ''}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Show a sync's phase, per-table progress and log position from its checkpoint."""
+    from pathlib import Path
+
+    from .spark.statestore import StateStore
+    from .spark.sync import describe_progress
+
+    state = Path(args.checkpoint).absolute() / "state"
+    progress = StateStore(str(state)).read_json("progress.json") if state.exists() else None
+    if progress is None:
+        print(f"no sync has run with checkpoint {args.checkpoint}")
+        return 1
+    print("\n".join(describe_progress(progress)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sdk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -48,6 +97,23 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--source", required=True, help="database URL, e.g. mysql://user@host/db")
     check.add_argument("--tables", nargs="*", help="tables to check (default: all)")
     check.set_defaults(func=cmd_check)
+    sync = sub.add_parser("sync", help=cmd_sync.__doc__)
+    sync.add_argument("--source", required=True, help="source database URL")
+    sync.add_argument("--target", default="sqlite:///sdk-mirror.db",
+                      help="target database URL (default: sqlite:///sdk-mirror.db)")
+    sync.add_argument("--tables", default="*",
+                      help="include/exclude patterns, e.g. 'shop.*,!shop.audit_*'")
+    sync.add_argument("--checkpoint", default="sdk-checkpoint",
+                      help="directory for the checkpoint and state; rerun with it to resume")
+    sync.add_argument("--until", choices=["snapshot", "caught-up", "never"], default="never")
+    sync.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                      help="an engine option, e.g. snapshot.split.size=8096")
+    sync.add_argument("--target-schema", help="schema (database) for the target tables")
+    sync.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    sync.set_defaults(func=cmd_sync)
+    status = sub.add_parser("status", help=cmd_status.__doc__)
+    status.add_argument("--checkpoint", default="sdk-checkpoint")
+    status.set_defaults(func=cmd_status)
     return parser
 
 

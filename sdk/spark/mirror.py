@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..codec import decode_value
@@ -41,7 +42,9 @@ class Mirror:
     """A ``foreachBatch`` function keeping target tables equal to the source tables."""
 
     def __init__(self, target_url: str, tables: Sequence[TableSchema], partitions: int = 2,
-                 envelope: bool | None = None) -> None:
+                 envelope: bool | None = None, target_schema: str | None = None) -> None:
+        """``tables`` are the source tables; each is mirrored under the same name, in
+        ``target_schema`` when given (else in the source's schema name)."""
         dialect, config = default_manager().dialect_for_url(target_url)
         if not dialect.has(Capability.APPLY):
             raise ConfigurationError(f"dialect {dialect.name!r} cannot be a sync target "
@@ -49,12 +52,15 @@ class Mirror:
         self.dialect_name = dialect.name
         self.config = config
         self.tables = list(tables)
+        self.targets = {t.table: replace(t, table=TableId(target_schema or t.table.schema,
+                                                           t.table.name))
+                        for t in self.tables}
         self.partitions = partitions
         self.envelope = len(self.tables) > 1 if envelope is None else envelope
         self.applied: dict[str, int] = {}
         conn = dialect.connect(config)
         try:
-            for table in self.tables:
+            for table in self.targets.values():
                 dialect.create_table(conn, table)
         finally:
             conn.close()
@@ -78,8 +84,8 @@ class _PartitionApplier:
     def __init__(self, mirror: Mirror, batch_id: int) -> None:
         self.dialect_name = mirror.dialect_name
         self.config: ConnectionConfig = mirror.config
-        self.tables = {t.table: t for t in mirror.tables}
-        self.by_name = {str(t.table): t for t in mirror.tables}
+        self.tables = {target.table: target for target in mirror.targets.values()}
+        self.by_name = {str(source): target for source, target in mirror.targets.items()}
         self.envelope = mirror.envelope
         self.batch_id = batch_id
 
@@ -117,7 +123,7 @@ class _PartitionApplier:
                 row = tuple(decode_value(values[c]) for c in table.column_names)
             return record["seq"], ChangeEvent(table.table, record["op"], key,
                                               row if record["op"] != "d" else None, offset)
-        table = next(iter(self.tables.values()))
+        table = next(iter(self.by_name.values()))
         row = tuple(_from_spark(record[c.name], c.type) for c in table.columns)
         return record["_seq"], ChangeEvent(table.table, record["_op"], table.key_of(row),
                                            None if record["_op"] == "d" else row, offset)

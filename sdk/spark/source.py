@@ -406,6 +406,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         changed = False
         if engine.inflight:
             engine = self._fold(start["state"], engine)
+            self._report(engine)  # before the table may turn pure-log and drop its splits
             changed = True
         sync = engine.sync
         if sync.phase is Phase.SNAPSHOT:

@@ -1,0 +1,130 @@
+"""The main job: keep a copy of chosen source tables in a target, exactly once, resumable.
+
+``run_sync`` runs the ``cdc`` stream into a :class:`~sdk.spark.mirror.Mirror` on Spark (local
+mode unless told otherwise), with the checkpoint and the state under one directory, so running
+it again with the same ``checkpoint`` resumes exactly where it stopped or crashed.
+"""
+
+from __future__ import annotations
+
+import os
+import pkgutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigurationError
+from .mirror import Mirror
+from .source import resolve
+from .statestore import StateStore
+
+UNTIL = ("snapshot", "caught-up", "never")
+
+
+@dataclass
+class SyncSummary:
+    """What a run did."""
+
+    rows_applied: int
+    seconds: float
+    phase: str
+    caught_up: bool
+
+
+def spark_session(master: str = "local[2]") -> Any:
+    """A Spark session for the job, with ``format("cdc")`` available."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(master).appName("sdk sync")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    if not any(m.name == "pyspark_cdc" for m in pkgutil.iter_modules()):
+        from . import register
+
+        register(spark)
+    return spark
+
+
+def run_sync(source: str, target: str, tables: str = "*", checkpoint: str = "sdk-checkpoint",
+             until: str = "never", options: Mapping[str, str] | None = None,
+             master: str = "local[2]", target_schema: str | None = None,
+             report: Callable[[dict[str, Any]], None] | None = None,
+             report_seconds: float = 2.0) -> SyncSummary:
+    """Sync ``tables`` of ``source`` into ``target`` until ``until``:
+
+    - ``snapshot``: stop once every table's snapshot is applied;
+    - ``caught-up``: stop once the log phase reached the source's position at start;
+    - ``never``: follow the log until SIGINT/SIGTERM, then stop after the current batch.
+    """
+    if until not in UNTIL:
+        raise ConfigurationError(f"--until takes one of {', '.join(UNTIL)}, not {until!r}")
+    root = Path(checkpoint).absolute()
+    state_dir = str(root / "state")
+    reader_options = {"url": source, "tables": tables, "stateDir": state_dir,
+                      **(options or {})}
+    spec = resolve(reader_options)  # checks options, tables and the source before Spark runs
+    mirror = Mirror(target, spec.tables, envelope=spec.envelope, target_schema=target_schema)
+    spark = spark_session(master)
+    stream = spark.readStream.format("cdc").options(**reader_options).load()
+    writer = stream.writeStream.foreachBatch(mirror) \
+        .option("checkpointLocation", str(root / "checkpoint"))
+    started = time.monotonic()
+    if until == "caught-up":
+        query = writer.trigger(availableNow=True).start()
+    else:
+        query = writer.trigger(processingTime="1 second").start()
+    stop = threading.Event()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if threading.current_thread() is threading.main_thread():
+        for sig in previous:
+            signal.signal(sig, lambda *_: stop.set())
+    last_report = 0.0
+    try:
+        while query.isActive:
+            query.awaitTermination(0.5)
+            progress = StateStore(state_dir).read_json("progress.json") or {}
+            if report is not None and time.monotonic() - last_report >= report_seconds:
+                report(progress)
+                last_report = time.monotonic()
+            done_snapshot = until == "snapshot" and progress.get("phase") in ("log", "done")
+            if stop.is_set() or done_snapshot:
+                while query.isActive and query.status["isTriggerActive"]:
+                    time.sleep(0.1)  # let the batch in flight commit
+                query.stop()
+        if query.exception() is not None:
+            raise query.exception()
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    progress = StateStore(state_dir).read_json("progress.json") or {}
+    if report is not None:
+        report(progress)
+    return SyncSummary(sum(mirror.applied.values()), time.monotonic() - started,
+                       progress.get("phase", "snapshot"), bool(progress.get("caught_up")))
+
+
+def describe_progress(progress: Mapping[str, Any]) -> list[str]:
+    """Progress as plain lines: per table splits, rows and state; then the log position."""
+    lines = []
+    for name, table in sorted(progress.get("tables", {}).items()):
+        state = "snapshot done" if table.get("snapshot_done") else "snapshot"
+        lines.append(f"{name}: {table['splits_done']}/{table['splits_estimated']} splits, "
+                     f"{table['rows']} rows, {state}")
+    phase = progress.get("phase", "starting")
+    summary = f"phase {phase}, {progress.get('rows', 0)} rows, " \
+              f"{progress.get('rows_per_second', 0):,.0f} rows/s"
+    if progress.get("position"):
+        summary += f", log at {progress['position']}"
+        if "caught_up" in progress:
+            summary += ", caught up" if progress["caught_up"] else ", catching up"
+    lines.append(summary)
+    return lines
