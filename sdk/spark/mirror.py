@@ -115,14 +115,12 @@ class _PartitionApplier:
         offset = Offset("mirror")
         if self.envelope:
             table = self.by_name[record["table"]]
-            image = record["after"] if record["op"] != "d" else record["before"]
             key = tuple(decode_value(v) for v in json.loads(record["key"]))
             row = None
-            if image is not None:
-                values = json.loads(image)
+            if record["op"] != "d":  # a delete needs only its key
+                values = json.loads(record["after"])
                 row = tuple(decode_value(values[c]) for c in table.column_names)
-            return record["seq"], ChangeEvent(table.table, record["op"], key,
-                                              row if record["op"] != "d" else None, offset)
+            return record["seq"], ChangeEvent(table.table, record["op"], key, row, offset)
         table = next(iter(self.by_name.values()))
         row = tuple(_from_spark(record[c.name], c.type) for c in table.columns)
         return record["_seq"], ChangeEvent(table.table, record["_op"], table.key_of(row),

@@ -110,7 +110,10 @@ def resolve(options: dict[str, str]) -> SourceSpec:
             raise ConfigurationError(f"no tables to capture in {config.masked_url}")
         schemas = [choose_key(dialect.describe_table(conn, t), sync_options) for t in chosen]
         dialect.prepare_capture(conn, schemas)
-        missing = [r for r in dialect.preflight(conn, chosen) if not r.ok]
+        checks = dialect.preflight(conn, chosen)
+        for advice in (r for r in checks if not r.ok and not r.required):
+            log.warning("%s: %s", config.masked_url, advice)
+        missing = [r for r in checks if not r.ok and r.required]
         if missing:
             raise PreflightError(f"{config.masked_url} is not ready for change capture:\n"
                                  + "\n".join(str(r) for r in missing))
