@@ -39,6 +39,7 @@ from sdk import (
     hookimpl,
 )
 from sdk.apply import change_runs, check_target_columns
+from sdk.sql import lexicographic_range
 
 from . import _target
 from ._binlog import read_changes
@@ -237,21 +238,7 @@ def _key_range(table: TableSchema, start: Key | None, end: Key | None
                ) -> tuple[str, list[Any]]:
     """``start <= key < end`` spelled out lexicographically, which the range optimiser serves
     from the index for compound keys too."""
-    keys = _key_expressions(table)
-    clauses: list[str] = []
-    args: list[Any] = []
-    for bound, last_op in ((start, ">="), (end, "<")):
-        if bound is None:
-            continue
-        strict = ">" if last_op == ">=" else "<"
-        ors = []
-        for i in range(len(keys)):
-            terms = [f"{keys[j]} = %s" for j in range(i)]
-            terms.append(f"{keys[i]} {last_op if i == len(keys) - 1 else strict} %s")
-            ors.append("(" + " AND ".join(terms) + ")")
-            args.extend([*bound[:i], bound[i]])
-        clauses.append("(" + " OR ".join(ors) + ")")
-    return (" AND ".join(clauses) or "TRUE"), args
+    return lexicographic_range(_key_expressions(table), start, end)
 
 
 def _normalized_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]]) -> list[Row]:

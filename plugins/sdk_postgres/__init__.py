@@ -46,6 +46,7 @@ from sdk import (
     hookimpl,
 )
 from sdk.apply import change_runs, check_target_columns
+from sdk.sql import row_range
 
 from . import _pgoutput as pgo
 from . import _target
@@ -308,17 +309,7 @@ def table_stats(conn: PgConnection, table: TableSchema) -> TableStats:
 
 
 def _range(table: TableSchema, start: Key | None, end: Key | None) -> tuple[str, list[Any]]:
-    keys = f"({_key_sql(table)})"
-    marks = "(" + ", ".join(["%s"] * len(table.key)) + ")"
-    clauses: list[str] = []
-    args: list[Any] = []
-    if start is not None:
-        clauses.append(f"{keys} >= {marks}")
-        args.extend(start)
-    if end is not None:
-        clauses.append(f"{keys} < {marks}")
-        args.extend(end)
-    return (" AND ".join(clauses) or "TRUE"), args
+    return row_range(_key_sql(table).split(", "), start, end)
 
 
 @hookimpl

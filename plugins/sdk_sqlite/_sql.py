@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from sdk import Column, Key, LogicalType, Row, TableSchema
+from sdk.sql import row_range
 
 CHANGES = "_sdk_changes"
 META = "_sdk_meta"
@@ -71,17 +72,7 @@ def decode_row(text: str | None) -> Row | None:
 def key_range_sql(key: Sequence[str], start: Key | None, end: Key | None
                   ) -> tuple[str, list[Any]]:
     """A WHERE clause for ``start <= (key columns) < end`` comparing as row values."""
-    columns = "(" + ", ".join(map(q, key)) + ")"
-    marks = "(" + ", ".join("?" * len(key)) + ")"
-    clauses: list[str] = []
-    params: list[Any] = []
-    if start is not None:
-        clauses.append(f"{columns} >= {marks}")
-        params.extend(start)
-    if end is not None:
-        clauses.append(f"{columns} < {marks}")
-        params.extend(end)
-    return (" AND ".join(clauses) or "1"), params
+    return row_range([q(k) for k in key], start, end, mark="?", always="1")
 
 
 _TARGET_TYPES = {LogicalType.BOOLEAN: "INTEGER", LogicalType.INT8: "INTEGER",
