@@ -384,3 +384,31 @@ def test_identifiers_with_spaces_quotes_and_accents(pg: Dialect, capture: Any,
     events = log(pg, conn, [schema], low, pg.current_offset(conn))
     assert [e.after for e in events] == [(1, "x"), (2, "y")]
     assert pg.next_boundary(conn, schema, None, 1) == (2,)
+
+
+def test_parallel_reads_of_one_slot_wait_for_each_other(pg: Dialect, capture: Any, url: str,
+                                                        postgres_admin: Any) -> None:
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY, pad text)")
+    low = pg.current_offset(conn)
+    run(postgres_admin, f'INSERT INTO "{schema.table.name}" SELECT g, repeat(%s, 200) '
+        "FROM generate_series(1, 30000) g", ("x",))
+    high = pg.current_offset(conn)
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        reader = pg.connect(ConnectionConfig.from_url(url))
+        try:
+            results.append(len(log(pg, reader, [schema], low, high)))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            reader.close()
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and results == [30000] * 4

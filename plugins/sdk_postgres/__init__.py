@@ -19,6 +19,7 @@ Slot and publication names come from the URL: ``?slot=NAME&publication=NAME`` (d
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -431,18 +432,42 @@ def _check_slot(conn: PgConnection, start: int) -> None:
 def _read(conn: PgConnection, tables: Sequence[TableSchema], start: tuple[int, int],
           end: int) -> Iterator[ChangeEvent]:
     wanted = {(t.table.schema, t.table.name): t for t in tables}
-    with conn.raw.transaction(), conn.raw.cursor(name="sdk_peek") as cursor:
-        cursor.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, "
-                       "NULL, 'proto_version', '1', 'publication_names', %s)",
-                       (conn.slot, lsn_text(end), conn.publication))
-        yield from _decode_rows(conn, wanted, cursor, start, end)
+    yield from _decode_rows(conn, wanted, _peek(conn, end), start, end)
 
 
-def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema], cursor: Any,
-                 start: tuple[int, int], end: int) -> Iterator[ChangeEvent]:
+def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
+    """The slot's messages up to ``end``, in batches. Only one session can use a slot at a
+    time (parallel snapshot tasks backfill at once), so wait while it is busy; the first fetch
+    runs the whole decoding, so a busy slot shows up before anything is yielded."""
+    import psycopg
+
+    deadline = time.monotonic() + conn.wait_seconds
+    while True:
+        try:
+            with conn.raw.transaction(), conn.raw.cursor(name="sdk_peek") as cursor:
+                cursor.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, "
+                               "%s::pg_lsn, NULL, 'proto_version', '1', "
+                               "'publication_names', %s)",
+                               (conn.slot, lsn_text(end), conn.publication))
+                rows = cursor.fetchmany(PEEK_CHUNK)
+                while rows:
+                    yield rows
+                    rows = cursor.fetchmany(PEEK_CHUNK)
+            return
+        except psycopg.errors.ObjectInUse:
+            if time.monotonic() > deadline:
+                raise RetriableError(
+                    f"replication slot {conn.slot!r} stayed in use by another session for "
+                    f"{conn.wait_seconds:.0f} s") from None
+            time.sleep(random.uniform(0.02, 0.2))
+
+
+def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
+                 batches: Iterator[list[tuple[Any, ...]]], start: tuple[int, int], end: int
+                 ) -> Iterator[ChangeEvent]:
     txn: pgo.Begin | None = None
     index = 0
-    while rows := cursor.fetchmany(PEEK_CHUNK):
+    for rows in batches:
         for (data,) in rows:
             message = pgo.decode(bytes(data))
             if isinstance(message, pgo.Begin):
