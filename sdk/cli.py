@@ -78,8 +78,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
     report = _reporter()
 
-    summary = run_sync(args.source, args.target, args.tables, args.checkpoint, args.until,
-                       _options(args.option), args.master, args.target_schema, report)
+    target = None if args.target == "none" else args.target
+    summary = run_sync(args.source, target, args.tables, args.checkpoint, args.until,
+                       _options(args.option), args.master, args.target_schema, report,
+                       changes=args.changes)
     print(f"applied {summary.rows_applied} rows in {summary.seconds:.1f} s; phase "
           f"{summary.phase}{', caught up' if summary.caught_up else ''}")
     return 0
@@ -127,7 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     sync = sub.add_parser("sync", help=cmd_sync.__doc__)
     sync.add_argument("--source", required=True, help="source database URL")
     sync.add_argument("--target", default="sqlite:///sdk-mirror.db",
-                      help="target database URL (default: sqlite:///sdk-mirror.db)")
+                      help="target database URL (default: sqlite:///sdk-mirror.db; 'none' "
+                           "for no mirror)")
+    sync.add_argument("--changes", help="also keep every change as Parquet under this path "
+                                        "(any path Spark writes: local, hdfs://, s3a://)")
     sync.add_argument("--tables", default="*",
                       help="include/exclude patterns, e.g. 'shop.*,!shop.audit_*'")
     sync.add_argument("--checkpoint", default="sdk-checkpoint",

@@ -34,7 +34,7 @@ def test_sync_resumes_from_its_checkpoint(spark: Any, tmp_path: Path,
     src, dst = f"sqlite:///{source}", f"sqlite:///{tmp_path}/mirror.db"
     args = ["sync", "--source", src, "--target", dst, "--tables", "*,!audit",
             "--checkpoint", str(tmp_path / "ck"), "--until", "caught-up",
-            "--option", "snapshot.split.size=100"]
+            "--option", "snapshot.split.size=100", "--changes", str(tmp_path / "changes")]
     assert main(args) == 0
     assert "applied 500 rows" in capsys.readouterr().out
     with sqlite3.connect(source) as conn:
@@ -45,6 +45,10 @@ def test_sync_resumes_from_its_checkpoint(spark: Any, tmp_path: Path,
     assert "applied 21 rows" in capsys.readouterr().out  # only the 21 changes, once
     mirrored = rows(dst)
     assert mirrored["orders"] == rows(src)["orders"] and "audit" not in mirrored
+    log = spark.read.parquet(str(tmp_path / "changes")).collect()
+    assert sum(r._op == "r" for r in log) == 500
+    changes = [(r._offset, r._op, r.id) for r in log if r._op != "r"]
+    assert len(changes) == len(set(changes)) == 21
     assert main(["status", "--checkpoint", str(tmp_path / "ck")]) == 0
     status = capsys.readouterr().out
     assert "main.orders: 5/5 splits, 500 rows, snapshot done" in status

@@ -53,16 +53,32 @@ def spark_session(master: str = "local[2]") -> Any:
     return spark
 
 
-def run_sync(source: str, target: str, tables: str = "*", checkpoint: str = "sdk-checkpoint",
-             until: str = "never", options: Mapping[str, str] | None = None,
-             master: str = "local[2]", target_schema: str | None = None,
+class ChangeLog:
+    """A ``foreachBatch`` step writing each micro-batch as Parquet under
+    ``<path>/batch_id=<N>``, replacing that folder: a replayed batch rewrites its own output
+    instead of adding a copy, so the change log stays exactly once."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path.rstrip("/")
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        df.write.mode("overwrite").parquet(f"{self.path}/batch_id={batch_id}")
+
+
+def run_sync(source: str, target: str | None, tables: str = "*",
+             checkpoint: str = "sdk-checkpoint", until: str = "never",
+             options: Mapping[str, str] | None = None, master: str = "local[2]",
+             target_schema: str | None = None,
              report: Callable[[dict[str, Any]], None] | None = None,
-             report_seconds: float = 2.0) -> SyncSummary:
+             report_seconds: float = 2.0, changes: str | None = None) -> SyncSummary:
     """Sync ``tables`` of ``source`` into ``target`` until ``until``:
 
     - ``snapshot``: stop once every table's snapshot is applied;
     - ``caught-up``: stop once the log phase reached the source's position at start;
     - ``never``: follow the log until SIGINT/SIGTERM, then stop after the current batch.
+
+    ``target`` is mirrored with ``apply_changes``; ``changes`` (a path any Spark writer takes)
+    also keeps every change as Parquet. At least one of them is needed.
     """
     if until not in UNTIL:
         raise ConfigurationError(f"--until takes one of {', '.join(UNTIL)}, not {until!r}")
@@ -70,11 +86,28 @@ def run_sync(source: str, target: str, tables: str = "*", checkpoint: str = "sdk
     state_dir = str(root / "state")
     reader_options = {"url": source, "tables": tables, "stateDir": state_dir,
                       **(options or {})}
+    if target is None and changes is None:
+        raise ConfigurationError("give a --target to mirror into, a --changes path, or both")
     spec = resolve(reader_options)  # checks options, tables and the source before Spark runs
-    mirror = Mirror(target, spec.tables, envelope=spec.envelope, target_schema=target_schema)
+    mirror = Mirror(target, spec.tables, envelope=spec.envelope, target_schema=target_schema) \
+        if target is not None else None
+    change_log = ChangeLog(changes) if changes is not None else None
+
+    def each_batch(df: Any, batch_id: int) -> None:
+        if change_log is not None and mirror is not None:
+            df = df.persist()  # one read of the batch for both
+        try:
+            if change_log is not None:
+                change_log(df, batch_id)
+            if mirror is not None:
+                mirror(df, batch_id)
+        finally:
+            if change_log is not None and mirror is not None:
+                df.unpersist()
+
     spark = spark_session(master)
     stream = spark.readStream.format("cdc").options(**reader_options).load()
-    writer = stream.writeStream.foreachBatch(mirror) \
+    writer = stream.writeStream.foreachBatch(each_batch) \
         .option("checkpointLocation", str(root / "checkpoint"))
     started = time.monotonic()
     if until == "caught-up":
@@ -108,7 +141,8 @@ def run_sync(source: str, target: str, tables: str = "*", checkpoint: str = "sdk
     progress = StateStore(state_dir).read_json("progress.json") or {}
     if report is not None:
         report(progress)
-    return SyncSummary(sum(mirror.applied.values()), time.monotonic() - started,
+    applied = sum(mirror.applied.values()) if mirror is not None else 0
+    return SyncSummary(applied, time.monotonic() - started,
                        progress.get("phase", "snapshot"), bool(progress.get("caught_up")))
 
 
