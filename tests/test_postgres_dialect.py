@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import with_query
 
 from sdk import (
     ChangeEvent,
@@ -46,7 +47,7 @@ def names() -> dict[str, str]:
 
 @pytest.fixture
 def url(postgres_url: str, names: dict[str, str]) -> str:
-    return f"{postgres_url}?slot={names['slot']}&publication={names['publication']}"
+    return with_query(postgres_url, slot=names["slot"], publication=names["publication"])
 
 
 @pytest.fixture
@@ -206,13 +207,13 @@ def test_bounded_stream_is_exact_ordered_repeatable(pg: Dialect, capture: Any,
 
 
 def test_transaction_open_at_the_watermark_is_waited_for(pg: Dialect, capture: Any,
-                                                         postgres_url: str,
+                                                         postgres_admin_url: str,
                                                          postgres_admin: Any) -> None:
     import psycopg
 
     conn, make = capture
     schema = make("CREATE TABLE {name} (id int PRIMARY KEY)")
-    writer = psycopg.connect(postgres_url.replace("sdk_cdc:sdk_cdc", "postgres"))
+    writer = psycopg.connect(postgres_admin_url)
     writer.execute(f'INSERT INTO "{schema.table.name}" VALUES (1)')  # opens a transaction
     timer = threading.Timer(0.5, writer.commit)
     timer.start()
@@ -281,7 +282,8 @@ def test_preflight_refuses_a_table_without_key_or_identity(pg: Dialect, capture:
 
 @pytest.mark.parametrize("exactly_once", [True, False])
 def test_sync_end_to_end_under_a_writer(pg: Dialect, capture: Any, postgres_url: str,
-                                        tmp_path: Path, exactly_once: bool) -> None:
+                                        postgres_admin_url: str, tmp_path: Path,
+                                        exactly_once: bool) -> None:
     import psycopg
 
     conn, make = capture
@@ -301,7 +303,7 @@ def test_sync_end_to_end_under_a_writer(pg: Dialect, capture: Any, postgres_url:
 
     def writes() -> None:
         rng = random.Random(3)
-        with psycopg.connect(postgres_url.replace("sdk_cdc:sdk_cdc", "postgres"),
+        with psycopg.connect(postgres_admin_url,
                              autocommit=True) as w:
             while not stop.is_set():
                 k = rng.randrange(4000)
@@ -371,7 +373,7 @@ def test_sync_end_to_end_under_a_writer(pg: Dialect, capture: Any, postgres_url:
 
 
 def _url_of(conn: Any, postgres_url: str) -> str:
-    return f"{postgres_url}?slot={conn.slot}&publication={conn.publication}"
+    return with_query(postgres_url, slot=conn.slot, publication=conn.publication)
 
 
 def test_identifiers_with_spaces_quotes_and_accents(pg: Dialect, capture: Any,

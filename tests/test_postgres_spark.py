@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import with_query
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 from sdk.spark.mirror import Mirror
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
 
 def test_stream_from_postgres_to_a_mirror(spark: Any, postgres_admin: Any, postgres_url: str,
-                                          tmp_path: Path) -> None:
+                                          postgres_admin_url: str, tmp_path: Path) -> None:
     import psycopg
 
     tag = uuid.uuid4().hex[:10]
@@ -31,7 +32,7 @@ def test_stream_from_postgres_to_a_mirror(spark: Any, postgres_admin: Any, postg
                            "'2024-05-06 07:08:09.123456+00' FROM generate_series(1, 3000) g",
                            ("v",))
     postgres_admin.execute(f'CREATE PUBLICATION "{publication}" FOR TABLE "{name}"')
-    url = f"{postgres_url}?slot={slot}&publication={publication}"
+    url = with_query(postgres_url, slot=slot, publication=publication)
     pg = get_dialect("postgres")
     conn = pg.connect(ConnectionConfig.from_url(url))
     schema = pg.describe_table(conn, TableId("public", name))
@@ -39,7 +40,7 @@ def test_stream_from_postgres_to_a_mirror(spark: Any, postgres_admin: Any, postg
     stop = threading.Event()
 
     def write() -> None:
-        with psycopg.connect(postgres_url.replace("sdk_cdc:sdk_cdc", "postgres"),
+        with psycopg.connect(postgres_admin_url,
                              autocommit=True) as w:
             i = 0
             while not stop.is_set():

@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from conftest import with_query
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 from sdk.algorithm import Phase, SyncOptions, SyncRunner, caught_up
@@ -97,7 +98,7 @@ def test_postgres_into_mariadb(mysql_admin: Any, mysql_url: str, postgres_admin:
         ("k",))
     postgres_admin.execute(f'CREATE PUBLICATION "{publication}" FOR TABLE "{name}"')
     mysql, pg = get_dialect("mysql"), get_dialect("postgres")
-    url = f"{postgres_url}?slot={slot}&publication={publication}"
+    url = with_query(postgres_url, slot=slot, publication=publication)
     source = pg.connect(ConnectionConfig.from_url(url))
     target = mysql.connect(ConnectionConfig.from_url(
         "mysql://root@127.0.0.1:3306/sdk_test"))
