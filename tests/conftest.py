@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -194,3 +195,28 @@ def spark() -> Iterator[Any]:
         register(session)  # an editable install hides pyspark_cdc from PySpark's module scan
     yield session
     session.stop()
+
+
+def sync_to_mirror_while(spark: Any, url: str, tables: str, work: Path, mirror: Any,
+                         write: Callable[[threading.Event], None]) -> None:
+    """Stream ``tables`` of ``url`` into ``mirror`` (Trigger.AvailableNow) twice while ``write``
+    runs in a thread until told to stop, then once more after it stopped."""
+    def run() -> None:
+        query = (spark.readStream.format("cdc").option("url", url).option("tables", tables)
+                 .option("stateDir", str(work / "st")).option("snapshot.split.size", "500")
+                 .load().writeStream.foreachBatch(mirror)
+                 .option("checkpointLocation", str(work / "ck"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+
+    stop = threading.Event()
+    thread = threading.Thread(target=write, args=(stop,))
+    thread.start()
+    try:
+        run()
+        run()
+    finally:
+        stop.set()
+        thread.join()
+    run()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import sync_to_mirror_while
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 from sdk.spark.mirror import Mirror
@@ -30,9 +31,8 @@ def test_stream_from_mariadb_to_a_mirror(spark: Any, mysql_admin: Any, mysql_url
     conn = mysql.connect(ConnectionConfig.from_url(mysql_url))
     schema = mysql.describe_table(conn, TableId("sdk_test", name))
     mirror = Mirror(f"sqlite:///{tmp_path}/mirror.db", [schema])
-    stop = threading.Event()
 
-    def write() -> None:
+    def write(stop: threading.Event) -> None:
         i = 0
         with mysql_admin.cursor() as cur:
             while not stop.is_set():
@@ -44,25 +44,7 @@ def test_stream_from_mariadb_to_a_mirror(spark: Any, mysql_admin: Any, mysql_url
                 cur.execute(f"DELETE FROM `{name}` WHERE id = %s", (i * 13 % 3000,))
                 time.sleep(0.005)
 
-    def run() -> None:
-        query = (spark.readStream.format("cdc").option("url", mysql_url)
-                 .option("tables", f"sdk_test.{name}").option("stateDir", str(tmp_path / "st"))
-                 .option("snapshot.split.size", "500").load()
-                 .writeStream.foreachBatch(mirror)
-                 .option("checkpointLocation", str(tmp_path / "ck"))
-                 .trigger(availableNow=True).start())
-        query.awaitTermination(300)
-        assert query.exception() is None, query.exception()
-
-    thread = threading.Thread(target=write)
-    thread.start()
-    try:
-        run()
-        run()
-    finally:
-        stop.set()
-        thread.join()
-    run()
+    sync_to_mirror_while(spark, mysql_url, f"sdk_test.{name}", tmp_path, mirror, write)
     whole = SnapshotSplit(schema.table, 0, None, None)
     source = {schema.key_of(r): r for b in mysql.read_range(conn, schema, whole, 1000)
               for r in b}

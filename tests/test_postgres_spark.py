@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import with_query
+from conftest import sync_to_mirror_while, with_query
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 from sdk.spark.mirror import Mirror
@@ -37,11 +37,9 @@ def test_stream_from_postgres_to_a_mirror(spark: Any, postgres_admin: Any, postg
     conn = pg.connect(ConnectionConfig.from_url(url))
     schema = pg.describe_table(conn, TableId("public", name))
     mirror = Mirror(f"sqlite:///{tmp_path}/mirror.db", [schema])
-    stop = threading.Event()
 
-    def write() -> None:
-        with psycopg.connect(postgres_admin_url,
-                             autocommit=True) as w:
+    def write(stop: threading.Event) -> None:
+        with psycopg.connect(postgres_admin_url, autocommit=True) as w:
             i = 0
             while not stop.is_set():
                 i += 1
@@ -52,25 +50,7 @@ def test_stream_from_postgres_to_a_mirror(spark: Any, postgres_admin: Any, postg
                 w.execute(f'DELETE FROM "{name}" WHERE id = %s', (i * 13 % 3000,))
                 time.sleep(0.005)
 
-    def run() -> None:
-        query = (spark.readStream.format("cdc").option("url", url)
-                 .option("tables", f"public.{name}").option("stateDir", str(tmp_path / "st"))
-                 .option("snapshot.split.size", "500").load()
-                 .writeStream.foreachBatch(mirror)
-                 .option("checkpointLocation", str(tmp_path / "ck"))
-                 .trigger(availableNow=True).start())
-        query.awaitTermination(300)
-        assert query.exception() is None, query.exception()
-
-    thread = threading.Thread(target=write)
-    thread.start()
-    try:
-        run()
-        run()
-    finally:
-        stop.set()
-        thread.join()
-    run()
+    sync_to_mirror_while(spark, url, f"public.{name}", tmp_path, mirror, write)
     try:
         whole = SnapshotSplit(schema.table, 0, None, None)
         source = {schema.key_of(r): r for b in pg.read_range(conn, schema, whole, 1000)
