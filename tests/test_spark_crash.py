@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spark_engine import make_source
+from test_spark_engine import make_source, random_change
 
 from sdk import ConnectionConfig, get_dialect
 from sdk_sqlite import read_target
@@ -111,20 +111,7 @@ def _writer_until(path: str, stop: Any, seed: int) -> None:
     conn = sqlite3.connect(path, timeout=60)
     deadline = time.monotonic() + 90
     while not stop.is_set() and time.monotonic() < deadline:
-        key = rng.randrange(1500)
-        with conn:
-            roll = rng.random()
-            if roll < 0.4:
-                conn.execute("INSERT OR REPLACE INTO items VALUES (?, 'w', ?, x'01')",
-                             (key, rng.random()))
-            elif roll < 0.6:
-                conn.execute("UPDATE OR IGNORE items SET id = ? WHERE id = ?",
-                             (rng.randrange(1500), key))
-            elif roll < 0.8:
-                conn.execute("DELETE FROM items WHERE id = ?", (key,))
-            else:
-                conn.execute("INSERT OR REPLACE INTO pairs VALUES (?, ?, ?)",
-                             (rng.choice("abcd"), rng.randrange(40), str(rng.random())))
+        random_change(conn, rng, 1500)
         time.sleep(0.003)
     conn.close()
 

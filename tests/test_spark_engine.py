@@ -36,24 +36,29 @@ def make_source(tmp_path: Path, rows: int = 2000) -> str:
     return f"sqlite:///{path}"
 
 
+def random_change(conn: sqlite3.Connection, rng: random.Random, keys: int) -> None:
+    """One committed insert, update, key move or delete on the source of make_source."""
+    key = rng.randrange(keys)
+    with conn:
+        roll = rng.random()
+        if roll < 0.4:
+            conn.execute("INSERT OR REPLACE INTO items VALUES (?, 'w', ?, x'01')",
+                         (key, rng.random()))
+        elif roll < 0.6:
+            conn.execute("UPDATE OR IGNORE items SET id = ? WHERE id = ?",
+                         (rng.randrange(keys), key))
+        elif roll < 0.8:
+            conn.execute("DELETE FROM items WHERE id = ?", (key,))
+        else:
+            conn.execute("INSERT OR REPLACE INTO pairs VALUES (?, ?, ?)",
+                         (rng.choice("abcd"), rng.randrange(40), str(rng.random())))
+
+
 def _writer(path: str, seed: int, ops: int, pause: float) -> None:
     rng = random.Random(seed)
     conn = sqlite3.connect(path, timeout=60)
     for _ in range(ops):
-        key = rng.randrange(3000)
-        with conn:
-            roll = rng.random()
-            if roll < 0.4:
-                conn.execute("INSERT OR REPLACE INTO items VALUES (?, 'w', ?, x'01')",
-                             (key, rng.random()))
-            elif roll < 0.6:
-                conn.execute("UPDATE OR IGNORE items SET id = ? WHERE id = ?",
-                             (rng.randrange(3000), key))
-            elif roll < 0.8:
-                conn.execute("DELETE FROM items WHERE id = ?", (key,))
-            else:
-                conn.execute("INSERT OR REPLACE INTO pairs VALUES (?, ?, ?)",
-                             (rng.choice("abcd"), rng.randrange(40), str(rng.random())))
+        random_change(conn, rng, 3000)
         time.sleep(pause)
     conn.close()
 
