@@ -72,16 +72,56 @@ def _reporter() -> Any:
     return report
 
 
+SYNC_DEFAULTS = {"target": "sqlite:///sdk-mirror.db", "tables": "*",
+                 "checkpoint": "sdk-checkpoint", "until": "never", "master": "local[2]"}
+
+
+def _sync_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Settings from ``--config FILE`` (YAML), overridden by the flags given."""
+    settings: dict[str, Any] = {}
+    if args.config:
+        import yaml
+
+        try:
+            with open(args.config) as file:
+                loaded = yaml.safe_load(file) or {}
+        except OSError as exc:
+            raise SdkError(f"cannot read --config {args.config}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise SdkError(f"--config {args.config} is not valid YAML: {exc}") from None
+        known = {"source", "target", "tables", "checkpoint", "until", "options", "master",
+                 "target_schema", "changes"}
+        unknown = sorted(set(loaded) - known)
+        if unknown:
+            raise SdkError(f"--config {args.config}: unknown key(s) {', '.join(unknown)}; "
+                           f"known: {', '.join(sorted(known))}")
+        settings.update(loaded)
+    options = {str(k): str(v) for k, v in (settings.pop("options", None) or {}).items()}
+    options.update(_options(args.option))
+    for name in ("source", "target", "tables", "checkpoint", "until", "master",
+                 "target_schema", "changes"):
+        given = getattr(args, name)
+        if given is not None:
+            settings[name] = given
+    for name, default in SYNC_DEFAULTS.items():
+        settings.setdefault(name, default)
+    if isinstance(settings["tables"], list):
+        settings["tables"] = ",".join(settings["tables"])
+    if not settings.get("source"):
+        raise SdkError("sdk sync needs --source (or source: in --config)")
+    settings["options"] = options
+    return settings
+
+
 def cmd_sync(args: argparse.Namespace) -> int:
     """Copy the chosen tables into the target, then follow every change, exactly once."""
     from .spark.sync import run_sync
 
-    report = _reporter()
-
-    target = None if args.target == "none" else args.target
-    summary = run_sync(args.source, target, args.tables, args.checkpoint, args.until,
-                       _options(args.option), args.master, args.target_schema, report,
-                       changes=args.changes)
+    s = _sync_settings(args)
+    target = None if s["target"] == "none" else s["target"]
+    summary = run_sync(s["source"], target, s["tables"], s["checkpoint"], s["until"],
+                       s["options"], s["master"], s.get("target_schema"), _reporter(),
+                       changes=s.get("changes"))
     print(f"applied {summary.rows_applied} rows in {summary.seconds:.1f} s; phase "
           f"{summary.phase}{', caught up' if summary.caught_up else ''}")
     return 0
@@ -127,21 +167,23 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--tables", nargs="*", help="tables to check (default: all)")
     check.set_defaults(func=cmd_check)
     sync = sub.add_parser("sync", help=cmd_sync.__doc__)
-    sync.add_argument("--source", required=True, help="source database URL")
-    sync.add_argument("--target", default="sqlite:///sdk-mirror.db",
-                      help="target database URL (default: sqlite:///sdk-mirror.db; 'none' "
-                           "for no mirror)")
+    sync.add_argument("--config", help="a YAML file with any of: source, target, tables, "
+                                       "checkpoint, until, options, target_schema, changes")
+    sync.add_argument("--source", help="source database URL")
+    sync.add_argument("--target", help="target database URL (default: "
+                                       "sqlite:///sdk-mirror.db; 'none' for no mirror)")
     sync.add_argument("--changes", help="also keep every change as Parquet under this path "
                                         "(any path Spark writes: local, hdfs://, s3a://)")
-    sync.add_argument("--tables", default="*",
-                      help="include/exclude patterns, e.g. 'shop.*,!shop.audit_*'")
-    sync.add_argument("--checkpoint", default="sdk-checkpoint",
-                      help="directory for the checkpoint and state; rerun with it to resume")
-    sync.add_argument("--until", choices=["snapshot", "caught-up", "never"], default="never")
+    sync.add_argument("--tables", help="include/exclude patterns, e.g. 'shop.*,!shop.audit_*' "
+                                       "(default: all)")
+    sync.add_argument("--checkpoint", help="directory for the checkpoint and state (default: "
+                                           "sdk-checkpoint); rerun with it to resume")
+    sync.add_argument("--until", choices=["snapshot", "caught-up", "never"],
+                      help="when to stop (default: never)")
     sync.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                       help="an engine option, e.g. snapshot.split.size=8096")
     sync.add_argument("--target-schema", help="schema (database) for the target tables")
-    sync.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    sync.add_argument("--master", help="Spark master (default local[2])")
     sync.set_defaults(func=cmd_sync)
     demo = sub.add_parser("demo", help=cmd_demo.__doc__)
     demo.add_argument("--rows", type=int, default=1_000_000, help="rows in the shop")

@@ -67,3 +67,29 @@ def test_sync_reports_bad_input_clearly(tmp_path: Path,
     assert main(["sync", "--source", "mysql://u:secret@127.0.0.1:1/db"]) == 2
     err = capsys.readouterr().err
     assert "secret" not in err and "cannot connect" in err
+
+
+def test_sync_from_a_yaml_config(spark: Any, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "shop.db"
+    with sqlite3.connect(source) as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)")
+        conn.executemany("INSERT INTO orders VALUES (?, ?)", [(i, i / 2) for i in range(300)])
+    config = tmp_path / "sync.yaml"
+    config.write_text(f"""
+source: sqlite:///{source}
+target: sqlite:///{tmp_path}/mirror.db
+tables: [orders]
+checkpoint: {tmp_path}/ck
+until: never
+options:
+  snapshot.split.size: 50
+""")
+    assert main(["sync", "--config", str(config), "--until", "caught-up"]) == 0
+    out = capsys.readouterr().out
+    assert "applied 300 rows" in out and "6/6 splits" in out
+    assert rows(f"sqlite:///{tmp_path}/mirror.db")["orders"] == rows(f"sqlite:///{source}")[
+        "orders"]
+    config.write_text("source: x\nsurce: y\n")
+    assert main(["sync", "--config", str(config)]) == 2
+    assert "unknown key(s) surce" in capsys.readouterr().err

@@ -120,12 +120,18 @@ def run_sync(source: str, target: str | None, tables: str = "*",
         for sig in previous:
             signal.signal(sig, lambda *_: stop.set())
     last_report = 0.0
+
+    def with_applied(progress: dict[str, Any]) -> dict[str, Any]:
+        total = sum(mirror.applied.values()) if mirror is not None else 0
+        seconds = max(time.monotonic() - started, 1e-9)
+        return {**progress, "applied": total, "applied_per_second": total / seconds}
+
     try:
         while query.isActive:
             query.awaitTermination(0.5)
             progress = StateStore(state_dir).read_json("progress.json") or {}
             if report is not None and time.monotonic() - last_report >= report_seconds:
-                report(progress)
+                report(with_applied(progress))
                 last_report = time.monotonic()
             done_snapshot = until == "snapshot" and progress.get("phase") in ("log", "done")
             if stop.is_set() or done_snapshot:
@@ -140,7 +146,7 @@ def run_sync(source: str, target: str | None, tables: str = "*",
                 signal.signal(sig, handler)
     progress = StateStore(state_dir).read_json("progress.json") or {}
     if report is not None:
-        report(progress)
+        report(with_applied(progress))
     applied = sum(mirror.applied.values()) if mirror is not None else 0
     return SyncSummary(applied, time.monotonic() - started,
                        progress.get("phase", "snapshot"), bool(progress.get("caught_up")))
@@ -156,6 +162,14 @@ def describe_progress(progress: Mapping[str, Any]) -> list[str]:
     phase = progress.get("phase", "starting")
     summary = f"phase {phase}, {progress.get('rows', 0)} rows, " \
               f"{progress.get('rows_per_second', 0):,.0f} rows/s"
+    tables = progress.get("tables", {}).values()
+    done = sum(t["splits_done"] for t in tables)
+    estimated = sum(t["splits_estimated"] for t in tables)
+    if phase == "snapshot" and done and estimated > done:
+        elapsed = progress.get("updated_at", 0) - progress.get("started_at", 0)
+        summary += f", ETA {elapsed * (estimated - done) / done:.0f} s"
+    if "applied" in progress:
+        summary += f", applied {progress['applied']} ({progress['applied_per_second']:,.0f}/s)"
     if progress.get("position"):
         summary += f", log at {progress['position']}"
         if "caught_up" in progress:
