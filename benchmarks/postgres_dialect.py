@@ -14,19 +14,10 @@
 from __future__ import annotations
 
 import argparse
-import time
-from typing import Any
+
+from _timing import best_of
 
 from sdk import ChangeEvent, ConnectionConfig, SnapshotSplit, TableId, get_dialect
-
-
-def best_of(runs: int, fn: Any) -> tuple[float, int]:
-    best, count = float("inf"), 0
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        count = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, count
 
 
 def main() -> None:

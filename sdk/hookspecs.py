@@ -91,8 +91,9 @@ def preflight(conn: Connection, tables: Sequence[TableId]) -> list[Requirement]:
     """Check that the server is set up for change capture of ``tables``.
 
     Return one :class:`sdk.types.Requirement` per setting or privilege, each with the exact
-    statement that fixes it when it is missing. The engine refuses to start while any is
-    missing and ``sdk check`` prints them all. Optional: without it nothing is checked.
+    statement that fixes it when it is missing. The engine refuses to start while a required
+    one is missing (``required=False`` marks advice: a warning) and ``sdk check`` prints them
+    all. Optional: without it nothing is checked.
     """
 
 

@@ -7,7 +7,7 @@ JSON with ``to_json`` / ``from_json`` (checkpoints and offsets are JSON).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol
@@ -418,8 +418,6 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
 
-RowBatches = Iterator[Sequence[Row]]
-LogItems = Iterator["ChangeEvent | Heartbeat"]
 
 
 __all__ = [

@@ -62,9 +62,6 @@ class MemoryDatabase:
     pending: list[int] = field(default_factory=list)
     on_fetch: Callable[[], None] = lambda: None
 
-    def visible_state(self) -> dict[Key, Row]:
-        return dict(self.rows)
-
     def write(self, op: str, key: Key, value: int | None = None, new_key: Key | None = None,
               delayed: bool = False) -> None:
         """Log a change and make it visible (now, or at :meth:`publish` when delayed)."""

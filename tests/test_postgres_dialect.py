@@ -414,3 +414,16 @@ def test_parallel_reads_of_one_slot_wait_for_each_other(pg: Dialect, capture: An
     for thread in threads:
         thread.join()
     assert not errors and results == [30000] * 4
+
+
+def test_drop_capture_drops_the_slot_and_names_the_publication_owner(
+        pg: Dialect, capture: Any, names: dict[str, str]) -> None:
+    from sdk import ConfigurationError
+    from sdk_postgres import drop_capture
+
+    conn, make = capture
+    make("CREATE TABLE {name} (id int PRIMARY KEY)")
+    with pytest.raises(ConfigurationError, match="its owner must run DROP PUBLICATION"):
+        drop_capture(conn)  # the publication belongs to the tables' owner
+    assert not conn.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
+                          (names["slot"],))
