@@ -1,0 +1,579 @@
+"""The dialect contract tests. A dialect's test module adopts all of them with one line::
+
+    from sdk.testing.suite import *  # noqa: F403
+
+next to a ``harness`` fixture returning a :class:`sdk.testing.Harness`. Tests that need a
+capability the dialect does not declare, or a harness feature, are skipped naming it. Each
+class is one group of the contract (docs/conformance.md lists them); a bug found in any dialect
+becomes a test here, so every dialect is checked for it.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import Any
+
+import pytest
+
+from ..algorithm import Phase, PhaseHooks, SyncOptions, SyncRunner, SyncState, caught_up
+from ..config import ConnectionConfig
+from ..dialects import Dialect
+from ..types import Capability, ChangeEvent, Heartbeat, Key, Offset, Row, SnapshotSplit
+from .harness import Feature, Harness
+from .kit import (
+    Kit,
+    LogIndex,
+    Writer,
+    apply,
+    as_dict,
+    check_exactly_once,
+    check_visible_between,
+    key_histories,
+    load_dialect,
+    pick,
+)
+
+requires = pytest.mark.sdk_requires
+
+#: Hooks a capability promises.
+CAPABILITY_HOOKS = {
+    Capability.ATOMIC_SNAPSHOT: ("begin_snapshot", "end_snapshot"),
+    Capability.APPLY: ("create_table", "apply_changes"),
+    Capability.ACKNOWLEDGE: ("acknowledge_offset",),
+    Capability.EARLIEST: ("earliest_offset",),
+    Capability.TIMESTAMP: ("offset_at_time",),
+}
+
+
+def _changes(items: Sequence[ChangeEvent | Heartbeat]) -> list[ChangeEvent]:
+    return [i for i in items if isinstance(i, ChangeEvent)]
+
+
+def _summary(events: Sequence[ChangeEvent]) -> list[tuple[str, str, Key, Key | None]]:
+    return [(e.table.name, e.op, e.key, e.old_key) for e in events]
+
+
+class TestHooks:
+    """0. The plugin loads as users load it, with every hook its capabilities promise."""
+
+    def test_plugin_implements_every_required_hook(self, harness: Harness) -> None:
+        load_dialect(harness)
+
+    def test_declared_capabilities_have_their_hooks(self, sdk_dialect: Dialect) -> None:
+        for capability in sdk_dialect.info.capabilities:
+            missing = [h for h in CAPABILITY_HOOKS.get(capability, ())
+                       if not sdk_dialect.implements(h)]
+            assert not missing, f"capability {capability.value} declared, hooks {missing} absent"
+
+
+class TestOffsets:
+    """1. ``current_offset`` is monotonic and above every committed change; ``compare_offset``
+    is a total order consistent with log order; offsets survive JSON and pickle."""
+
+    def test_current_offset_is_monotonic_and_above_every_committed_change(self, kit: Kit
+                                                                          ) -> None:
+        items = kit.items()
+        marks = [kit.offset()]
+        for i in range(6):
+            kit.harness.execute(kit.insert_sql("kit_items", ("id", "v"), (i, f"row {i}")))
+            marks.append(kit.offset())
+        cmp = kit.dialect.compare_offset
+        for a, b in pairwise(marks):
+            assert cmp(a, b) < 0, f"current_offset did not advance over a commit: {a} then {b}"
+        events = kit.events([items], marks[0], marks[-1])
+        assert [e.key for e in events] == [(i,) for i in range(6)]
+        for event, low, high in zip(events, marks[:-1], marks[1:], strict=True):
+            assert cmp(low, event.offset) <= 0 < cmp(high, event.offset), \
+                f"change {event.key} at {event.offset} lies outside [{low}, {high})"
+
+    def test_compare_offset_is_a_total_order_consistent_with_log_order(self, kit: Kit) -> None:
+        items = kit.items()
+        start = kit.offset()
+        kit.harness.execute(*(kit.insert_sql("kit_items", ("id", "v"), (i, "x"))
+                              for i in range(5)))  # one transaction: offsets within a commit
+        middle = kit.offset()
+        kit.harness.execute(kit.sql("kit_items", "UPDATE {t} SET v = 'y' WHERE id = 1"))
+        kit.harness.execute(kit.sql("kit_items", "DELETE FROM {t} WHERE id = 2"))
+        end = kit.offset()
+        events = kit.events([items], start, end)
+        assert len(events) == 7
+        cmp = kit.dialect.compare_offset
+        for x, y in pairwise(e.offset for e in events):
+            assert cmp(x, y) < 0, f"events out of order or sharing an offset: {x} then {y}"
+        offsets = [start, *(e.offset for e in events), middle, end]
+        for a in offsets:
+            assert cmp(a, a) == 0
+            for b in offsets:
+                assert (cmp(a, b) > 0) == (cmp(b, a) < 0), f"not antisymmetric: {a}, {b}"
+                for c in offsets:
+                    if cmp(a, b) <= 0 and cmp(b, c) <= 0:
+                        assert cmp(a, c) <= 0, f"not transitive: {a} <= {b} <= {c}"
+        assert kit.sort_offsets([end, *reversed([e.offset for e in events]), start]) == \
+            [start, *(e.offset for e in events), end]
+
+    def test_offsets_survive_json_and_pickle_round_trips(self, kit: Kit) -> None:
+        items = kit.items()
+        start = kit.offset()
+        kit.harness.execute(kit.insert_sql("kit_items", ("id", "v"), (1, "x")))
+        events = kit.events([items], start, kit.offset())
+        for offset in (start, events[0].offset):
+            for copy in (Offset.from_json(json.loads(offset.json_text())),
+                         Offset.from_json(json.loads(json.dumps(offset.to_json()))),
+                         pickle.loads(pickle.dumps(offset))):
+                assert copy == offset and kit.dialect.compare_offset(copy, offset) == 0
+        # a stream started from a round-tripped offset yields the same change
+        again = kit.events([items], Offset.from_json(json.loads(start.json_text())),
+                           kit.offset())
+        assert again == events
+
+
+class TestReadRange:
+    """2. ``read_range`` and ``next_boundary``: half-open bounds, open ends, compound keys,
+    empty tables, every row exactly once."""
+
+    def test_every_row_once_over_the_splits_next_boundary_cuts(self, kit: Kit) -> None:
+        rows = [(i * 3 - 40, f"row {i}") for i in range(61)]
+        items = kit.items(rows)
+        for size in (1, 7, 25, 1000):
+            splits = kit.splits(items, size)
+            assert splits[0].start is None and splits[-1].end is None
+            seen: list[Row] = []
+            for split in splits:
+                got = kit.rows(items, split, fetch_size=4)
+                assert all(split.contains(items.key_of(r)) for r in got), \
+                    f"read_range({split.start}, {split.end}) returned a row outside the split"
+                if split.end is not None:
+                    assert len(got) == size, \
+                        f"next_boundary cut {split.start}..{split.end} with {len(got)} rows " \
+                        f"for size {size}"
+                seen += got
+            assert sorted(seen) == sorted(rows), f"split size {size}: rows lost or repeated"
+
+    def test_split_bounds_are_half_open(self, kit: Kit) -> None:
+        rows = [(i, f"row {i}") for i in range(0, 100, 10)]
+        items = kit.items(rows)
+        for start, end in [((10,), (50,)), ((11,), (50,)), ((10,), (51,)), (None, (30,)),
+                           ((70,), None), ((20,), (20,)), ((-5,), (1,))]:
+            split = SnapshotSplit(items.table, 0, start, end)
+            got = sorted(kit.rows(items, split))
+            expected = [r for r in rows if split.contains((r[0],))]
+            assert got == expected, f"read_range over [{start}, {end}) returned {got}"
+
+    def test_compound_text_and_integer_keys(self, kit: Kit) -> None:
+        rows = [(a, b, f"{a}/{b}") for a in ("A", "B", "a", "ab", "b", "b b")
+                for b in (-2, 0, 1, 7)]
+        pairs = kit.pairs(rows)
+        assert pairs.key == ("a", "b")
+        for size in (1, 3, 5, 50):
+            splits = kit.splits(pairs, size)
+            seen = [r for s in splits for r in kit.rows(pairs, s)]
+            assert sorted(seen) == sorted(rows), f"split size {size}: rows lost or repeated"
+            bounds = [s.end for s in splits[:-1] if s.end is not None]
+            assert bounds == sorted(bounds), "next_boundary's keys are not in key order"
+            for split in splits:
+                got = kit.rows(pairs, split)
+                assert all(split.contains(pairs.key_of(r)) for r in got), \
+                    f"read_range over [{split.start}, {split.end}) returned a row outside it " \
+                    f"(text keys must compare as code points, a binary collation)"
+
+    def test_empty_table(self, kit: Kit) -> None:
+        items = kit.items()
+        assert kit.dialect.next_boundary(kit.conn, items, None, 10) is None
+        stats = kit.dialect.table_stats(kit.conn, items)
+        assert (stats.min_key, stats.max_key) == (None, None)
+        assert kit.rows(items) == []
+        assert kit.splits(items, 10) == [SnapshotSplit(items.table, 0, None, None)]
+
+    def test_table_stats_give_the_key_ends(self, kit: Kit) -> None:
+        pairs = kit.pairs([("m", 5, "x"), ("c", 9, "x"), ("z", -1, "x"), ("c", 2, "x")])
+        stats = kit.dialect.table_stats(kit.conn, pairs)
+        assert (stats.min_key, stats.max_key) == (("c", 2), ("z", -1))
+        assert stats.approx_rows >= 0
+
+
+class TestBoundedStream:
+    """3. A bounded ``stream_log`` yields exactly the commits in ``[start, end)`` in log order,
+    splits cleanly anywhere (even inside a transaction), skips rolled-back work, crosses log
+    segments and repeats identically."""
+
+    def test_exactly_the_commits_in_the_window_in_log_order(self, kit: Kit) -> None:
+        items, pairs = kit.items([(1, "before")]), kit.pairs()
+        h = kit.harness
+        low = kit.offset()
+        h.execute(kit.insert_sql("kit_items", ("id", "v"), (2, "two")))
+        h.execute(kit.insert_sql("kit_pairs", ("a", "b", "v"), ("k", 1, "other table")))
+        h.execute(kit.insert_sql("kit_items", ("id", "v"), (3, "rolled back")), rollback=True)
+        h.execute(kit.sql("kit_items", "UPDATE {t} SET v = 'changed' WHERE id = 2"))
+        h.execute(kit.sql("kit_items", "DELETE FROM {t} WHERE id = 1"))
+        high = kit.offset()
+        h.execute(kit.insert_sql("kit_items", ("id", "v"), (4, "after the window")))
+        events = kit.events([items], low, high)
+        assert _summary(events) == [("kit_items", "c", (2,), None),
+                                    ("kit_items", "u", (2,), None),
+                                    ("kit_items", "d", (1,), None)]
+        assert events[0].after == (2, "two") and events[1].after == (2, "changed")
+        both = kit.events([items, pairs], low, high)
+        assert [e.table.name for e in both] == ["kit_items", "kit_pairs", "kit_items",
+                                                "kit_items"]
+        assert kit.events([items, pairs], low, high) == both, "a repeated read differs"
+
+    @requires(Feature.KEY_UPDATES)
+    def test_an_update_that_moves_the_key_carries_the_old_key(self, kit: Kit) -> None:
+        items = kit.items([(1, "one")])
+        low = kit.offset()
+        kit.harness.execute(kit.sql("kit_items", "UPDATE {t} SET id = 10 WHERE id = 1"))
+        events = kit.events([items], low, kit.offset())
+        # one update with old_key, or a delete of the old key then an insert of the new one
+        moved = [(e.op, e.key, e.old_key) for e in events]
+        assert moved in ([("u", (10,), (1,))], [("d", (1,), None), ("c", (10,), None)]), moved
+        assert events[-1].after == (10, "one")
+
+    @requires(Capability.BEFORE_IMAGES)
+    def test_updates_and_deletes_carry_before_images(self, kit: Kit) -> None:
+        items = kit.items([(1, "one"), (2, "two")])
+        low = kit.offset()
+        kit.harness.execute(kit.sql("kit_items", "UPDATE {t} SET v = 'uno' WHERE id = 1"))
+        kit.harness.execute(kit.sql("kit_items", "DELETE FROM {t} WHERE id = 2"))
+        events = kit.events([items], low, kit.offset())
+        assert [(e.op, e.before) for e in events] == [("u", (1, "one")), ("d", (2, "two"))]
+
+    def test_adjacent_windows_partition_the_log(self, kit: Kit) -> None:
+        """``[a, c) == [a, b) + [b, c)`` for bounds taken between commits and while another
+        transaction is open (it belongs to the window its commit falls in)."""
+        items = kit.items()
+        bounds = [kit.offset()]
+        concurrent = Feature.CONCURRENT_WRITERS in kit.harness.features
+        open_tx = kit.harness.admin_connect()
+        try:
+            if concurrent:  # a transaction open across several bounds
+                open_tx.cursor().execute(kit.insert_sql("kit_items", ("id", "v"), (100, "open")))
+            for i in range(4):
+                kit.harness.execute(kit.insert_sql("kit_items", ("id", "v"), (i, "x")))
+                bounds.append(kit.offset())
+            if not concurrent:
+                open_tx.cursor().execute(kit.insert_sql("kit_items", ("id", "v"), (100, "open")))
+            open_tx.commit()
+        finally:
+            open_tx.close()
+        kit.harness.execute(kit.sql("kit_items", "UPDATE {t} SET v = 'y' WHERE id < 2"))
+        bounds.append(kit.offset())
+        whole = kit.events([items], bounds[0], bounds[-1])
+        assert sorted(e.key for e in whole if e.op == "c") == \
+            [(0,), (1,), (2,), (3,), (100,)], "a commit was lost or repeated"
+        pieces = [e for a, b in pairwise(bounds) for e in kit.events([items], a, b)]
+        assert pieces == whole, "adjacent windows do not add up to the whole window"
+
+    def test_a_large_transaction_can_be_split_at_any_event(self, kit: Kit) -> None:
+        items = kit.items()
+        low = kit.offset()
+        kit.harness.execute(*(kit.insert_sql("kit_items", ("id", "v"), (i, f"row {i}"))
+                              for i in range(600)))
+        high = kit.offset()
+        events = kit.events([items], low, high)
+        assert [e.key for e in events] == [(i,) for i in range(600)]
+        for cut in (1, 299, 599):
+            head = kit.events([items], low, events[cut].offset)
+            tail = kit.events([items], events[cut].offset, high)
+            assert head == events[:cut] and tail == events[cut:], \
+                f"resuming at the offset of event {cut} of one transaction lost or repeated " \
+                f"events ({len(head)} + {len(tail)})"
+
+    @requires(Feature.LOG_SWITCH)
+    def test_a_log_switch_inside_the_window(self, kit: Kit) -> None:
+        items = kit.items()
+        low = kit.offset()
+        kit.harness.execute(kit.insert_sql("kit_items", ("id", "v"), (1, "first segment")))
+        kit.harness.force_log_switch()
+        kit.harness.execute(kit.insert_sql("kit_items", ("id", "v"), (2, "second segment")))
+        middle = kit.offset()
+        kit.harness.force_log_switch()
+        kit.harness.execute(kit.insert_sql("kit_items", ("id", "v"), (3, "third segment")))
+        high = kit.offset()
+        assert [e.key for e in kit.events([items], low, high)] == [(1,), (2,), (3,)]
+        assert [e.key for e in kit.events([items], middle, high)] == [(3,)]
+
+    def test_an_end_with_no_later_change_still_ends(self, kit: Kit) -> None:
+        items = kit.items()
+        low = kit.offset()
+        kit.harness.execute(kit.insert_sql("kit_items", ("id", "v"), (1, "x")))
+        high = kit.offset()
+        started = time.monotonic()
+        assert [e.key for e in kit.events([items], low, high)] == [(1,)]
+        assert kit.events([items], high, high) == []
+        assert time.monotonic() - started < 60
+
+
+class TestOpenStream:
+    """4. An open-ended ``stream_log`` advances over an idle log with heartbeats, and resuming
+    from an event or a heartbeat loses and repeats nothing."""
+
+    def test_an_idle_log_yields_heartbeats_that_advance(self, kit: Kit) -> None:
+        items, _ = kit.items(), kit.pairs()
+        start = kit.offset()
+        for i in range(3):  # changes to a table the stream does not follow
+            kit.harness.execute(kit.insert_sql("kit_pairs", ("a", "b", "v"), ("x", i, "x")))
+        cmp = kit.dialect.compare_offset
+        got = kit.open_stream(
+            [items], start, kit.connect(),
+            lambda got: isinstance(got[-1], Heartbeat) and cmp(got[-1].offset, start) > 0,
+            "an open-ended stream_log over an idle table (waiting for a heartbeat past the "
+            "start)")
+        assert not _changes(got), "changes of a table not asked for were yielded"
+        beats = [i.offset for i in got if isinstance(i, Heartbeat)]
+        assert all(cmp(a, b) <= 0 for a, b in pairwise(beats)), "heartbeats went backwards"
+        assert all(cmp(b, start) >= 0 for b in beats), "a heartbeat lies before the start"
+
+    def test_resuming_loses_and_repeats_nothing(self, kit: Kit) -> None:
+        items = kit.items()
+        start = kit.offset()
+        for i in range(30):
+            kit.harness.execute(kit.insert_sql("kit_items", ("id", "v"), (i, "x")))
+        high = kit.offset()
+        whole = kit.events([items], start, high)
+        assert len(whole) == 30
+        first = _changes(kit.open_stream([items], start, kit.connect(),
+                                         lambda got: len(_changes(got)) == 13,
+                                         "an open-ended stream_log (13 changes)"))
+        resume = first[12].offset  # the first change not taken starts the next read
+        cmp = kit.dialect.compare_offset
+
+        def rest_then_heartbeat(got: list[ChangeEvent | Heartbeat]) -> bool:
+            last = got[-1]
+            return len(_changes(got)) >= 18 and isinstance(last, Heartbeat) and \
+                cmp(last.offset, whole[-1].offset) > 0
+        second = kit.open_stream([items], resume, kit.connect(), rest_then_heartbeat,
+                                 "an open-ended stream_log resumed at a change")
+        assert first[:12] + _changes(second) == whole, "resuming at a change lost or repeated"
+        beat = second[-1]
+        assert isinstance(beat, Heartbeat)
+        for i in range(30, 35):
+            kit.harness.execute(kit.insert_sql("kit_items", ("id", "v"), (i, "x")))
+        third = _changes(kit.open_stream([items], beat.offset, kit.connect(),
+                                         lambda got: len(_changes(got)) == 5,
+                                         "an open-ended stream_log resumed at a heartbeat"))
+        assert [e.key for e in third] == [(i,) for i in range(30, 35)], \
+            "resuming at a heartbeat lost or repeated changes"
+
+
+class TestVisibility:
+    """5a. The hazard of DESIGN.md section 1: a read between two offsets sees exactly the
+    states between them, while other connections commit concurrently."""
+
+    def _log_of(self, kit: Kit, table: Any, initial: Sequence[Row], start: Offset, end: Offset
+                ) -> tuple[LogIndex, dict[Key, Any]]:
+        log = kit.events([table], start, end)
+        return (LogIndex(log, kit.dialect.compare_offset),
+                key_histories(log, as_dict(table, initial)))
+
+    def test_reads_between_two_offsets_see_only_states_between_them(self, kit: Kit) -> None:
+        initial = [(i, "initial") for i in range(0, 300, 2)]
+        items = kit.items(initial)
+        start = kit.offset()
+        threads = 3 if Feature.CONCURRENT_WRITERS in kit.harness.features else 1
+        reads: list[tuple[Offset, list[Row], Offset]] = []
+        with Writer(kit, "kit_items", 300, threads, seed=7, pause=0.001) as writer:
+            writer.wait(50)
+            for _ in range(25):
+                low = kit.offset()
+                rows = kit.rows(items)
+                reads.append((low, rows, kit.offset()))
+        end = kit.offset()
+        index, histories = self._log_of(kit, items, initial, start, end)
+        assert len(index.log) > 50
+        for low, rows, high in reads:
+            check_visible_between(rows, items, histories, index.position(low),
+                                  index.position(high))
+
+    @requires(Capability.ATOMIC_SNAPSHOT)
+    def test_a_snapshot_view_sees_exactly_the_changes_below_its_offset(self, kit: Kit) -> None:
+        initial = [(i, "initial") for i in range(0, 300, 2)]
+        items = kit.items(initial)
+        start = kit.offset()
+        threads = 3 if Feature.CONCURRENT_WRITERS in kit.harness.features else 1
+        views: list[tuple[Offset, list[Row]]] = []
+        reader = kit.connect()
+        with Writer(kit, "kit_items", 300, threads, seed=11, pause=0.001) as writer:
+            writer.wait(50)
+            for _ in range(25):
+                view = kit.dialect.begin_snapshot(reader, None)
+                assert view is not None
+                rows = [tuple(r) for b in kit.dialect.read_range(
+                    reader, items, SnapshotSplit(items.table, 0, None, None), 100) for r in b]
+                kit.dialect.end_snapshot(reader)
+                views.append((view.offset, rows))
+        end = kit.offset()
+        index, histories = self._log_of(kit, items, initial, start, end)
+        for offset, rows in views:
+            at = index.position(offset)
+            check_visible_between(rows, items, histories, at, at)
+
+
+def _run_sync(kit: Kit, options: SyncOptions, writer: Writer, warmup: int
+              ) -> tuple[list[tuple[str, dict[Key, Row]]], list[ChangeEvent],
+                         SyncState | None, Offset]:
+    """Run the algorithm while ``writer`` writes; stop the writer once the log phase starts,
+    then catch up. Returns each committed state with the mirror at that point, every emitted
+    event, the first log-phase state and the final head offset."""
+    items = kit.dialect.describe_table(kit.conn, kit.harness.table_id("kit_items"))
+    runner = SyncRunner(kit.dialect, kit.connect, options,
+                        PhaseHooks(after_read=lambda split: time.sleep(0.003)))
+    mirror: dict[Key, Row] = {}
+    emitted: list[ChangeEvent] = []
+    stored: list[tuple[str, dict[Key, Row]]] = []
+    first_log: SyncState | None = None
+    with writer:
+        writer.wait(warmup)
+        state = runner.start([items])
+        stored.append((state.dumps(), dict(mirror)))
+        while state.phase is Phase.SNAPSHOT:
+            events, state = runner.step(state)
+            apply(mirror, events)
+            emitted += events
+            stored.append((state.dumps(), dict(mirror)))
+        first_log = state
+        for _ in range(3):  # some log batches while the writer still writes
+            events, state = runner.step(state)
+            apply(mirror, events)
+            emitted += events
+            stored.append((state.dumps(), dict(mirror)))
+    head = kit.offset()
+    done = caught_up(runner, head)
+    while not done(state):
+        events, state = runner.step(state)
+        apply(mirror, events)
+        emitted += events
+        stored.append((state.dumps(), dict(mirror)))
+    runner.close()
+    assert mirror == as_dict(items, kit.rows(items)), "the mirror differs from the source"
+    return stored, emitted, first_log, head
+
+
+class TestEndToEnd:
+    """5b. The whole algorithm over the dialect with concurrent writers: the mirror equals the
+    source, and in exactly-once mode each change is emitted once, after its split's read."""
+
+    @pytest.mark.parametrize("mode", ["exactly_once", "at_least_once", "atomic_snapshot"])
+    def test_sync_under_concurrent_writers_ends_equal_to_the_source(self, kit: Kit, mode: str
+                                                                   ) -> None:
+        if mode == "atomic_snapshot" and not kit.dialect.has(Capability.ATOMIC_SNAPSHOT):
+            pytest.skip(f"dialect {kit.dialect.name!r} does not declare atomic_snapshot")
+        initial = [(i * 2, f"row {i}") for i in range(1500)]
+        items = kit.items(initial)
+        start = kit.offset()
+        options = SyncOptions(split_size=97, fetch_size=50, exactly_once=mode != "at_least_once",
+                              atomic_snapshot=mode == "atomic_snapshot",
+                              log_batch_max_events=150)
+        threads = 3 if Feature.CONCURRENT_WRITERS in kit.harness.features else 1
+        writer = Writer(kit, "kit_items", 3000, threads, seed=3, pause=0.003)
+        _, emitted, first_log, head = _run_sync(kit, options, writer, warmup=20)
+        assert any(e.op != "r" for e in emitted)
+        if mode == "at_least_once":
+            return
+        assert first_log is not None
+        log = kit.events([items], start, head)
+        check_exactly_once(emitted, LogIndex(log, kit.dialect.compare_offset),
+                           key_histories(log, as_dict(items, initial)),
+                           first_log.finished[items.table])
+
+
+class TestTypeParity:
+    """6. The same data read by ``read_range`` and by ``stream_log`` gives equal values."""
+
+    def test_snapshot_and_log_give_equal_values(self, kit: Kit) -> None:
+        golden = list(kit.harness.golden_columns())
+        if not golden:
+            pytest.skip("the harness gives no golden_columns")
+        names = [f"c{i}" for i in range(len(golden))]
+        columns = [("id", "int"), *((n, g.sql_type) for n, g in zip(names, golden, strict=True))]
+        depth = max(len(g.literals) for g in golden)
+        literal_rows = [[g.literals[j] if j < len(g.literals) else "NULL" for g in golden]
+                        for j in range(depth)] + [["NULL"] * len(golden)]
+        table = kit.table("kit_golden", columns, ["id"])
+        cols = ", ".join(map(kit.harness.quote, ["id", *names]))
+
+        def insert(first_id: int) -> None:
+            kit.harness.execute(*(
+                kit.sql("kit_golden", f"INSERT INTO {{t}} ({cols}) "
+                                      f"VALUES ({first_id + j}, {', '.join(row)})")
+                for j, row in enumerate(literal_rows)))
+        insert(0)
+        snapshot = {r[0]: r[1:] for r in kit.rows(table)}
+        low = kit.offset()
+        insert(1000)
+        logged = {e.key[0] - 1000: e.after[1:] for e in kit.events([table], low, kit.offset())
+                  if e.after is not None}
+        assert len(snapshot) == len(literal_rows) == len(logged)
+        for j in snapshot:
+            for name, g, a, b in zip(names, golden, snapshot[j], logged[j], strict=True):
+                assert a == b and type(a) is type(b), \
+                    f"{g.sql_type} value {literal_rows[j][names.index(name)]}: read_range " \
+                    f"gives {a!r}, stream_log gives {b!r}"
+
+
+class TestResume:
+    """7. Restarting from any committed state ends equal to the source."""
+
+    def test_resume_from_every_stored_state(self, kit: Kit) -> None:
+        items = kit.items([(i * 2, f"row {i}") for i in range(300)])
+        options = SyncOptions(split_size=37, fetch_size=20, log_batch_max_events=40)
+        writer = Writer(kit, "kit_items", 600, 1, seed=5, pause=0.002, max_transactions=150)
+        stored, _, _, head = _run_sync(kit, options, writer, warmup=20)
+        source = as_dict(items, kit.rows(items))
+        for text, saved in pick(stored[:-1], 10):
+            runner = SyncRunner(kit.dialect, kit.connect, options)
+            state, mirror = SyncState.loads(text), dict(saved)
+            done = caught_up(runner, head)
+            while not done(state):
+                events, state = runner.step(state)
+                apply(mirror, events)
+            runner.close()
+            assert mirror == source, f"resuming from {state.phase.value} state lost data"
+
+
+class TestPreflight:
+    """8. Preflight passes on a configured source and names each missing setting or privilege
+    with the statement that fixes it."""
+
+    @requires("preflight")
+    def test_a_configured_source_passes_preflight(self, kit: Kit) -> None:
+        items = kit.items()
+        failed = [r for r in kit.dialect.preflight(kit.conn, [items.table])
+                  if r.required and not r.ok]
+        assert not failed, "\n".join(map(str, failed))
+
+    @requires("preflight")
+    def test_missing_privileges_are_reported_with_their_fix(self, kit: Kit) -> None:
+        url = kit.harness.unprivileged_url()
+        if url is None:
+            pytest.skip("the harness gives no unprivileged_url")
+        items = kit.items()
+        conn = kit.dialect.connect(ConnectionConfig.from_url(url))
+        try:
+            checks = kit.dialect.preflight(conn, [items.table])
+        finally:
+            conn.close()
+        failed = [r for r in checks if r.required and not r.ok]
+        assert failed, "preflight found nothing missing for a user without privileges"
+        for r in failed:
+            assert r.fix.strip(), f"requirement {r.name!r} is missing but names no fix"
+        password = ConnectionConfig.from_url(url).password
+        if password:
+            assert password not in "\n".join(map(str, checks)), "a password is in the report"
+
+
+__all__ = [
+    "TestBoundedStream",
+    "TestEndToEnd",
+    "TestHooks",
+    "TestOffsets",
+    "TestOpenStream",
+    "TestPreflight",
+    "TestReadRange",
+    "TestResume",
+    "TestTypeParity",
+    "TestVisibility",
+]
