@@ -396,9 +396,9 @@ class TestVisibility:
         threads = 3 if Feature.CONCURRENT_WRITERS in kit.harness.features else 1
         views: list[tuple[Offset, list[Row]]] = []
         reader = kit.connect()
-        with Writer(kit, "kit_items", 300, threads, seed=11, pause=0.001) as writer:
+        with Writer(kit, "kit_items", 300, threads, seed=11, pause=0.0) as writer:
             writer.wait(50)
-            for _ in range(25):
+            for _ in range(60):
                 view = kit.dialect.begin_snapshot(reader, None)
                 assert view is not None
                 rows = [tuple(r) for b in kit.dialect.read_range(
