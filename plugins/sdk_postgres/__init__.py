@@ -430,9 +430,12 @@ def _check_slot(conn: PgConnection, start: int) -> None:
 
 
 def _read(conn: PgConnection, tables: Sequence[TableSchema], start: tuple[int, int],
-          end: int) -> Iterator[ChangeEvent]:
+          end: tuple[int, int]) -> Iterator[ChangeEvent]:
+    """The changes at ``start <= (commit LSN, index in transaction) < end``; an end inside a
+    transaction (a batch cut there) decodes that transaction and stops at the index."""
     wanted = {(t.table.schema, t.table.name): t for t in tables}
-    yield from _decode_rows(conn, wanted, _peek(conn, end), start, end)
+    upto = end[0] + 1 if end[1] else end[0]
+    yield from _decode_rows(conn, wanted, _peek(conn, upto), start, end)
 
 
 def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
@@ -463,8 +466,8 @@ def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
 
 
 def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
-                 batches: Iterator[list[tuple[Any, ...]]], start: tuple[int, int], end: int
-                 ) -> Iterator[ChangeEvent]:
+                 batches: Iterator[list[tuple[Any, ...]]], start: tuple[int, int],
+                 end: tuple[int, int]) -> Iterator[ChangeEvent]:
     txn: pgo.Begin | None = None
     index = 0
     for rows in batches:
@@ -478,8 +481,7 @@ def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
                 assert txn is not None
                 n = index
                 index += 1
-                if txn.final_lsn < start[0] or (txn.final_lsn == start[0] and n < start[1]) \
-                        or txn.final_lsn >= end:
+                if not start <= (txn.final_lsn, n) < end:
                     continue
                 relation = conn.relations[message.relid]
                 table = wanted.get((relation.schema, relation.name))
@@ -489,7 +491,7 @@ def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
                 assert txn is not None
                 names = [conn.relations[r] for r in message.relids if r in conn.relations]
                 hit = [f"{r.schema}.{r.name}" for r in names if (r.schema, r.name) in wanted]
-                if hit and start[0] <= txn.final_lsn < end:
+                if hit and start[0] <= txn.final_lsn < end[0]:
                     raise FatalSyncError(
                         f"TRUNCATE of {', '.join(hit)} at {lsn_text(txn.final_lsn)}: the "
                         "engine cannot express it as row changes yet; take a new snapshot of "
@@ -548,13 +550,13 @@ def stream_log(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
     begin = _parts(start)
     _check_slot(conn, begin[0])
     if end is not None:
-        yield from _read(conn, tables, begin, _parts(end)[0])
+        yield from _read(conn, tables, begin, _parts(end))
         return
     position = start
     while True:
         head = current_offset(conn)
         if compare_offset(head, position) > 0:
-            yield from _read(conn, tables, _parts(position), _parts(head)[0])
+            yield from _read(conn, tables, _parts(position), _parts(head))
             position = head
         yield Heartbeat(position)
         time.sleep(POLL_SECONDS)
