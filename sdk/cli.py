@@ -158,6 +158,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if result.verified else 1
 
 
+def cmd_new_dialect(args: argparse.Namespace) -> int:
+    """Create a new dialect plugin project: entry point, hooks to fill in, the kit's tests."""
+    from pathlib import Path
+
+    from .template import render
+
+    root = render(args.name, Path(args.dir))
+    print(f"created {root}\nnext: cd {root} && pip install -e '.[test]' && sdk dialects && "
+          f"pytest   (then fill in sdk_{args.name}/__init__.py hook by hook)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sdk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -192,6 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help=cmd_status.__doc__)
     status.add_argument("--checkpoint", default="sdk-checkpoint")
     status.set_defaults(func=cmd_status)
+    new = sub.add_parser("new-dialect", help=cmd_new_dialect.__doc__)
+    new.add_argument("name", help="the dialect's name, e.g. cockroach (package sdk_<name>)")
+    new.add_argument("--dir", default=".", help="where to create sdk-<name>/ (default: here)")
+    new.set_defaults(func=cmd_new_dialect)
     return parser
 
 
