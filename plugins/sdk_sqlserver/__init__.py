@@ -197,7 +197,7 @@ def preflight(conn: MssqlConnection, tables: Sequence[TableId]) -> list[Requirem
         checks.append(Requirement(f"SELECT on {table}", bool(can_select), "",
                                   f"GRANT SELECT ON {_table(table)} TO {q(user)}"))
         chain = instances.get(table, [])
-        if ok and not chain:
+        if ok and cdc_on and not chain:
             checks.append(Requirement(
                 f"capture instance of {table} readable", False,
                 "sys.sp_cdc_help_change_data_capture does not list it for this login (the "
