@@ -39,10 +39,10 @@ SKIP = ("no Oracle server: set SDK_TEST_ORACLE_URL (see docs/dialects/oracle.md;
         "compose.yaml has an oracle service)")
 
 
-def admin_connection() -> Any:
+def admin_connection(url: str = ADMIN_URL) -> Any:
     import oracledb
 
-    config = ConnectionConfig.from_url(ADMIN_URL)
+    config = ConnectionConfig.from_url(url)
     return oracledb.connect(user=config.user, password=config.password,
                             dsn=f"{config.host}:{config.port or 1521}/{config.database}")
 
@@ -77,7 +77,13 @@ class OracleHarness(Harness):
                      "EXCEPTION WHEN OTHERS THEN IF SQLCODE != -942 THEN RAISE; END IF; END;")
 
     def force_log_switch(self) -> None:
-        self.execute("ALTER SYSTEM SWITCH LOGFILE")
+        # a log switch is a CDB-wide operation: run it as the capture user (in the root)
+        assert self.url is not None
+        conn = admin_connection(self.url)
+        try:
+            conn.cursor().execute("ALTER SYSTEM SWITCH LOGFILE")
+        finally:
+            conn.close()
 
     def golden_columns(self) -> list[GoldenColumn]:
         return [
