@@ -319,6 +319,12 @@ def test_update_without_full_supplemental_logging_is_refused() -> None:
         event(ORDERS, 'delete from "SHOP"."ORDERS" where "NAME" = \'x\';', OFF, None)
 
 
+def test_columns_unknown_to_the_schema_are_refused() -> None:
+    with pytest.raises(FatalSyncError, match="NEW_COL"):
+        event(ORDERS, 'insert into "SHOP"."ORDERS"("ID","NEW_COL") values (\'1\',\'x\');', OFF,
+              None)
+
+
 def test_unreadable_values_name_table_and_offset() -> None:
     with pytest.raises(FatalSyncError, match=r"SHOP\.ORDERS"):
         event(ORDERS, 'insert into "SHOP"."ORDERS"("ID","NAME") values (\'1\',Unsupported Type);',

@@ -411,6 +411,12 @@ def event(table: TableSchema, sql: str, offset: Offset, commit_ts: int | None) -
     """A change event from one ``SQL_REDO`` statement of ``table``."""
     try:
         redo = _redo.parse(sql)
+        unknown = sorted((set(redo.new) | set(redo.old)) - set(table.column_names))
+        if unknown:
+            raise FatalSyncError(
+                f"a change of {table.table} at {offset} has column(s) {unknown} the captured "
+                "schema does not know (DDL since the snapshot?): take a new snapshot of the "
+                "table")
         if redo.op == "c":
             after = tuple(from_redo(c, redo.new.get(c.name)) for c in table.columns)
             return ChangeEvent(table.table, "c", table.key_of(after), after, offset,
