@@ -13,19 +13,12 @@ The admin URL (a user owning the test tables, in the PDB) defaults to the captur
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-try:
-    import sdk_oracle
-except ImportError:  # the editable install predates the plugin: put plugins/ on the path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
-    import sdk_oracle
-
+import sdk_oracle
 from sdk import ChangeEvent, DialectManager, SnapshotSplit, TableId
 from sdk.config import ConnectionConfig
 from sdk.testing import Feature, GoldenColumn, Harness

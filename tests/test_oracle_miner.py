@@ -11,24 +11,16 @@ unchanged on it, as on a python-oracledb connection.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import re
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-try:
-    import sdk_oracle
-except ImportError:  # the editable install predates the plugin: put plugins/ on the path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
-    import sdk_oracle
-
-import itertools
-
+import sdk_oracle
 from sdk import (
     ChangeEvent,
     FatalSyncError,

@@ -5,17 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import sys
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-try:
-    import sdk_oracle  # noqa: F401
-except ImportError:  # the editable install predates the plugin: put plugins/ on the path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
 from sdk import Column, FatalSyncError, Offset, TableId, TableSchema
 from sdk_oracle._miner import Miner, Session, event, make_offset

@@ -14,16 +14,15 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import re
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+import sdk_sqlserver
 from sdk import (
     ChangeEvent,
     DialectManager,
@@ -34,13 +33,6 @@ from sdk import (
     TableId,
     TableSchema,
 )
-
-try:
-    import sdk_sqlserver
-except ImportError:  # the editable install predates the plugin: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
-    import sdk_sqlserver
-
 from sdk_sqlserver import _changes, _lsn
 
 # --- the fake server --------------------------------------------------------------------------

@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 import time
 from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+import sdk_sqlserver
 from sdk import ChangeEvent, SnapshotSplit, TableId
 from sdk.config import ConnectionConfig
-
-try:
-    import sdk_sqlserver
-except ImportError:  # the editable install predates the plugin: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
-    import sdk_sqlserver
 
 pytestmark = pytest.mark.sqlserver
 URL = os.environ.get("SDK_TEST_SQLSERVER_URL")
