@@ -44,7 +44,6 @@ class OracleHarness(Harness):
     """Tables owned by the admin user, with ALL COLUMNS supplemental logging."""
 
     dialect = "oracle"
-    plugin = sdk_oracle
     skip_reason = SKIP
     features = frozenset({Feature.CONCURRENT_WRITERS, Feature.KEY_UPDATES, Feature.LOG_SWITCH})
 
