@@ -52,7 +52,8 @@ class Harness:
 
     ``url`` is the URL the dialect itself connects with (its least-privilege capture user);
     None makes every test that needs the database skip with ``skip_reason``. The tests create
-    their own tables (names start with ``kit_``) and drop them again.
+    their own tables (names start with ``kit_`` and end with a per-test suffix) and drop them
+    again.
     """
 
     dialect: ClassVar[str]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import uuid
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -24,6 +25,7 @@ from ..types import (
     Offset,
     Row,
     SnapshotSplit,
+    TableId,
     TableSchema,
 )
 from .harness import Feature, Harness
@@ -89,6 +91,7 @@ class Kit:
         self._conns: list[Connection] = []
         self.conn = self.connect()
         self._tables: list[str] = []
+        self.tag = uuid.uuid4().hex[:6]
 
     def connect(self) -> Connection:
         conn = self.dialect.connect(self.config)
@@ -105,17 +108,25 @@ class Kit:
 
     # --- tables --------------------------------------------------------------------------------
 
+    def physical(self, name: str) -> str:
+        """The real name of the kit's table ``name``: suffixed per test, so several runs of the
+        kit (CI and a developer, two dialects' suites) can share one database."""
+        return f"{name}_{self.tag}"
+
+    def table_id(self, name: str) -> TableId:
+        return self.harness.table_id(self.physical(name))
+
     def table(self, name: str, columns: Sequence[tuple[str, str]], key: Sequence[str],
               rows: Sequence[Sequence[object]] = ()) -> TableSchema:
         """Create a captured table with ``columns`` of kit kinds (``int``/``text``) or DDL
         types (anything else), fill it with ``rows`` and return the dialect's description."""
         kinds = {"int", "text"}
         ddl = [(c, self.harness.column_type(t) if t in kinds else t) for c, t in columns]
-        self.harness.create_table(name, ddl, key)
-        self._tables.append(name)
+        self.harness.create_table(self.physical(name), ddl, key)
+        self._tables.append(self.physical(name))
         if rows:
             self.insert(name, [c for c, _ in columns], rows)
-        schema = self.dialect.describe_table(self.conn, self.harness.table_id(name))
+        schema = self.dialect.describe_table(self.conn, self.table_id(name))
         self.dialect.prepare_capture(self.conn, [schema])
         return schema
 
@@ -130,7 +141,7 @@ class Kit:
 
     def insert_sql(self, name: str, columns: Sequence[str], row: Sequence[object]) -> str:
         cols = ", ".join(map(self.harness.quote, columns))
-        return (f"INSERT INTO {self.harness.qualified(name)} ({cols}) "
+        return (f"INSERT INTO {self.harness.qualified(self.physical(name))} ({cols}) "
                 f"VALUES ({', '.join(literal(v) for v in row)})")
 
     def insert(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[object]]
@@ -141,7 +152,7 @@ class Kit:
 
     def sql(self, name: str, template: str) -> str:
         """``template`` with ``{t}`` replaced by the qualified name of table ``name``."""
-        return template.replace("{t}", self.harness.qualified(name))
+        return template.replace("{t}", self.harness.qualified(self.physical(name)))
 
     # --- hooks with the kit's checks -----------------------------------------------------------
 

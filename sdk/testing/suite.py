@@ -214,13 +214,13 @@ class TestBoundedStream:
         high = kit.offset()
         h.execute(kit.insert_sql("kit_items", ("id", "v"), (4, "after the window")))
         events = kit.events([items], low, high)
-        assert _summary(events) == [("kit_items", "c", (2,), None),
-                                    ("kit_items", "u", (2,), None),
-                                    ("kit_items", "d", (1,), None)]
+        assert _summary(events) == [(items.table.name, "c", (2,), None),
+                                    (items.table.name, "u", (2,), None),
+                                    (items.table.name, "d", (1,), None)]
         assert events[0].after == (2, "two") and events[1].after == (2, "changed")
         both = kit.events([items, pairs], low, high)
-        assert [e.table.name for e in both] == ["kit_items", "kit_pairs", "kit_items",
-                                                "kit_items"]
+        assert [e.table for e in both] == [items.table, pairs.table, items.table,
+                                           items.table]
         assert kit.events([items, pairs], low, high) == both, "a repeated read differs"
 
     @requires(Feature.KEY_UPDATES)
@@ -426,7 +426,7 @@ def _run_sync(kit: Kit, options: SyncOptions, writer: Writer, warmup: int
     """Run the algorithm while ``writer`` writes; stop the writer once the log phase starts,
     then catch up. Returns each committed state with the mirror at that point, every emitted
     event, the first log-phase state and the final head offset."""
-    items = kit.dialect.describe_table(kit.conn, kit.harness.table_id("kit_items"))
+    items = kit.dialect.describe_table(kit.conn, kit.table_id("kit_items"))
     runner = SyncRunner(kit.dialect, kit.connect, options,
                         PhaseHooks(after_read=lambda split: time.sleep(0.003)))
     mirror: dict[Key, Row] = {}
