@@ -93,3 +93,13 @@ options:
     config.write_text("source: x\nsurce: y\n")
     assert main(["sync", "--config", str(config)]) == 2
     assert "unknown key(s) surce" in capsys.readouterr().err
+
+
+def test_progress_lines_show_the_lag_in_the_log_phase() -> None:
+    from sdk.spark.sync import describe_progress
+
+    lines = describe_progress({"phase": "log", "tables": {}, "rows": 10, "rows_per_second": 5,
+                               "position": '{"seq": 3}', "caught_up": False,
+                               "applied": 4, "applied_per_second": 2.0, "lag_seconds": 2.46})
+    assert lines[-1].endswith("catching up, lag 2.5 s")
+    assert "lag" not in describe_progress({"phase": "snapshot", "tables": {}})[-1]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -58,6 +59,9 @@ class Mirror:
         self.partitions = partitions
         self.envelope = len(self.tables) > 1 if envelope is None else envelope
         self.applied: dict[str, int] = {}
+        self.lag_seconds: float | None = None
+        """Seconds from the commit of the newest change the last batch applied to the end of
+        that batch; None until a batch applied a change with a commit time."""
         conn = dialect.connect(config)
         try:
             for table in self.targets.values():
@@ -74,8 +78,13 @@ class Mirror:
             keys = [F.col(k) for k in self.tables[0].key]
             spread = df.repartition(self.partitions, *keys)
         apply = _PartitionApplier(self, batch_id)
-        for table, applied in spread.rdd.mapPartitionsWithIndex(apply).collect():
+        newest: float | None = None
+        for table, applied, committed in spread.rdd.mapPartitionsWithIndex(apply).collect():
             self.applied[table] = self.applied.get(table, 0) + applied
+            if committed is not None and (newest is None or committed > newest):
+                newest = committed
+        if newest is not None:
+            self.lag_seconds = max(0.0, time.time() - newest)
 
 
 class _PartitionApplier:
@@ -89,10 +98,18 @@ class _PartitionApplier:
         self.envelope = mirror.envelope
         self.batch_id = batch_id
 
-    def __call__(self, task: int, rows: Iterator[Any]) -> Iterator[tuple[str, int]]:
+    def __call__(self, task: int, rows: Iterator[Any]
+                 ) -> Iterator[tuple[str, int, float | None]]:
         latest: dict[tuple[TableId, tuple[Any, ...]], tuple[int, ChangeEvent]] = {}
+        newest: dict[TableId, float] = {}
+        stamp = "commit_ts" if self.envelope else "_commit_ts"
         for row in rows:
-            seq, event = self._event(row.asDict())
+            record = row.asDict()
+            seq, event = self._event(record)
+            committed = record[stamp]
+            if committed is not None:  # Spark gives a naive local time; timestamp() knows it
+                when = committed.timestamp()
+                newest[event.table] = max(when, newest.get(event.table, when))
             slot = (event.table, event.key)
             if slot not in latest or latest[slot][0] <= seq:
                 latest[slot] = (seq, event)
@@ -107,7 +124,7 @@ class _PartitionApplier:
             for table, events in per_table.items():
                 done = dialect.apply_changes(conn, self.tables[table], events,
                                              f"{self.batch_id}-{task}")
-                yield str(table), len(events) if done else 0
+                yield str(table), len(events) if done else 0, newest.get(table)
         finally:
             conn.close()
 

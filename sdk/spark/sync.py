@@ -124,7 +124,12 @@ def run_sync(source: str, target: str | None, tables: str = "*",
     def with_applied(progress: dict[str, Any]) -> dict[str, Any]:
         total = sum(mirror.applied.values()) if mirror is not None else 0
         seconds = max(time.monotonic() - started, 1e-9)
-        return {**progress, "applied": total, "applied_per_second": total / seconds}
+        report = {**progress, "applied": total, "applied_per_second": total / seconds}
+        if mirror is not None and progress.get("phase") in ("log", "done"):
+            # caught up with nothing left to apply: no lag; else the last batch's
+            lag = mirror.lag_seconds
+            report["lag_seconds"] = 0.0 if progress.get("caught_up") else lag
+        return report
 
     try:
         while query.isActive:
@@ -174,5 +179,7 @@ def describe_progress(progress: Mapping[str, Any]) -> list[str]:
         summary += f", log at {progress['position']}"
         if "caught_up" in progress:
             summary += ", caught up" if progress["caught_up"] else ", catching up"
+    if progress.get("lag_seconds") is not None:
+        summary += f", lag {progress['lag_seconds']:.1f} s"
     lines.append(summary)
     return lines
