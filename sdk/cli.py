@@ -153,8 +153,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     rate = result.rows / result.seconds if result.seconds else 0
     verdict = "verified: mirror == source for every table" if result.verified else \
         f"NOT verified: {', '.join(result.mismatches) or 'did not catch up'}"
+    lag = "" if result.lag_seconds is None else f", lag {result.lag_seconds:.1f} s"
     print(f"demo: {result.rows:,} rows in {result.seconds:.1f} s ({rate:,.0f} rows/s), "
-          f"caught up; {verdict}")
+          f"caught up{lag}; {verdict}")
     return 0 if result.verified else 1
 
 

@@ -51,6 +51,8 @@ class DemoResult:
     seconds: float
     verified: bool
     mismatches: list[str]
+    lag_seconds: float | None = None
+    """Commit-to-applied time of the last batch that applied changes."""
 
 
 def start_postgres(pgdata: Path) -> str:
@@ -186,8 +188,8 @@ def run_demo(workdir: Path, rows: int, report: Any) -> DemoResult:
     try:
         print("syncing to the SQLite mirror while a writer keeps changing the shop ...",
               flush=True)
-        run_sync(source, mirror, "public.*", str(workdir / "checkpoint"), "snapshot", options,
-                 report=report)
+        first = run_sync(source, mirror, "public.*", str(workdir / "checkpoint"), "snapshot",
+                         options, report=report)
         time.sleep(2)  # a little log phase with the writer still busy
     finally:
         stop.set()
@@ -197,4 +199,5 @@ def run_demo(workdir: Path, rows: int, report: Any) -> DemoResult:
                        options, report=report)
     seconds = time.monotonic() - started
     bad = verify(source, mirror)
-    return DemoResult(total, seconds, summary.caught_up and not bad, bad)
+    lag = summary.lag_seconds if summary.lag_seconds is not None else first.lag_seconds
+    return DemoResult(total, seconds, summary.caught_up and not bad, bad, lag)

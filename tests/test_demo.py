@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ def test_small_demo_is_verified(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert "created the shop: 5,000 rows in 5 tables" in out
     assert "verified: mirror == source for every table" in out
+    assert re.search(r"caught up, lag \d+\.\d s; verified", out), out[-300:]
 
 
 def test_demo_never_deletes_a_folder_it_did_not_make(tmp_path: Path,

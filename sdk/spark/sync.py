@@ -34,6 +34,8 @@ class SyncSummary:
     seconds: float
     phase: str
     caught_up: bool
+    lag_seconds: float | None = None
+    """Commit-to-applied time of the newest change in the last batch that applied one."""
 
 
 def spark_session(master: str = "local[2]") -> Any:
@@ -154,7 +156,8 @@ def run_sync(source: str, target: str | None, tables: str = "*",
         report(with_applied(progress))
     applied = sum(mirror.applied.values()) if mirror is not None else 0
     return SyncSummary(applied, time.monotonic() - started,
-                       progress.get("phase", "snapshot"), bool(progress.get("caught_up")))
+                       progress.get("phase", "snapshot"), bool(progress.get("caught_up")),
+                       mirror.lag_seconds if mirror is not None else None)
 
 
 def describe_progress(progress: Mapping[str, Any]) -> list[str]:
