@@ -197,6 +197,19 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
             "no primary key and no replica identity: adding it to a publication would make "
             "the application's UPDATE and DELETE fail" if not ok else "",
             f"ALTER TABLE {_table(table)} REPLICA IDENTITY FULL (or add a primary key)"))
+        toastable = conn.query(
+            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND "
+            "c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attstorage <> 'p' "
+            "ORDER BY a.attnum", (table.schema, table.name))
+        if toastable and ok:
+            columns = ", ".join(name for (name,) in toastable)
+            checks.append(Requirement(
+                f"before images for the TOAST-able columns of {table}", ident == "f",
+                f"columns {columns} can be stored out of line (TOAST); an update that leaves "
+                "such a value unchanged does not log it, and the sync stops rather than write "
+                "NULL" if ident != "f" else "",
+                f"ALTER TABLE {_table(table)} REPLICA IDENTITY FULL", required=False))
         (can_select,) = conn.query("SELECT has_table_privilege(%s, 'SELECT')",
                                    (_table(table),))[0]
         checks.append(Requirement(f"SELECT on {table}", can_select, "",
@@ -405,6 +418,14 @@ def _plan(conn: PgConnection, table: TableSchema, relation: pgo.Relation
 
 def _values(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
             data: list[Any], old: list[Any] | None) -> tuple[Any, ...]:
+    """A tuple's values in ``table.columns`` order.
+
+    An update that did not touch a TOASTed (out-of-line) value logs it as *unchanged*
+    (``'u'``) instead of the value. ``old`` is the full before image (replica identity FULL),
+    from which such a value is taken; never a key-only old tuple, whose other columns are NULL.
+    Without a before image the value is not in the log at all: rather than write NULL (or
+    Debezium's placeholder string), or read the current row (a later state: not exact), the
+    sync stops naming the fix."""
     out: list[Any] = []
     for i, loader in _plan(conn, table, relation):
         raw = data[i] if i < len(data) else None
@@ -412,13 +433,15 @@ def _values(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
             out.append(None)
             continue
         if raw is pgo.UNCHANGED:
-            raw = old[i] if old is not None else pgo.UNCHANGED
+            raw = old[i] if old is not None and i < len(old) else pgo.UNCHANGED
             if raw is pgo.UNCHANGED:
                 name = relation.columns[i][0]
                 raise FatalSyncError(
-                    f"an update of {table.table} left the TOASTed column {name!r} out of the "
-                    f"log: run ALTER TABLE {_table(table.table)} REPLICA IDENTITY FULL so its "
-                    "value is logged")
+                    f"an update of {table.table} left the TOASTed column {name!r} unchanged, "
+                    "and PostgreSQL logs no value for it without a before image: run ALTER "
+                    f"TABLE {_table(table.table)} REPLICA IDENTITY FULL so updates log the "
+                    "whole old row, then take a new snapshot (restart the sync with a new "
+                    "--checkpoint directory, startup.mode=initial)")
             if raw is None:
                 out.append(None)
                 continue
@@ -507,9 +530,14 @@ def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
                 hit = [f"{r.schema}.{r.name}" for r in names if (r.schema, r.name) in wanted]
                 if hit and start[0] <= txn.final_lsn < end[0]:
                     raise FatalSyncError(
-                        f"TRUNCATE of {', '.join(hit)} at {lsn_text(txn.final_lsn)}: the "
-                        "engine cannot express it as row changes yet; take a new snapshot of "
-                        "the table")
+                        f"TRUNCATE of {', '.join(hit)} at {lsn_text(txn.final_lsn)}: it "
+                        "removes every row without logging them, which the engine cannot "
+                        "express as row changes, so the target would keep rows the source no "
+                        "longer has. Fix: take a new snapshot (restart the sync with a new "
+                        "--checkpoint directory, startup.mode=initial). To let TRUNCATE pass "
+                        "unseen instead (the target then keeps the truncated rows): ALTER "
+                        f"PUBLICATION {q(conn.publication)} SET (publish = 'insert, update, "
+                        "delete')")
 
 
 def _change(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
@@ -529,7 +557,8 @@ def _change(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
         key = _key_from(conn, table, relation, message.old)
         return ChangeEvent(table.table, "d", key, None, offset, old, commit_ts=commit_ts)
     assert message.new is not None
-    after = _values(conn, table, relation, message.new, message.old)
+    after = _values(conn, table, relation, message.new,
+                    None if message.old_is_key else message.old)
     key = table.key_of(after)
     old_key = _key_from(conn, table, relation, message.old) if message.old is not None \
         else None
