@@ -20,6 +20,7 @@ from sdk import (
     ChangeEvent,
     ConnectionConfig,
     Dialect,
+    Heartbeat,
     Offset,
     OffsetExpiredError,
     SnapshotSplit,
@@ -423,3 +424,106 @@ def test_identifiers_with_spaces_quotes_backticks_and_accents(
         assert sorted(rows) == [(2, "y"), (3, "z")]
     finally:
         admin(mysql_admin, f"DROP TABLE {quoted}")
+
+
+# --- GTID positions in offsets, heartbeats -----------------------------------------------------
+
+
+def binlog_gtid_pos(mysql_admin: Any, offset: Offset) -> str:
+    """The server's own GTID position at the offset's transaction start, domains in order."""
+    with mysql_admin.cursor() as cur:
+        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (offset["file"], offset["pos"]))
+        (value,) = cur.fetchone()
+    assert value is not None, offset
+    return ",".join(sorted(value.split(","), key=lambda g: int(g.split("-")[0])))
+
+
+def test_offsets_carry_the_mariadb_gtid_position(mysql: Dialect, conn: Any, make_table: Any,
+                                                  mysql_admin: Any) -> None:
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, v INT)")
+    schema = mysql.describe_table(conn, table)
+    low = mysql.current_offset(conn)
+    assert low["gtid"] == binlog_gtid_pos(mysql_admin, low)
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (1, 0), (2, 0)")
+    admin(mysql_admin, f"UPDATE `{table.name}` SET v = 1 WHERE id = 1")
+    admin(mysql_admin, "FLUSH BINARY LOGS")
+    admin(mysql_admin, f"DELETE FROM `{table.name}` WHERE id = 2")
+    high = mysql.current_offset(conn)
+    assert high["gtid"] == binlog_gtid_pos(mysql_admin, high)
+    events = log(mysql, conn, [schema], low, high)
+    assert [e.op for e in events] == ["c", "c", "u", "d"]
+    for event in events:  # the GTID position where the change's transaction starts
+        assert event.offset["gtid"] == binlog_gtid_pos(mysql_admin, event.offset)
+    assert events[0].offset["gtid"] == events[1].offset["gtid"] != events[2].offset["gtid"]
+    # the GTID is informational: the same position without it orders and reads the same
+    bare = Offset("mysql", file=events[2].offset["file"], pos=events[2].offset["pos"], n=0)
+    assert mysql.compare_offset(bare, events[2].offset) == 0
+    assert log(mysql, conn, [schema], bare, high) == events[2:]
+    # a start offset without a GTID gets it from the server: the events are the same
+    assert log(mysql, conn, [schema], Offset("mysql", file=low["file"], pos=low["pos"], n=0),
+               high) == events
+
+
+def test_current_offset_gtid_is_exact_under_a_concurrent_writer(
+        mysql: Dialect, conn: Any, make_table: Any, mysql_admin: Any) -> None:
+    """With the binlog end moving, the snapshot position's GTID comes from BINLOG_GTID_POS
+    rather than the live @@gtid_binlog_pos."""
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY AUTO_INCREMENT)")
+    stop = threading.Event()
+    writer = mysql.connect(ConnectionConfig.from_url("mysql://root@127.0.0.1:3306/sdk_test"))
+
+    def write() -> None:
+        while not stop.is_set():
+            writer.query(f"INSERT INTO `{table.name}` VALUES ()")
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        marks = [mysql.current_offset(conn) for _ in range(20)]
+    finally:
+        stop.set()
+        thread.join()
+        writer.close()
+    for mark in marks:
+        assert mark["gtid"] == binlog_gtid_pos(mysql_admin, mark), mark
+
+
+def test_heartbeats_on_an_idle_table_advance_past_other_writes(
+        mysql: Dialect, make_table: Any, mysql_admin: Any, mysql_url: str) -> None:
+    """An open-ended read of a table nobody writes keeps yielding heartbeats from the server's
+    replication heartbeat, and they move past writes to other tables and a binlog rotation."""
+    quiet = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    busy = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    conn = mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=0.2"))
+    try:
+        schema = mysql.describe_table(conn, quiet)
+        start = mysql.current_offset(conn)
+        cmp = mysql.compare_offset
+        stream = mysql.stream_log(conn, [schema], start, None)
+        got: list[Any] = []
+        targets: list[Offset] = []
+        t0 = time.monotonic()
+        try:
+            for item in stream:
+                got.append(item)
+                assert isinstance(item, Heartbeat), "a change of a table nobody wrote"
+                elapsed = time.monotonic() - t0
+                if not targets and elapsed > 1.5:  # idle so far: now write elsewhere
+                    admin(mysql_admin, f"INSERT INTO `{busy.name}` VALUES (1)")
+                    admin(mysql_admin, "FLUSH BINARY LOGS")
+                    admin(mysql_admin, f"INSERT INTO `{busy.name}` VALUES (2)")
+                    targets.append(mysql.current_offset(conn))
+                if targets and cmp(item.offset, targets[0]) >= 0:
+                    break
+                assert elapsed < 30, "no heartbeat reached the writes to the other table"
+        finally:
+            stream.close()  # type: ignore[attr-defined]
+        idle = [h for h in got if isinstance(h, Heartbeat)]
+        assert len(idle) >= 5  # 0.2 s heartbeats over at least 1.5 s
+        assert all(cmp(a.offset, b.offset) <= 0 for a, b in pairwise(idle))
+        assert all(cmp(h.offset, start) >= 0 for h in idle)
+        last = idle[-1].offset
+        assert last["file"] != start["file"]  # past the rotation
+        assert last["gtid"] == binlog_gtid_pos(mysql_admin, last)
+    finally:
+        conn.close()

@@ -12,7 +12,6 @@ the raw position and the window is not closed (see docs/dialects/mysql.md).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,11 +42,19 @@ from sdk.sql import lexicographic_range
 
 from . import _target
 from ._binlog import read_changes
-from ._offsets import NAME, make_offset, parts, position_key
+from ._offsets import (
+    NAME,
+    canonical_mariadb_gtid,
+    gtid_of,
+    make_offset,
+    parts,
+    position_key,
+)
 from ._types import logical_column, normalizer
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
-POLL_SECONDS = 0.5
+HEARTBEAT_SECONDS = 1.0  # an open-ended stream_log's heartbeat period (option heartbeat_seconds)
+MAX_GTID_TEXT = 1024  # a longer MySQL GTID set is left out of offsets
 
 
 @dataclass
@@ -59,6 +66,7 @@ class MySqlConnection:
     database: str | None
     snapshot_status: bool
     mariadb: bool
+    heartbeat_seconds: float = HEARTBEAT_SECONDS
     in_view: bool = False
     _binlogs: list[str] = field(default_factory=list)
 
@@ -115,8 +123,11 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
         (version,) = cur.fetchone()
         cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
         snapshot_status = cur.fetchone() is not None
+    heartbeat = float(config.options.get("heartbeat_seconds", HEARTBEAT_SECONDS))
+    if not heartbeat > 0:
+        raise ConfigurationError("heartbeat_seconds must be a positive number of seconds")
     return MySqlConnection(raw, settings, config.database, snapshot_status,
-                           "mariadb" in version.lower())
+                           "mariadb" in version.lower(), heartbeat)
 
 
 # --- preflight --------------------------------------------------------------------------------
@@ -282,21 +293,65 @@ def next_boundary(conn: MySqlConnection, table: TableSchema, start: Key | None, 
 # --- the four fetch tasks ---------------------------------------------------------------------
 
 
-def _status_offset(conn: MySqlConnection) -> Offset:
+def _status_row(conn: MySqlConnection) -> tuple[Any, ...]:
+    """The row of ``SHOW BINARY LOG STATUS`` (MySQL 8.2+, MariaDB 10.5.2+) or of its old
+    spelling ``SHOW MASTER STATUS`` (removed in MySQL 8.4): File, Position, ..., and on MySQL
+    Executed_Gtid_Set last."""
     for statement in ("SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"):
         try:
             rows = conn.query(statement)
         except Exception:  # the other spelling exists on this server
             continue
         if rows:
-            return make_offset(rows[0][0], int(rows[0][1]))
+            return rows[0]
     raise ConfigurationError("the server reports no binlog position: start it with log_bin "
                              "(see sdk check)")
 
 
-def _snapshot_position(conn: MySqlConnection) -> Offset:
+def _mysql_gtid(text: Any) -> str | None:
+    """MySQL's executed GTID set as offset text: newlines removed; None when GTIDs are off or
+    the set is too long to copy into every offset (a history of many servers)."""
+    if not isinstance(text, str):
+        return None
+    text = text.replace("\n", "").replace("\r", "").strip()
+    return text if text and len(text) <= MAX_GTID_TEXT else None
+
+
+def _status_offset(conn: MySqlConnection) -> Offset:
+    row = _status_row(conn)
+    gtid = _mysql_gtid(row[4]) if not conn.mariadb and len(row) > 4 else None
+    return make_offset(row[0], int(row[1]), 0, gtid)
+
+
+def _snapshot_position(conn: MySqlConnection) -> tuple[str, int]:
     status = dict(conn.query("SHOW STATUS LIKE 'binlog_snapshot_%'"))
-    return make_offset(status["Binlog_snapshot_file"], int(status["Binlog_snapshot_position"]))
+    return status["Binlog_snapshot_file"], int(status["Binlog_snapshot_position"])
+
+
+def binlog_gtid_pos(conn: MySqlConnection, file: str, pos: int) -> str | None:
+    """MariaDB's GTID position at ``file:pos`` (``BINLOG_GTID_POS``), None when the server
+    cannot say (the file is gone, or ``pos`` is not an event boundary). The server reads the
+    file from its start to ``pos`` for this: milliseconds per ten megabytes of binlog."""
+    rows = conn.query("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+    value = rows[0][0] if rows else None
+    if isinstance(value, bytes):
+        value = value.decode()
+    return canonical_mariadb_gtid(value) if isinstance(value, str) else None
+
+
+def _mariadb_gtid_at(conn: MySqlConnection, file: str, pos: int) -> str | None:
+    """MariaDB's GTID position at ``file:pos``, cheaply when ``file:pos`` is the binlog's end:
+    ``@@gtid_binlog_pos`` read between two ``SHOW BINLOG STATUS`` that both report ``file:pos``
+    is the state there (the server updates both under the binlog lock). Otherwise, when a
+    writer moved the end meanwhile, ``BINLOG_GTID_POS`` computes it exactly."""
+    before = _status_row(conn)
+    ((position,),) = conn.query("SELECT @@GLOBAL.gtid_binlog_pos")
+    after = _status_row(conn)
+    if (before[0], int(before[1])) == (after[0], int(after[1])) == (file, pos):
+        if isinstance(position, bytes):
+            position = position.decode()
+        return canonical_mariadb_gtid(str(position or ""))
+    return binlog_gtid_pos(conn, file, pos)
 
 
 @hookimpl
@@ -305,7 +360,10 @@ def current_offset(conn: MySqlConnection) -> Offset:
         return _status_offset(conn)
     conn.query("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     try:
-        return _snapshot_position(conn)
+        file, pos = _snapshot_position(conn)
+        if conn.mariadb:
+            return make_offset(file, pos, 0, _mariadb_gtid_at(conn, file, pos))
+        return make_offset(file, pos)  # Percona: its GTID set is not tied to the snapshot
     finally:
         conn.query("COMMIT")
 
@@ -337,18 +395,15 @@ def _check_retained(conn: MySqlConnection, file: str) -> None:
 def stream_log(conn: MySqlConnection, tables: Sequence[TableSchema], start: Offset,
                end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
     _check_retained(conn, parts(start)[0])
-    if end is not None:
-        if position_key(parts(end)) > position_key(parts(start)):
-            yield from read_changes(conn.settings, tables, parts(start), parts(end))
+    if end is not None and position_key(parts(end)) <= position_key(parts(start)):
         return
-    position = start
-    while True:
-        head = current_offset(conn)
-        if position_key(parts(head)) > position_key(parts(position)):
-            yield from read_changes(conn.settings, tables, parts(position), parts(head))
-            position = head
-        yield Heartbeat(position)
-        time.sleep(POLL_SECONDS)
+    gtid = gtid_of(start)
+    if gtid is None and conn.mariadb:
+        file, pos, _ = parts(start)
+        gtid = binlog_gtid_pos(conn, file, pos)
+    yield from read_changes(conn.settings, tables, parts(start),
+                            parts(end) if end is not None else None, gtid,
+                            conn.heartbeat_seconds)
 
 
 @hookimpl
@@ -366,7 +421,9 @@ def begin_snapshot(conn: MySqlConnection) -> SnapshotView | None:
         return None
     conn.query("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     conn.in_view = True
-    return SnapshotView(_snapshot_position(conn))
+    # no GTID here: it would cost a BINLOG_GTID_POS scan per split under writes, and a split's
+    # watermark is never where a user resumes after a failover
+    return SnapshotView(make_offset(*_snapshot_position(conn)))
 
 
 @hookimpl
