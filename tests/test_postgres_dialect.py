@@ -4,6 +4,7 @@ guarantees, pgoutput decoding, the type contract both ways, slots, and end to en
 from __future__ import annotations
 
 import datetime as dt
+import os
 import random
 import threading
 import time
@@ -427,3 +428,260 @@ def test_drop_capture_drops_the_slot_and_names_the_publication_owner(
         drop_capture(conn)  # the publication belongs to the tables' owner
     assert not conn.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
                           (names["slot"],))
+
+
+# --- exported snapshots ------------------------------------------------------------------------
+
+
+def _temporary_slots(admin: Any) -> list[str]:
+    """The temporary export slots this test process holds (named ``sdk_snap_<pid>_...``)."""
+    return [s for (s,) in admin.execute(
+        "SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE %s",
+        (f"sdk_snap_{os.getpid()}_%",)).fetchall()]
+
+
+def _rows(pg: Dialect, conn: Any, schema: TableSchema, start: Any, end: Any) -> list[Any]:
+    split = SnapshotSplit(schema.table, 0, start, end)
+    return [tuple(r) for b in pg.read_range(conn, schema, split, 100) for r in b]
+
+
+def test_exported_snapshot_splits_plus_stream_from_its_offset_equal_the_source(
+        pg: Dialect, capture: Any, url: str, postgres_admin: Any,
+        postgres_admin_url: str) -> None:
+    """Two connections read two splits in one exported snapshot (one creates it, one joins it
+    by token) while a writer inserts, updates (moving keys too) and deletes; the rows plus
+    the log from the view's offset replay to exactly the table's final content."""
+    import psycopg
+
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY, v text)",
+                  [(i, f"initial {i}") for i in range(2000)])
+    name = schema.table.name
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    writes = [0]
+
+    def write() -> None:
+        rng = random.Random(5)
+        try:
+            with psycopg.connect(postgres_admin_url, autocommit=True) as w:
+                while not stop.is_set():
+                    k = rng.randrange(4000)
+                    op = rng.random()
+                    with w.transaction():
+                        if op < 0.4:
+                            w.execute(f'INSERT INTO "{name}" VALUES (%s, %s) ON CONFLICT (id) '
+                                      "DO UPDATE SET v = excluded.v", (k, f"w {k}"))
+                        elif op < 0.7:
+                            w.execute(f'UPDATE "{name}" SET v = v || %s WHERE id = %s',
+                                      ("+", k))
+                        elif op < 0.8:
+                            w.execute(f'UPDATE "{name}" SET id = %s WHERE id = %s '
+                                      f'AND NOT EXISTS (SELECT 1 FROM "{name}" WHERE id = %s)',
+                                      (k + 4000, k, k + 4000))
+                        else:
+                            w.execute(f'DELETE FROM "{name}" WHERE id = %s', (k,))
+                    writes[0] += 1
+        except BaseException as exc:
+            failures.append(exc)
+
+    start = pg.current_offset(conn)
+    thread = threading.Thread(target=write)
+    thread.start()
+    joiner = pg.connect(ConnectionConfig.from_url(url))
+    try:
+        while writes[0] < 50:
+            time.sleep(0.01)
+        view = pg.begin_snapshot(conn, None)
+        assert view is not None and view.token
+        assert len(_temporary_slots(postgres_admin)) == 1
+        # a change committed after the view was taken: the view must not see it
+        run(postgres_admin, f'INSERT INTO "{name}" VALUES (-1, %s)', ("after the view",))
+        run(postgres_admin, f'INSERT INTO "{name}" VALUES (9999, %s)', ("after the view",))
+        first = _rows(pg, conn, schema, None, (1000,))
+        time.sleep(0.2)  # the writer keeps going between the two splits
+        joined = pg.begin_snapshot(joiner, view.token)
+        assert joined is not None and pg.compare_offset(joined.offset, view.offset) == 0
+        second = _rows(pg, joiner, schema, (1000,), None)
+        pg.end_snapshot(joiner)
+        pg.end_snapshot(conn)
+        assert _temporary_slots(postgres_admin) == []
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join()
+        joiner.close()
+    assert not failures
+    assert (-1, "after the view") not in first and (9999, "after the view") not in second
+    end = pg.current_offset(conn)
+
+    def replay(mirror: dict[Any, Any], events: list[ChangeEvent]) -> list[Any]:
+        for event in events:
+            if event.old_key is not None:
+                mirror.pop(event.old_key, None)
+            if event.op == "d":
+                mirror.pop(event.key, None)
+            else:
+                mirror[event.key] = event.after
+        return sorted(mirror.values())
+
+    # the view holds exactly the changes below its offset...
+    before = log(pg, conn, [schema], start, view.offset)
+    assert len(before) >= 20
+    initial = {(i,): (i, f"initial {i}") for i in range(2000)}
+    assert replay(initial, before) == sorted(first + second)
+    # ...and the log from its offset on brings it to the table's content
+    after = log(pg, conn, [schema], view.offset, end)
+    assert {(-1,), (9999,)} <= {e.key for e in after}
+    mirror = {schema.key_of(r): r for r in first + second}
+    assert len(mirror) == len(first) + len(second)
+    source = postgres_admin.execute(f'SELECT id, v FROM "{name}"').fetchall()
+    assert replay(mirror, after) == sorted(tuple(r) for r in source)
+
+
+def test_a_token_is_valid_while_its_owner_holds_the_view(pg: Dialect, capture: Any, url: str,
+                                                         postgres_admin: Any) -> None:
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY)", [(1,), (2,)])
+    view = pg.begin_snapshot(conn, None)
+    assert view is not None and view.token is not None
+    other = pg.connect(ConnectionConfig.from_url(url))
+    try:
+        run(postgres_admin, f'INSERT INTO "{schema.table.name}" VALUES (3)')
+        joined = pg.begin_snapshot(other, view.token)
+        assert joined is not None and joined.offset == view.offset
+        assert sorted(_rows(pg, other, schema, None, None)) == [(1,), (2,)]
+        pg.end_snapshot(other)
+        # a joiner ending its view leaves the owner's intact
+        assert pg.begin_snapshot(other, view.token) is not None
+        pg.end_snapshot(other)
+        pg.end_snapshot(conn)  # the owner ends it: the exported snapshot is gone
+        assert pg.begin_snapshot(other, view.token) is None
+        for garbage in ("nonsense", "0/0@", "0/1@00000003-0000FFFF-1", "zz@x"):
+            assert pg.begin_snapshot(other, garbage) is None
+        # no transaction left open by the refused joins: the connection reads the present
+        assert sorted(_rows(pg, other, schema, None, None)) == [(1,), (2,), (3,)]
+    finally:
+        other.close()
+    assert _temporary_slots(postgres_admin) == []
+
+
+def test_no_view_without_the_sync_slot(pg: Dialect, capture: Any, postgres_url: str,
+                                       postgres_admin: Any) -> None:
+    """A view's changes are read from the sync's slot: without it, begin_snapshot declines
+    (the engine falls back to watermarks) and leaves no temporary slot behind."""
+    _, make = capture
+    make("CREATE TABLE {name} (id int PRIMARY KEY)")
+    lone = pg.connect(ConnectionConfig.from_url(
+        with_query(postgres_url, slot=f"sdk_none_{uuid.uuid4().hex[:8]}")))
+    try:
+        assert pg.begin_snapshot(lone, None) is None
+    finally:
+        lone.close()
+    assert _temporary_slots(postgres_admin) == []
+
+
+# --- TOAST, TRUNCATE, heartbeats -------------------------------------------------------------
+
+
+BIG = "(SELECT string_agg(md5(random()::text || g), '') FROM generate_series(1, 200) g)"
+"""6400 characters of hex digests: too random for pglz to shrink below the TOAST threshold,
+so the value is stored out of line and an update that leaves it alone logs it as unchanged."""
+
+
+def _toasted_table(make: Any, admin: Any) -> tuple[TableSchema, str]:
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY, n int, big text, raw bytea)")
+    name = schema.table.name
+    run(admin, f'INSERT INTO "{name}" VALUES (1, 0, {BIG}, convert_to({BIG}, \'UTF8\'))')
+    (size, stored) = admin.execute(
+        f"SELECT pg_column_size(big), (SELECT count(*) FROM pg_toast.pg_toast_{{}}) "
+        f'FROM "{name}"'.format(admin.execute("SELECT %s::regclass::oid",
+                                              (f'"{name}"',)).fetchone()[0])).fetchone()
+    assert size > 2000 and stored > 0, "the value must really be TOASTed out of line"
+    (big,) = admin.execute(f'SELECT big FROM "{name}"').fetchone()
+    return schema, big
+
+
+def test_unchanged_toast_without_before_image_stops_with_the_fix(
+        pg: Dialect, capture: Any, postgres_admin: Any) -> None:
+    conn, make = capture
+    schema, _ = _toasted_table(make, postgres_admin)
+    name = schema.table.name
+    advice = {c.name: c for c in pg.preflight(conn, [schema.table])}[
+        f"before images for the TOAST-able columns of {schema.table}"]
+    assert not advice.ok and not advice.required and "REPLICA IDENTITY FULL" in advice.fix
+    for update in (f'UPDATE "{name}" SET n = n + 1', f'UPDATE "{name}" SET id = id + 10'):
+        low = pg.current_offset(conn)
+        run(postgres_admin, update)
+        # a key-only old tuple (the key moved) has NULL for big: never taken as its value
+        with pytest.raises(FatalSyncError, match="REPLICA IDENTITY FULL"):
+            log(pg, conn, [schema], low, pg.current_offset(conn))
+
+
+def test_unchanged_toast_is_taken_from_the_full_before_image(
+        pg: Dialect, capture: Any, postgres_admin: Any) -> None:
+    conn, make = capture
+    schema, big = _toasted_table(make, postgres_admin)
+    name = schema.table.name
+    run(postgres_admin, f'ALTER TABLE "{name}" REPLICA IDENTITY FULL')
+    assert {c.name: c for c in pg.preflight(conn, [schema.table])}[
+        f"before images for the TOAST-able columns of {schema.table}"].ok
+    low = pg.current_offset(conn)
+    run(postgres_admin, f'UPDATE "{name}" SET n = 5')
+    run(postgres_admin, f'UPDATE "{name}" SET id = 2')
+    events = log(pg, conn, [schema], low, pg.current_offset(conn))
+    assert [(e.op, e.key, e.old_key) for e in events] == [("u", (1,), None), ("u", (2,), (1,))]
+    source = postgres_admin.execute(f'SELECT id, n, big, raw FROM "{name}"').fetchone()
+    assert events[-1].after == tuple(source) and events[-1].after[2] == big
+    assert events[0].after is not None and events[0].after[2] == big
+
+
+def test_truncate_error_names_the_fix(pg: Dialect, capture: Any, postgres_admin: Any) -> None:
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY)", [(1,)])
+    other = make("CREATE TABLE {name} (id int PRIMARY KEY)", [(1,)])
+    low = pg.current_offset(conn)
+    run(postgres_admin, f'TRUNCATE "{other.table.name}"')
+    mid = pg.current_offset(conn)
+    assert log(pg, conn, [schema], low, mid) == []  # a table not captured: no error
+    run(postgres_admin, f'TRUNCATE "{schema.table.name}"')
+    with pytest.raises(FatalSyncError, match=r"startup\.mode=initial") as caught:
+        log(pg, conn, [schema], mid, pg.current_offset(conn))
+    assert schema.table.name in str(caught.value)
+
+
+def test_open_stream_heartbeats_let_an_idle_slot_advance(pg: Dialect, capture: Any,
+                                                         postgres_admin: Any,
+                                                         names: dict[str, str]) -> None:
+    """With no change to the captured tables, the open-ended stream's heartbeats still move to
+    the WAL head (other tables, other databases write WAL), and acknowledging one advances
+    the slot, so an idle captured table does not pin the WAL."""
+    from sdk import Heartbeat
+
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY)")
+    unrelated = f"t_{uuid.uuid4().hex[:10]}"
+    run(postgres_admin, f'CREATE TABLE "{unrelated}" (id int)')
+    try:
+        start = pg.current_offset(conn)
+        stream = pg.stream_log(conn, [schema], start, None)
+        beats: list[Any] = []
+        try:
+            for item in stream:
+                assert isinstance(item, Heartbeat), item
+                beats.append(item.offset)
+                run(postgres_admin, f'INSERT INTO "{unrelated}" VALUES (1)')
+                if len(beats) == 4:
+                    break
+        finally:
+            stream.close()  # type: ignore[attr-defined]
+    finally:
+        run(postgres_admin, f'DROP TABLE "{unrelated}"')
+    assert all(pg.compare_offset(a, b) < 0 for a, b in pairwise(beats[1:]))
+    assert pg.compare_offset(beats[-1], start) > 0
+    pg.acknowledge_offset(conn, beats[-1])
+    (confirmed,) = postgres_admin.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+        (names["slot"],)).fetchone()
+    high, low = confirmed.split("/")
+    assert (int(high, 16) << 32 | int(low, 16)) == beats[-1]["lsn"]

@@ -77,7 +77,7 @@ class PgConnection:
     connect_args: dict[str, Any] = field(default_factory=dict, repr=False)
     """What ``connect`` passed to psycopg (password included, hence ``repr=False``): the
     exporting replication connection of ``begin_snapshot`` is opened with the same."""
-    exporter: Any = None
+    exporter: Exporter | None = None
     """The replication connection whose exported snapshot this connection's view uses, when
     this connection created the view: it must stay open and idle until ``end_snapshot``."""
     in_view: bool = False
@@ -650,7 +650,28 @@ def earliest_offset(conn: PgConnection) -> Offset | None:
 EXPORT_SQL = "CREATE_REPLICATION_SLOT {slot} TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')"
 
 
-def _export(conn: PgConnection) -> tuple[Any, int, str] | None:
+@dataclass
+class Exporter:
+    """The idle replication connection holding an exported snapshot, and its temporary slot."""
+
+    raw: Any
+    slot: str
+
+    def close(self) -> None:
+        """Drop the temporary slot, then disconnect. The server would drop it by itself when
+        the session ends, but only after the client has gone; dropping it first means no
+        slot is left pinning WAL once ``end_snapshot`` returns."""
+        import psycopg
+
+        try:
+            if not self.raw.closed:
+                with contextlib.suppress(psycopg.Error):
+                    self.raw.execute(f"DROP_REPLICATION_SLOT {self.slot}")
+        finally:
+            self.raw.close()
+
+
+def _export(conn: PgConnection) -> tuple[Exporter, int, str] | None:
     """Open a replication connection and export a snapshot from a new temporary slot; return
     (the connection, the consistent point, the snapshot name), or None when the slot could not
     be created within ``wait_seconds``.
@@ -681,7 +702,7 @@ def _export(conn: PgConnection) -> tuple[Any, int, str] | None:
         timer.cancel()
     assert row is not None
     _, point, name, _ = row
-    return rep, lsn_int(point), name
+    return Exporter(rep, slot), lsn_int(point), name
 
 
 def _import(conn: PgConnection, name: str) -> bool:
