@@ -648,6 +648,8 @@ def earliest_offset(conn: PgConnection) -> Offset | None:
 # A token is ``"<consistent point>@<snapshot name>"``.
 
 EXPORT_SQL = "CREATE_REPLICATION_SLOT {slot} TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')"
+EXPORT_SQL_BEFORE_15 = "CREATE_REPLICATION_SLOT {slot} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT"
+"""PostgreSQL 10-14 know only this unparenthesised form (15 added the one above)."""
 
 
 @dataclass
@@ -691,7 +693,8 @@ def _export(conn: PgConnection) -> tuple[Exporter, int, str] | None:
     timer = threading.Timer(conn.wait_seconds, rep.cancel_safe)
     timer.start()
     try:
-        row = rep.execute(EXPORT_SQL.format(slot=slot)).fetchone()
+        command = EXPORT_SQL if rep.info.server_version >= 150000 else EXPORT_SQL_BEFORE_15
+        row = rep.execute(command.format(slot=slot)).fetchone()
     except psycopg.errors.QueryCanceled:
         rep.close()
         return None
@@ -714,7 +717,9 @@ def _import(conn: PgConnection, name: str) -> bool:
     conn.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
     try:
         conn.raw.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(name)))
-    except (psycopg.errors.InvalidParameterValue, psycopg.errors.ObjectNotInPrerequisiteState):
+    except (psycopg.errors.InvalidParameterValue,  # malformed or gone (PostgreSQL 15)
+            psycopg.errors.UndefinedObject,  # gone (PostgreSQL 18)
+            psycopg.errors.ObjectNotInPrerequisiteState):
         conn.raw.execute("ROLLBACK")
         return False
     conn.in_view = True
