@@ -6,6 +6,8 @@
 
 - read_range: rows/s of the dialect reading the table as one split, against a raw psycopg
   server-side cursor over the same SELECT.
+- begin_snapshot: the cost of a new exported view (a temporary slot) and of joining one by
+  token, against the two watermarks a split otherwise takes.
 - stream_log: row changes/s of the dialect over a WAL range, against a raw
   ``pg_logical_slot_peek_binary_changes`` of the same range whose tuples are decoded with
   psycopg's loaders (the least a typed reader must do).
@@ -67,6 +69,34 @@ def main() -> None:
         ours_s, _ = best_of(2, dialect_read)
         print(f"read_range {n} rows: dialect {n / ours_s:,.0f} rows/s, raw psycopg server-side "
               f"cursor {n / raw_s:,.0f} rows/s: {raw_s / ours_s:.2f}x")
+
+        def new_view() -> int:
+            view = pg.begin_snapshot(conn, None)
+            assert view is not None
+            pg.end_snapshot(conn)
+            return 1
+
+        def watermarks() -> int:
+            pg.current_offset(conn)
+            pg.current_offset(conn)
+            return 1
+
+        view_s, _ = best_of(10, new_view)
+        marks_s, _ = best_of(10, watermarks)
+        held = pg.begin_snapshot(conn, None)
+        assert held is not None and held.token is not None
+        joiner = pg.connect(ConnectionConfig.from_url(url))
+
+        def join() -> int:
+            assert pg.begin_snapshot(joiner, held.token) is not None
+            pg.end_snapshot(joiner)
+            return 1
+
+        join_s, _ = best_of(10, join)
+        pg.end_snapshot(conn)
+        joiner.close()
+        print(f"begin_snapshot+end_snapshot: new exported view {view_s * 1000:.1f} ms, joining "
+              f"it by token {join_s * 1000:.2f} ms; two watermarks {marks_s * 1000:.2f} ms")
 
         start = pg.current_offset(conn)
         admin.execute(f"UPDATE bench_rows SET qty = qty + 1 WHERE id <= {args.changes}")
