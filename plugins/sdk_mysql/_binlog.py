@@ -83,7 +83,7 @@ class TableDecoder:
 
 def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                  start: tuple[str, int, int], end: tuple[str, int, int] | None,
-                 gtid: str | None = None, heartbeat_seconds: float = 1.0
+                 gtid: str | None = None, heartbeat_seconds: float = 0.5
                  ) -> Iterator[ChangeEvent | Heartbeat]:
     """Changes of ``tables`` with ``start <= offset < end`` in log order. ``end`` None follows
     the log for ever, with heartbeats (see the module docstring). ``gtid`` is MariaDB's GTID
