@@ -114,6 +114,7 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
         log_file=start_file, log_pos=start_pos, resume_stream=True, blocking=follow,
         slave_heartbeat=heartbeat_seconds if follow else None, only_events=events)
     row_events = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
+    ops = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
     state = MariadbGtidState(gtid) if gtid is not None else None
     txn_gtid = gtid
     txn_file, txn_pos = start_file, start_pos
@@ -144,8 +145,9 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                     low = max(first, skip)
                     high = index if limit is None else min(index, limit)
                     if low < high:
-                        yield from _changes(decoder, event, rows[low - first:high - first],
-                                            txn_file, txn_pos, low, txn_gtid)
+                        yield from _changes(decoder, ops.get(type(event), "u"), event,
+                                            rows[low - first:high - first], txn_file, txn_pos,
+                                            low, txn_gtid)
                 if limit is not None and index >= limit:
                     return
                 after_gtid = False
@@ -200,22 +202,20 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
         reader.close()
 
 
-def _changes(decoder: TableDecoder, event: Any, rows: list[dict[str, Any]], file: str,
-             pos: int, n: int, gtid: str | None) -> Iterator[ChangeEvent]:
-    """The change events of ``rows`` of one rows event, the first being change ``n`` of the
-    transaction at ``file:pos``."""
-    from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
-
+def _changes(decoder: TableDecoder, op: str, event: Any, rows: list[dict[str, Any]],
+             file: str, pos: int, n: int, gtid: str | None) -> Iterator[ChangeEvent]:
+    """The change events (``op`` c, u or d) of ``rows`` of one rows event, the first being
+    change ``n`` of the transaction at ``file:pos``."""
     table = decoder.table.table
     row_of, key_of = decoder.row, decoder.key_of
     commit_ts = int(event.timestamp) * 1_000_000
-    if isinstance(event, WriteRowsEvent):
+    if op == "c":
         for row in rows:
             after = row_of(row["values"], row["none_sources"])
             yield ChangeEvent(table, "c", key_of(after), after, _offset(file, pos, n, gtid),
                               None, None, commit_ts)
             n += 1
-    elif isinstance(event, DeleteRowsEvent):
+    elif op == "d":
         for row in rows:
             before = row_of(row["values"], row["none_sources"])
             yield ChangeEvent(table, "d", key_of(before), None, _offset(file, pos, n, gtid),
