@@ -46,12 +46,16 @@ def run_until(args: list[str], moment: Callable[[str], bool] | None, log: list[s
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                start_new_session=True)
     assert process.stdout is not None
-    for line in process.stdout:
-        log.append(line.rstrip())
-        if moment is not None and moment(line):
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            return time.monotonic() - started
+    try:
+        for line in process.stdout:
+            log.append(line.rstrip())
+            if moment is not None and moment(line):
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                return time.monotonic() - started
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
     code = process.wait()
     if moment is not None:
         raise SystemExit(f"the sync ended (exit {code}) before the kill point:\n"
@@ -103,7 +107,9 @@ def main() -> None:
 
     sync = ["sync", "--source", MYSQL, "--target", PG, "--tables", f"sdk_test.{name}",
             "--target-schema", schema_name, "--checkpoint", str(work / "ck"),
-            "--changes", str(work / "changes")]
+            "--changes", str(work / "changes"),
+            "--option", f"snapshot.split.size={max(1000, args.rows // 120)}",
+            "--option", "snapshot.splits-per-batch=2"]
     log: list[str] = []
     thread = threading.Thread(target=write)
     thread.start()
@@ -114,6 +120,9 @@ def main() -> None:
             fraction = k / (args.snapshot_kills + 1)
 
             def point(line: str, fraction: float = fraction) -> bool:
+                if "phase log" in line:  # the snapshot outran the progress reports
+                    raise SystemExit("the snapshot ended before its kill point: use more "
+                                     "rows or a smaller snapshot.split.size")
                 found = splits.search(line)
                 return found is not None and int(found.group(1)) >= \
                     max(1, fraction * int(found.group(2)))
