@@ -413,12 +413,3 @@ def apply(mirror: dict[Key, Row], events: Sequence[ChangeEvent]) -> None:
 
 def as_dict(table: TableSchema, rows: Sequence[Row]) -> dict[Key, Row]:
     return {table.key_of(r): tuple(r) for r in rows}
-
-
-def pick(items: Sequence[T], count: int) -> list[T]:
-    """Up to ``count`` items spread evenly over ``items`` (first and last included)."""
-    if len(items) <= count:
-        return list(items)
-    step = (len(items) - 1) / (count - 1)
-    return [items[round(i * step)] for i in range(count)]
-
