@@ -527,3 +527,23 @@ def test_heartbeats_on_an_idle_table_advance_past_other_writes(
         assert last["gtid"] == binlog_gtid_pos(mysql_admin, last)
     finally:
         conn.close()
+
+
+def test_gtid_state_keeps_one_entry_per_domain_in_domain_order() -> None:
+    from sdk_mysql._offsets import MariadbGtidState
+
+    state = MariadbGtidState("10-2-5, 0-1-42,")
+    assert state.text == "0-1-42,10-2-5"
+    state.add(3, "3-1-1")
+    state.add(0, "0-7-43")  # a new server in domain 0 replaces that domain's entry
+    assert state.text == "0-7-43,3-1-1,10-2-5"
+    assert MariadbGtidState("").text == ""
+
+
+def test_heartbeat_period_must_be_positive(mysql: Dialect, mysql_url: str) -> None:
+    from sdk import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="heartbeat_seconds"):
+        mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=0"))
+    with pytest.raises(ConfigurationError, match="heartbeat_seconds"):
+        mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=soon"))

@@ -107,6 +107,12 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
     except ImportError:
         raise DriverMissingError("the mysql dialect needs pymysql: pip install 'sdk[mysql]'") \
             from None
+    try:
+        heartbeat = float(config.options.get("heartbeat_seconds", HEARTBEAT_SECONDS))
+    except ValueError:
+        heartbeat = 0.0
+    if not heartbeat > 0:
+        raise ConfigurationError("heartbeat_seconds must be a positive number of seconds")
     settings = {"host": config.host or "127.0.0.1", "port": config.port or 3306,
                 "user": config.user or "root", "password": config.password or ""}
     try:
@@ -123,9 +129,6 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
         (version,) = cur.fetchone()
         cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
         snapshot_status = cur.fetchone() is not None
-    heartbeat = float(config.options.get("heartbeat_seconds", HEARTBEAT_SECONDS))
-    if not heartbeat > 0:
-        raise ConfigurationError("heartbeat_seconds must be a positive number of seconds")
     return MySqlConnection(raw, settings, config.database, snapshot_status,
                            "mariadb" in version.lower(), heartbeat)
 
