@@ -610,6 +610,9 @@ def test_unchanged_toast_without_before_image_stops_with_the_fix(
     advice = {c.name: c for c in pg.preflight(conn, [schema.table])}[
         f"before images for the TOAST-able columns of {schema.table}"]
     assert not advice.ok and not advice.required and "REPLICA IDENTITY FULL" in advice.fix
+    assert "big, raw" in advice.detail
+    small = make("CREATE TABLE {name} (id int PRIMARY KEY, code varchar(20), n numeric(12,2))")
+    assert not [c for c in pg.preflight(conn, [small.table]) if "TOAST" in c.name]
     for update in (f'UPDATE "{name}" SET n = n + 1', f'UPDATE "{name}" SET id = id + 10'):
         low = pg.current_offset(conn)
         run(postgres_admin, update)

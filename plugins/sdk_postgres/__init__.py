@@ -200,8 +200,11 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
         toastable = conn.query(
             "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND "
-            "c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attstorage <> 'p' "
+            "c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attlen = -1 AND "
+            "a.attstorage IN ('x', 'e') AND (a.atttypmod < 0 OR a.atttypmod > 2000) "
             "ORDER BY a.attnum", (table.schema, table.name))
+        # variable-length columns that may be moved out of line: storage extended/external,
+        # with no declared length small enough to keep them inline (varchar(n): typmod n+4)
         if toastable and ok:
             columns = ", ".join(name for (name,) in toastable)
             checks.append(Requirement(
