@@ -547,3 +547,32 @@ def test_heartbeat_period_must_be_positive(mysql: Dialect, mysql_url: str) -> No
         mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=0"))
     with pytest.raises(ConfigurationError, match="heartbeat_seconds"):
         mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=soon"))
+
+
+def test_change_indexes_count_rows_of_tables_not_read(mysql: Dialect, conn: Any,
+                                                       make_table: Any,
+                                                       mysql_admin: Any) -> None:
+    """``n`` counts every row of the transaction, so an offset names the same change whatever
+    tables a read follows, although rows of tables not read are left undecoded when no change
+    of a table read follows them."""
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    other = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, v VARCHAR(10))")
+    schema, other_schema = (mysql.describe_table(conn, t) for t in (table, other))
+    low = mysql.current_offset(conn)
+    admin(mysql_admin, "BEGIN")
+    admin(mysql_admin, f"INSERT INTO `{other.name}` VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (1), (2)")
+    admin(mysql_admin, f"INSERT INTO `{other.name}` VALUES (4, 'd')")
+    admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (3)")
+    admin(mysql_admin, f"INSERT INTO `{other.name}` VALUES (5, 'e')")
+    admin(mysql_admin, "COMMIT")
+    admin(mysql_admin, f"INSERT INTO `{other.name}` VALUES (6, 'f')")  # a foreign transaction
+    high = mysql.current_offset(conn)
+    alone = log(mysql, conn, [schema], low, high)
+    both = log(mysql, conn, [schema, other_schema], low, high)
+    assert [e.offset["n"] for e in alone] == [3, 4, 6]
+    assert [e.offset for e in both if e.table == table] == [e.offset for e in alone]
+    assert [e.key for e in both if e.table == other] == [(i,) for i in range(1, 7)]
+    assert [e.key for e in log(mysql, conn, [schema], alone[1].offset, high)] == [(2,), (3,)]
+    assert [e.key for e in log(mysql, conn, [schema, other_schema], alone[2].offset, high)] \
+        == [(3,), (5,), (6,)]

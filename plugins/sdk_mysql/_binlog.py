@@ -12,6 +12,12 @@ is its GTID (or BEGIN) event's own position, taken from the event header. The en
 once per transaction (and per row only inside the transaction the end points into), because the
 stream does not always end with EOF and ``end_log_pos`` ignores the file name.
 
+Rows of tables not read are decoded only when a change of a table read follows them in the same
+transaction, since ``n`` counts every row of the transaction (so an offset means the same
+whatever tables a read follows): transactions of other tables cost their events' headers and
+table maps, not their rows. The library decodes a rows event's rows lazily, from the event's
+own packet, so this is exact; at most ``MAX_UNREAD`` such events wait, then they are counted.
+
 On MariaDB each offset also carries the GTID position at its transaction's start (see
 ``_offsets``): the reader starts from the position's GTID state and adds each transaction's GTID
 as it passes, so the per-row cost is one more tuple item.
@@ -38,6 +44,7 @@ from ._offsets import NAME, MariadbGtidState, make_offset, position_key
 from ._types import fix_binlog_time, normalizer
 
 _MARIADB_STANDALONE = 1  # MariaDB GTID event flag FL_STANDALONE: a statement without Xid
+MAX_UNREAD = 64  # rows events of other tables held undecoded per transaction, at most
 
 
 class TableDecoder:
@@ -50,7 +57,15 @@ class TableDecoder:
         getter = itemgetter(*self.names)
         # itemgetter of one name returns the value itself, not a 1-tuple
         self.values: Any = getter if len(self.names) > 1 else lambda d: (getter(d),)
-        self.key_of = table.key_of
+        # table.key_of, without its generator: it runs once or twice per change
+        key = table.key_index
+        if len(key) == 1:
+            (at,) = key
+            self.key_of: Any = lambda row: (row[at],)
+        elif key:
+            self.key_of = itemgetter(*key)
+        else:
+            self.key_of = table.key_of
         self.converters: list[tuple[int, Any]] = []
         self.sets: list[str] = []  # SET columns: an empty set arrives as None
         for i, column in enumerate(table.columns):
@@ -122,6 +137,7 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
     limit: int | None = None  # the end's index when the end lies in this transaction
     after_gtid = standalone = in_txn = txn_mariadb = False
     index = 0
+    unread: list[Any] = []  # this transaction's rows events of other tables, not decoded yet
     # following: the last transaction boundary passed (never behind start) and its GTID state
     boundary, boundary_gtid = start, gtid
     last_beat = time.monotonic()
@@ -137,10 +153,17 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
     try:
         for event in reader:
             if isinstance(event, row_events):
+                decoder = decoders.get((event.schema, event.table))
+                if decoder is None and limit is None and len(unread) < MAX_UNREAD:
+                    unread.append(event)  # its rows are counted only if a change follows
+                    after_gtid = False
+                    continue
+                if unread:
+                    index += sum(len(e.rows) for e in unread)
+                    unread.clear()
                 rows = event.rows
                 first = index
                 index += len(rows)
-                decoder = decoders.get((event.schema, event.table))
                 if decoder is not None:
                     low = max(first, skip)
                     high = index if limit is None else min(index, limit)
@@ -164,6 +187,7 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                 standalone = mariadb and bool(event.flags & _MARIADB_STANDALONE)
                 if end_key is not None and position_key((txn_file, txn_pos, 0)) >= end_key:
                     return
+                unread.clear()
                 skip = start_n if (txn_file, txn_pos) == (start_file, start_pos) else 0
                 limit = end[2] if end is not None and (txn_file, txn_pos) == end_txn else None
                 if state is not None:
