@@ -688,3 +688,29 @@ def test_open_stream_heartbeats_let_an_idle_slot_advance(pg: Dialect, capture: A
         (names["slot"],)).fetchone()
     high, low = confirmed.split("/")
     assert (int(high, 16) << 32 | int(low, 16)) == beats[-1]["lsn"]
+
+
+def test_the_runner_shares_one_exported_view_across_splits(pg: Dialect, capture: Any,
+                                                            url: str, postgres_admin: Any
+                                                            ) -> None:
+    """One view for the whole snapshot: every split has the view's offset as its watermark,
+    a change committed mid-snapshot is not in any split, and the view is gone afterwards."""
+    _, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY, v text)",
+                  [(i, f"v{i}") for i in range(1000)])
+    runner = SyncRunner(pg, lambda: pg.connect(ConnectionConfig.from_url(url)),
+                        SyncOptions(split_size=150))
+    state = runner.start([schema])
+    snapshot: list[ChangeEvent] = []
+    while state.phase is Phase.SNAPSHOT:
+        events, state = runner.step(state)
+        snapshot += events
+        if len(snapshot) == 300:  # two splits in: a change the later splits must not see
+            run(postgres_admin, f'UPDATE "{schema.table.name}" SET v = \'late\' WHERE id = 999')
+            assert _temporary_slots(postgres_admin) != []  # the shared view is open
+    assert _temporary_slots(postgres_admin) == []  # closed when the snapshot ended
+    assert len(snapshot) == 1000 and {e.offset for e in snapshot} == {snapshot[0].offset}
+    assert [e.after for e in snapshot if e.key == (999,)] == [(999, "v999")]
+    changes, _ = runner.step(state)
+    assert [(e.op, e.after) for e in changes] == [("u", (999, "late"))]
+    runner.close()

@@ -8,7 +8,7 @@ serialisable progress and :mod:`.runner` drives them in one process.
 from .assigner import SplitAssigner, TablePlan, choose_key
 from .incremental import IncrementalFilter
 from .options import StartupMode, SyncOptions
-from .reader import PhaseHooks, SplitResult, apply_to_buffer, read_split
+from .reader import PhaseHooks, SharedView, SplitResult, apply_to_buffer, read_split
 from .runner import SyncRunner, caught_up
 from .state import Phase, SyncState
 
@@ -16,6 +16,7 @@ __all__ = [
     "IncrementalFilter",
     "Phase",
     "PhaseHooks",
+    "SharedView",
     "SplitAssigner",
     "SplitResult",
     "StartupMode",

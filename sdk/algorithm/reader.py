@@ -20,7 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..dialects import Dialect
-from ..types import ChangeEvent, Connection, Key, Offset, Row, SnapshotSplit, TableSchema
+from ..types import (
+    Capability,
+    ChangeEvent,
+    Connection,
+    Key,
+    Offset,
+    Row,
+    SnapshotSplit,
+    TableSchema,
+)
 from .options import SyncOptions
 
 log = logging.getLogger(__name__)
@@ -126,3 +135,52 @@ def apply_to_buffer(buffer: dict[Key, Row], split: SnapshotSplit, event: ChangeE
     else:
         assert event.after is not None
         buffer[event.key] = event.after
+
+
+class SharedView:
+    """One consistent view for all the splits of a snapshot, when the dialect's views can be
+    joined by token (a PostgreSQL exported snapshot): opened once on a connection of its own,
+    joined by every split read, closed when the snapshot ends.
+
+    Opening a view can cost more than reading a split (PostgreSQL creates a temporary slot), so
+    sharing one keeps an atomic snapshot as fast as a plain one. A dialect whose views cannot
+    be joined (``token`` None, MySQL's consistent snapshots) keeps one view per split. A view
+    that can no longer be joined (its owner gone after a restart) makes ``begin_snapshot``
+    return None, and that split falls back to watermarks.
+    """
+
+    def __init__(self, dialect: Dialect, connect: Callable[[], Connection],
+                 options: SyncOptions) -> None:
+        self.dialect = dialect
+        self._connect = connect
+        self._enabled = options.atomic_snapshot and dialect.has(Capability.ATOMIC_SNAPSHOT)
+        self._owner: Connection | None = None
+        self._token: str | None = None
+        self._tried = False
+
+    def token(self) -> str | None:
+        """The token splits join with, opening the view on first use; None: no shared view."""
+        if not self._enabled or self._tried:
+            return self._token
+        self._tried = True
+        owner = self._connect()
+        view = self.dialect.begin_snapshot(owner, None)
+        if view is None or view.token is None:
+            if view is not None:
+                self.dialect.end_snapshot(owner)
+            owner.close()
+            return None
+        log.info("snapshot: splits share the view at %s", view.offset)
+        self._owner, self._token = owner, view.token
+        return self._token
+
+    def close(self) -> None:
+        """End the view (splits still reading it keep their own transaction's snapshot)."""
+        owner, self._owner, self._token = self._owner, None, None
+        self._tried = False
+        if owner is not None:
+            try:
+                self.dialect.end_snapshot(owner)
+            finally:
+                owner.close()
+

@@ -28,7 +28,7 @@ from ..types import (
 from .assigner import SplitAssigner, choose_key
 from .incremental import IncrementalFilter
 from .options import StartupMode, SyncOptions
-from .reader import PhaseHooks, SplitResult, read_split
+from .reader import PhaseHooks, SharedView, SplitResult, read_split
 from .state import Phase, SyncState
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class SyncRunner:
         self._filter: IncrementalFilter | None = None
         self._filter_source: object = None
         self.last_split: SplitResult | None = None
+        self.view = SharedView(dialect, connect, self.options)
 
     @property
     def conn(self) -> Connection:
@@ -56,6 +57,7 @@ class SyncRunner:
         return self._conn
 
     def close(self) -> None:
+        self.view.close()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -121,7 +123,7 @@ class SyncRunner:
                 continue
             split, plans[table] = nxt
             result = read_split(self.dialect, self.conn, schema, split, self.options,
-                                self.hooks)
+                                self.hooks, self.view.token())
             self.last_split = result
             done = FinishedSplit(split, result.watermark, len(result.rows))
             finished = dict(state.finished)
@@ -136,6 +138,7 @@ class SyncRunner:
     def _after_snapshot(self, state: SyncState) -> SyncState:
         if state.plans:
             return state
+        self.view.close()
         if state.stop_after_snapshot:
             log.info("snapshot finished; startup.mode=snapshot: stopping")
             return replace(state, phase=Phase.DONE, finished={})

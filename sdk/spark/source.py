@@ -39,6 +39,7 @@ from pyspark.sql.types import StructType
 from ..algorithm import (
     IncrementalFilter,
     Phase,
+    SharedView,
     SplitAssigner,
     SyncOptions,
     SyncRunner,
@@ -169,6 +170,8 @@ class SplitPartition(InputPartition):
 
     splits: list[tuple[int, SnapshotSplit]]
     stage: str | None = None
+    view_token: str | None = None
+    """A shared snapshot view the splits join (see :class:`sdk.algorithm.SharedView`)."""
 
     def __post_init__(self) -> None:
         super().__init__(None)
@@ -240,7 +243,8 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                     continue
             if conn is None:
                 conn = dialect.connect(spec.config)
-            result = read_split(dialect, conn, schema, split, spec.options)
+            result = read_split(dialect, conn, schema, split, spec.options,
+                                view_token=partition.view_token)
             batches = _split_output(spec, schema, result.rows, result.watermark)
             if store is not None and partition.stage is not None:
                 arrow_schema = (envelope_schema()[1] if spec.envelope
@@ -377,11 +381,24 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._head: tuple[float, Offset | None] = (0.0, None)
         self._target: Offset | None = None
         self._progress: dict[str, Any] | None = None
+        self._view: SharedView | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_conn"] = None
+        state["_view"] = None
         return state
+
+    def _view_token(self) -> str | None:
+        """The snapshot view this driver shares with the split tasks, opened on first use."""
+        if self._view is None:
+            self._view = SharedView(self.spec.dialect_obj, self.spec.connect, self.spec.options)
+        return self._view.token()
+
+    def _close_view(self) -> None:
+        if self._view is not None:
+            self._view.close()
+            self._view = None
 
     @property
     def conn(self) -> Connection:
@@ -402,6 +419,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         caught_up = None
         if head is not None and engine.sync.position is not None:
             compare = self.spec.dialect_obj.compare_offset
+            if self._target is not None and compare(head, self._target) > 0:
+                head = self._target  # Trigger.AvailableNow: caught up means at its target
             caught_up = compare(engine.sync.position, head) >= 0
         previous = self._progress or self.store.read_json("progress.json")
         self._progress = progress_of(engine.sync, self.spec.options.split_size, previous,
@@ -491,6 +510,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return replace(sync, plans=plans), handed
 
     def _finish_snapshot(self, sync: SyncState) -> SyncState:
+        self._close_view()
         if sync.stop_after_snapshot:
             return replace(sync, phase=Phase.DONE, plans={}, finished={})
         start = IncrementalFilter(sync.finished, self.spec.dialect_obj.compare_offset
@@ -524,7 +544,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         engine = EngineState.load(self.store, end["state"])
         if engine.inflight:
-            return [SplitPartition([item], end["state"]) for item in engine.inflight]
+            token = self._view_token()
+            return [SplitPartition([item], end["state"], token) for item in engine.inflight]
         if engine.log_from is not None:
             return [LogPartition(end["state"])]
         return []
@@ -564,6 +585,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.store.delete_file("content", f"{content}.json")
 
     def stop(self) -> None:
+        self._close_view()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
