@@ -55,6 +55,7 @@ from ._types import logical_column, normalizer
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 HEARTBEAT_SECONDS = 0.5  # an open-ended stream_log's heartbeat period (option heartbeat_seconds)
 MAX_GTID_TEXT = 1024  # a longer MySQL GTID set is left out of offsets
+_STATUS_STATEMENTS = ("SHOW BINARY LOG STATUS", "SHOW BINLOG STATUS", "SHOW MASTER STATUS")
 
 
 @dataclass
@@ -68,6 +69,7 @@ class MySqlConnection:
     mariadb: bool
     heartbeat_seconds: float = HEARTBEAT_SECONDS
     in_view: bool = False
+    status_sql: str | None = None  # the binlog status statement this server accepts
     _binlogs: list[str] = field(default_factory=list)
 
     def cursor(self) -> Any:
@@ -297,16 +299,23 @@ def next_boundary(conn: MySqlConnection, table: TableSchema, start: Key | None, 
 
 
 def _status_row(conn: MySqlConnection) -> tuple[Any, ...]:
-    """The row of ``SHOW BINARY LOG STATUS`` (MySQL 8.2+, MariaDB 10.5.2+) or of its old
-    spelling ``SHOW MASTER STATUS`` (removed in MySQL 8.4): File, Position, ..., and on MySQL
-    Executed_Gtid_Set last."""
-    for statement in ("SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"):
-        try:
-            rows = conn.query(statement)
-        except Exception:  # the other spelling exists on this server
-            continue
-        if rows:
-            return rows[0]
+    """The row of the binlog status: File, Position, ..., and on MySQL Executed_Gtid_Set last.
+    The statement is ``SHOW BINARY LOG STATUS`` on MySQL 8.2+ (8.4 removed ``SHOW MASTER
+    STATUS``), ``SHOW BINLOG STATUS`` on MariaDB 10.5.2+, ``SHOW MASTER STATUS`` before; the
+    first one the server accepts is remembered on the connection (no failing query per call)."""
+    rows: list[tuple[Any, ...]] = []
+    if conn.status_sql:
+        rows = conn.query(conn.status_sql)
+    else:
+        for statement in _STATUS_STATEMENTS:
+            try:
+                rows = conn.query(statement)
+            except Exception:  # another spelling exists on this server
+                continue
+            conn.status_sql = statement
+            break
+    if rows:
+        return rows[0]
     raise ConfigurationError("the server reports no binlog position: start it with log_bin "
                              "(see sdk check)")
 
