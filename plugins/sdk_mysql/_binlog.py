@@ -137,6 +137,7 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
     limit: int | None = None  # the end's index when the end lies in this transaction
     after_gtid = standalone = in_txn = txn_mariadb = False
     index = 0
+    numbered_file, file_number = "", 0
     unread: list[Any] = []  # this transaction's rows events of other tables, not decoded yet
     # following: the last transaction boundary passed (never behind start) and its GTID state
     boundary, boundary_gtid = start, gtid
@@ -168,9 +169,10 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                     low = max(first, skip)
                     high = index if limit is None else min(index, limit)
                     if low < high:
-                        yield from _changes(decoder, ops.get(type(event), "u"), event,
-                                            rows[low - first:high - first], txn_file, txn_pos,
-                                            low, txn_gtid)
+                        if low > first or high < index:
+                            rows = rows[low - first:high - first]
+                        yield from _changes(decoder, ops.get(type(event), "u"), event, rows,
+                                            txn_file, txn_pos, low, txn_gtid)
                 if limit is not None and index >= limit:
                     return
                 after_gtid = False
@@ -185,8 +187,11 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                 txn_pos, index = event.packet.log_pos - event.packet.event_size, 0
                 after_gtid, in_txn, txn_mariadb = is_gtid, True, mariadb
                 standalone = mariadb and bool(event.flags & _MARIADB_STANDALONE)
-                if end_key is not None and position_key((txn_file, txn_pos, 0)) >= end_key:
-                    return
+                if end_key is not None:
+                    if txn_file != numbered_file:  # the file's number, once per file
+                        numbered_file, file_number = txn_file, position_key((txn_file, 0, 0))[0]
+                    if (file_number, txn_pos, 0) >= end_key:
+                        return
                 unread.clear()
                 skip = start_n if (txn_file, txn_pos) == (start_file, start_pos) else 0
                 limit = end[2] if end is not None and (txn_file, txn_pos) == end_txn else None
