@@ -429,6 +429,29 @@ def test_identifiers_with_spaces_quotes_backticks_and_accents(
 # --- GTID positions in offsets, heartbeats -----------------------------------------------------
 
 
+def read_until(stream: Iterator[Any], seconds: float, done: Any) -> list[Any]:
+    """Items of an open-ended stream up to the first for which ``done`` holds, read in a
+    thread: a stream that yields nothing blocks in a socket read, and the test must fail after
+    ``seconds`` rather than hang. Empty when it timed out."""
+    got: list[Any] = []
+    finished = threading.Event()
+
+    def read() -> None:
+        try:
+            for item in stream:
+                got.append(item)
+                if done(item):
+                    finished.set()
+                    break
+        finally:
+            stream.close()  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return got if finished.is_set() else []
+
+
 def binlog_gtid_pos(mysql_admin: Any, offset: Offset) -> str:
     """The server's own GTID position at the offset's transaction start, domains in order."""
     with mysql_admin.cursor() as cur:
@@ -576,3 +599,41 @@ def test_change_indexes_count_rows_of_tables_not_read(mysql: Dialect, conn: Any,
     assert [e.key for e in log(mysql, conn, [schema], alone[1].offset, high)] == [(2,), (3,)]
     assert [e.key for e in log(mysql, conn, [schema, other_schema], alone[2].offset, high)] \
         == [(3,), (5,), (6,)]
+
+
+def test_heartbeats_continue_after_a_prepared_xa_transaction(
+        mysql: Dialect, make_table: Any, mysql_admin: Any, mysql_url: str) -> None:
+    """XA PREPARE ends its binlog event group without an Xid: the stream still knows it is at
+    a transaction boundary when the server's heartbeat says it has nothing more to send."""
+    import pymysql
+
+    quiet = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    other = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    conn = mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=0.2"))
+    xa = pymysql.connect(host="127.0.0.1", user="root", database="sdk_test", autocommit=True)
+    xid = f"sdk_{uuid.uuid4().hex[:12]}"
+    committed = False
+    try:
+        schema = mysql.describe_table(conn, quiet)
+        start = mysql.current_offset(conn)
+        with xa.cursor() as cur:
+            for sql in (f"XA START '{xid}'", f"INSERT INTO `{other.name}` VALUES (1)",
+                        f"XA END '{xid}'", f"XA PREPARE '{xid}'"):
+                cur.execute(sql)
+        with mysql_admin.cursor() as cur:
+            cur.execute("SHOW BINLOG STATUS")
+            file, pos = cur.fetchone()[:2]
+        prepared = Offset("mysql", file=file, pos=pos, n=0)
+        got = read_until(mysql.stream_log(conn, [schema], start, None), 20,
+                         lambda item: mysql.compare_offset(item.offset, prepared) >= 0)
+        assert got, "no heartbeat past the XA PREPARE within 20 s"
+        assert all(isinstance(item, Heartbeat) for item in got)
+        with xa.cursor() as cur:
+            cur.execute(f"XA COMMIT '{xid}'")
+        committed = True
+    finally:
+        if not committed:
+            with xa.cursor() as cur:
+                cur.execute(f"XA ROLLBACK '{xid}'")
+        xa.close()
+        conn.close()

@@ -409,10 +409,12 @@ def stream_log(conn: MySqlConnection, tables: Sequence[TableSchema], start: Offs
     _check_retained(conn, parts(start)[0])
     if end is not None and position_key(parts(end)) <= position_key(parts(start)):
         return
-    gtid = gtid_of(start)
-    if gtid is None and conn.mariadb:
-        file, pos, _ = parts(start)
-        gtid = binlog_gtid_pos(conn, file, pos)
+    gtid = None  # MariaDB's GTID position is followed along the log; MySQL's set is not
+    if conn.mariadb:
+        gtid = gtid_of(start)
+        if gtid is None:
+            file, pos, _ = parts(start)
+            gtid = binlog_gtid_pos(conn, file, pos)
     yield from read_changes(conn.settings, tables, parts(start),
                             parts(end) if end is not None else None, gtid,
                             conn.heartbeat_seconds)

@@ -206,14 +206,20 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
             # following the log: find transaction boundaries for heartbeats
             header = event.packet
             if isinstance(event, HeartbeatLogEvent):
-                if not in_txn and header.log_pos:
+                # sent only when the server has nothing more to send: the binlog's end, where
+                # whole transactions are written at once, so a boundary even if the events
+                # seen do not say the last transaction ended (XA PREPARE, ROLLBACK of a
+                # non-transactional change)
+                if header.log_pos:
+                    in_txn = False
                     yield beat(event.ident, header.log_pos)
                 continue
             if isinstance(event, RotateEvent):
                 if not in_txn and not header.log_pos:  # the fake rotate naming the next file
                     yield beat(event.next_binlog, event.position)
                 continue
-            ends = (not isinstance(event, QueryEvent) or event.query == "COMMIT" or standalone
+            ends = (not isinstance(event, QueryEvent) or event.query in ("COMMIT", "ROLLBACK")
+                    or standalone
                     or (after_gtid and not txn_mariadb and event.query != "BEGIN"))
             after_gtid = False
             if ends and in_txn:
