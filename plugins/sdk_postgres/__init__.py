@@ -429,8 +429,13 @@ def _values(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
     Without a before image the value is not in the log at all: rather than write NULL (or
     Debezium's placeholder string), or read the current row (a later state: not exact), the
     sync stops naming the fix."""
+    plan = _plan(conn, table, relation)
+    if pgo.UNCHANGED not in data and len(data) == len(relation.columns):
+        return tuple([None if (raw := data[i]) is None
+                      else loader.load(raw) if loader is not None else bytes(raw).decode()
+                      for i, loader in plan])
     out: list[Any] = []
-    for i, loader in _plan(conn, table, relation):
+    for i, loader in plan:
         raw = data[i] if i < len(data) else None
         if raw is None:
             out.append(None)
@@ -510,23 +515,31 @@ def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
                  end: tuple[int, int]) -> Iterator[ChangeEvent]:
     txn: pgo.Begin | None = None
     index = 0
+    whole = False  # the transaction lies strictly inside the bounds: no per-change check
+    targets: dict[int, TableSchema | None] = {}  # relation id -> the table it feeds, if any
     for rows in batches:
         for (data,) in rows:
             message = pgo.decode(bytes(data))
             if isinstance(message, pgo.Begin):
                 txn, index = message, 0
+                whole = start[0] < message.final_lsn < end[0]
             elif isinstance(message, pgo.Relation):
                 conn.relations[message.relid] = message
+                targets.pop(message.relid, None)
             elif isinstance(message, pgo.Change):
                 assert txn is not None
                 n = index
                 index += 1
-                if not start <= (txn.final_lsn, n) < end:
+                if not whole and not start <= (txn.final_lsn, n) < end:
                     continue
-                relation = conn.relations[message.relid]
-                table = wanted.get((relation.schema, relation.name))
+                relid = message.relid
+                if relid in targets:
+                    table = targets[relid]
+                else:
+                    found = conn.relations[relid]
+                    table = targets[relid] = wanted.get((found.schema, found.name))
                 if table is not None:
-                    yield _change(conn, table, relation, message, txn, n)
+                    yield _change(conn, table, conn.relations[relid], message, txn, n)
             elif isinstance(message, pgo.Truncate):
                 assert txn is not None
                 names = [conn.relations[r] for r in message.relids if r in conn.relations]
