@@ -224,8 +224,11 @@ class TableSchema:
         return tuple(c.name for c in self.columns)
 
     def key_of(self, row: Row) -> Key:
-        """The key of a row given in column order."""
-        return tuple(row[i] for i in self.key_index)
+        """The key of a row given in column order (called per change: no generator)."""
+        index = self.key_index
+        if len(index) == 1:
+            return (row[index[0]],)
+        return tuple([row[i] for i in index])
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table.to_json(), "columns": [c.to_json() for c in self.columns],
