@@ -229,18 +229,16 @@ def replay(events: Sequence[ChangeEvent]) -> dict[Key, Row]:
     return table
 
 
-def key_histories(log: Sequence[Entry | ChangeEvent], initial: dict[Key, Row]
+def key_histories(log: Sequence[Entry], initial: dict[Key, Row]
                   ) -> dict[Key, list[tuple[int, Row | None]]]:
     """Each key's images in log order, as (offset, image or None when absent); the initial
-    rows sit at offset -1. Entry ``i`` of a simulated log has offset ``i``; a change event
-    carries its ``seq``."""
+    rows sit at offset -1 and entry ``i`` of the simulated log has offset ``i`` (the kit's
+    ``sdk.testing.kit.key_histories`` does the same for a real dialect's log)."""
     out: dict[Key, list[tuple[int, Row | None]]] = {k: [(-1, v)] for k, v in initial.items()}
     for index, e in enumerate(log):
-        seq = e.offset["seq"] if isinstance(e, ChangeEvent) else index
-        assert isinstance(seq, int)
         if e.old_key is not None:
-            out.setdefault(e.old_key, []).append((seq, None))
-        out.setdefault(e.key, []).append((seq, None if e.op == "d" else e.after))
+            out.setdefault(e.old_key, []).append((index, None))
+        out.setdefault(e.key, []).append((index, None if e.op == "d" else e.after))
     return out
 
 

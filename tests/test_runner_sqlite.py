@@ -12,11 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sim import check_exactly_once, key_histories
 
 from sdk import ChangeEvent, ConfigurationError, ConnectionConfig, Dialect, Key, Offset, Row
 from sdk.algorithm import (
-    IncrementalFilter,
     Phase,
     PhaseHooks,
     SyncOptions,
@@ -24,6 +22,7 @@ from sdk.algorithm import (
     SyncState,
     caught_up,
 )
+from sdk.testing.kit import LogIndex, check_exactly_once, key_histories
 from sdk.types import TableSchema
 from sdk_sqlite import read_target
 
@@ -154,18 +153,10 @@ def test_sync_under_a_concurrent_writer_with_a_crash(sqlite_dialect: Dialect, tm
     conn.close()
     assert first_log is not None
     for name, schema in schemas.items():
-        splits = IncrementalFilter(first_log.finished, sqlite_dialect.compare_offset)
-        index = splits._tables[schema.table]
-
-        def watermark_of(key: Key, index: object = index) -> int:
-            seq = index.watermark_of(key)["seq"]  # type: ignore[attr-defined]
-            assert isinstance(seq, int)
-            return seq
-
-        histories = key_histories([e for e in log if e.table == schema.table], initial[name])
-        check_exactly_once([e for e in emitted if e.table == schema.table], histories,
-                           watermark_of)
-
+        mine = [e for e in log if e.table == schema.table]
+        check_exactly_once([e for e in emitted if e.table == schema.table],
+                           LogIndex(mine, sqlite_dialect.compare_offset),
+                           key_histories(mine, initial[name]), first_log.finished[schema.table])
 
 def test_startup_modes(sqlite_dialect: Dialect, tmp_path: Path) -> None:
     url, _ = source(tmp_path)
