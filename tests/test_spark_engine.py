@@ -146,8 +146,13 @@ def test_stream_to_mirror_with_concurrent_writer(spark: Any, tmp_path: Path) -> 
     for schema in schemas:
         assert read_target(target, schema) == source_rows(url, schema.table.name)
     assert sum(mirror.applied.values()) > 0
-    # the last batch applied changes committed a moment before: a lag of seconds, not hours
+    # a log batch applies changes committed a moment before: a lag of seconds, not hours
+    with sqlite3.connect(tmp_path / "src.db") as writer_conn:
+        writer_conn.execute("UPDATE items SET name = 'late' WHERE id < 5")
+    run_stream(spark, url, tmp_path, lambda w: w.foreachBatch(mirror), "*")
     assert mirror.lag_seconds is not None and 0 <= mirror.lag_seconds < 120
+    items = next(s for s in schemas if s.table.name == "items")
+    assert read_target(target, items) == source_rows(url, "items")
     target.close()
     conn.close()
 
