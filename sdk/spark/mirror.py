@@ -101,15 +101,15 @@ class _PartitionApplier:
     def __call__(self, task: int, rows: Iterator[Any]
                  ) -> Iterator[tuple[str, int, float | None]]:
         latest: dict[tuple[TableId, tuple[Any, ...]], tuple[int, ChangeEvent]] = {}
-        newest: dict[TableId, float] = {}
+        newest: dict[TableId, dt.datetime] = {}  # naive local times, as Spark gives them
         stamp = "commit_ts" if self.envelope else "_commit_ts"
         for row in rows:
             record = row.asDict()
             seq, event = self._event(record)
             committed = record[stamp]
-            if committed is not None:  # Spark gives a naive local time; timestamp() knows it
-                when = committed.timestamp()
-                newest[event.table] = max(when, newest.get(event.table, when))
+            if committed is not None and (event.table not in newest
+                                          or committed > newest[event.table]):
+                newest[event.table] = committed
             slot = (event.table, event.key)
             if slot not in latest or latest[slot][0] <= seq:
                 latest[slot] = (seq, event)
@@ -124,7 +124,9 @@ class _PartitionApplier:
             for table, events in per_table.items():
                 done = dialect.apply_changes(conn, self.tables[table], events,
                                              f"{self.batch_id}-{task}")
-                yield str(table), len(events) if done else 0, newest.get(table)
+                last = newest.get(table)
+                yield (str(table), len(events) if done else 0,
+                       None if last is None else last.timestamp())
         finally:
             conn.close()
 
