@@ -54,9 +54,9 @@ class Offset:
     def from_sorted(cls, dialect: str, items: tuple[tuple[str, OffsetValue], ...]) -> Offset:
         """Build an offset from ``(name, value)`` pairs already sorted by name and checked, for
         per-change hot paths (it skips the checks ``Offset(...)`` makes)."""
-        offset: Offset = object.__new__(cls)
-        object.__setattr__(offset, "dialect", dialect)
-        object.__setattr__(offset, "_items", items)
+        offset: Offset = _new(cls)
+        _set_dialect(offset, dialect)
+        _set_items(offset, items)
         return offset
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -108,6 +108,13 @@ class Offset:
         """``sdk.codec.dumps(self.to_json())``, built directly: it is written once per change."""
         inner = ",".join(f"{_quote(k)}:{_scalar(v)}" for k, v in self._items)
         return f'{{"dialect":{_quote(self.dialect)},"position":{{{inner}}}}}'
+
+
+# The slots' own setters: ``from_sorted`` runs per change, and ``object.__setattr__`` (needed
+# because ``__setattr__`` refuses) costs twice as much as calling the descriptors directly.
+_new = object.__new__
+_set_dialect = Offset.__dict__["dialect"].__set__
+_set_items = Offset.__dict__["_items"].__set__
 
 
 def _scalar(value: OffsetValue) -> str:

@@ -642,6 +642,33 @@ def test_unchanged_toast_is_taken_from_the_full_before_image(
     assert events[0].after is not None and events[0].after[2] == big
 
 
+@pytest.mark.parametrize("identity", ["DEFAULT", "FULL"])
+def test_every_change_shape_under_each_replica_identity(pg: Dialect, capture: Any,
+                                                        postgres_admin: Any,
+                                                        identity: str) -> None:
+    """Keys come from the new tuple, the key-only old tuple or the full before image; the
+    before image only under FULL; a compound key mixing a text-carried type (uuid) and int."""
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (u uuid, k int, v numeric(6,2), PRIMARY KEY (u, k))")
+    name = schema.table.name
+    run(postgres_admin, f'ALTER TABLE "{name}" REPLICA IDENTITY {identity}')
+    u = str(uuid.uuid4())
+    low = pg.current_offset(conn)
+    run(postgres_admin, f'INSERT INTO "{name}" VALUES (%s, 1, 1.5)', (u,))
+    run(postgres_admin, f'UPDATE "{name}" SET v = 2.5')
+    run(postgres_admin, f'UPDATE "{name}" SET k = 2')
+    run(postgres_admin, f'DELETE FROM "{name}"')
+    events = log(pg, conn, [schema], low, pg.current_offset(conn))
+    full = identity == "FULL"
+    one, two = Decimal("1.50"), Decimal("2.50")
+    assert [(e.op, e.key, e.after, e.before, e.old_key) for e in events] == [
+        ("c", (u, 1), (u, 1, one), None, None),
+        ("u", (u, 1), (u, 1, two), (u, 1, one) if full else None, None),
+        ("u", (u, 2), (u, 2, two), (u, 1, two) if full else None, (u, 1)),
+        ("d", (u, 2), None, (u, 2, two) if full else None, None)]
+    assert all(e.commit_ts is not None for e in events)
+
+
 def test_truncate_error_names_the_fix(pg: Dialect, capture: Any, postgres_admin: Any) -> None:
     conn, make = capture
     schema = make("CREATE TABLE {name} (id int PRIMARY KEY)", [(1,)])

@@ -23,7 +23,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,13 @@ PG_EPOCH_MICROS = 946_684_800_000_000  # 2000-01-01 in Unix microseconds
 PEEK_CHUNK = 5000
 
 
+Plan = list[tuple[int, Callable[[Any], Any]]]
+"""Per table column: its index in the relation's tuples and the function that parses its text
+(``bytes.decode`` for the columns carried as text)."""
+Target = tuple[TableSchema, pgo.Relation, Plan]
+"""What a relation's changes need: the table they feed, the relation, and its plan."""
+
+
 @dataclass
 class PgConnection:
     """A psycopg connection and the dialect's per-connection caches."""
@@ -72,8 +79,7 @@ class PgConnection:
     wait_seconds: float
     relations: dict[int, pgo.Relation] = field(default_factory=dict)
     loaders: dict[int, Any] = field(default_factory=dict)
-    plans: dict[TableId, tuple[pgo.Relation, list[tuple[int, Any]]]] = field(
-        default_factory=dict)
+    plans: dict[TableId, tuple[pgo.Relation, Plan]] = field(default_factory=dict)
     connect_args: dict[str, Any] = field(default_factory=dict, repr=False)
     """What ``connect`` passed to psycopg (password included, hence ``repr=False``): the
     exporting replication connection of ``begin_snapshot`` is opened with the same."""
@@ -403,24 +409,23 @@ def _loader(conn: PgConnection, oid: int) -> Any:
     return loader
 
 
-def _plan(conn: PgConnection, table: TableSchema, relation: pgo.Relation
-          ) -> list[tuple[int, Any]]:
-    """Per table column: its index in the relation's tuples and the loader that parses it
-    (None: keep the text). Cached per Relation message."""
+def _plan(conn: PgConnection, table: TableSchema, relation: pgo.Relation) -> Plan:
+    """The plan of ``table`` against ``relation``, cached per Relation message."""
     cached = conn.plans.get(table.table)
     if cached is not None and cached[0] is relation:
         return cached[1]
     by_name = {name: (i, oid) for i, (name, oid, _) in enumerate(relation.columns)}
-    plan = []
+    plan: Plan = []
     for column in table.columns:
         i, oid = by_name[column.name]
-        plan.append((i, None if kind_of(column) in TEXT_TYPES else _loader(conn, oid)))
+        plan.append((i, bytes.decode if kind_of(column) in TEXT_TYPES
+                     else _loader(conn, oid).load))
     conn.plans[table.table] = (relation, plan)
     return plan
 
 
-def _values(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
-            data: list[Any], old: list[Any] | None) -> tuple[Any, ...]:
+def _values(table: TableSchema, relation: pgo.Relation, plan: Plan, data: list[Any],
+            unchanged: bool, old: list[Any] | None) -> tuple[Any, ...]:
     """A tuple's values in ``table.columns`` order.
 
     An update that did not touch a TOASTed (out-of-line) value logs it as *unchanged*
@@ -428,18 +433,12 @@ def _values(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
     from which such a value is taken; never a key-only old tuple, whose other columns are NULL.
     Without a before image the value is not in the log at all: rather than write NULL (or
     Debezium's placeholder string), or read the current row (a later state: not exact), the
-    sync stops naming the fix."""
-    plan = _plan(conn, table, relation)
-    if pgo.UNCHANGED not in data and len(data) == len(relation.columns):
-        return tuple([None if (raw := data[i]) is None
-                      else loader.load(raw) if loader is not None else bytes(raw).decode()
-                      for i, loader in plan])
+    sync stops naming the fix. ``unchanged`` says whether ``data`` holds such values."""
+    if not unchanged and len(data) == len(relation.columns):
+        return tuple([None if (raw := data[i]) is None else load(raw) for i, load in plan])
     out: list[Any] = []
-    for i, loader in plan:
+    for i, load in plan:
         raw = data[i] if i < len(data) else None
-        if raw is None:
-            out.append(None)
-            continue
         if raw is pgo.UNCHANGED:
             raw = old[i] if old is not None and i < len(old) else pgo.UNCHANGED
             if raw is pgo.UNCHANGED:
@@ -450,10 +449,7 @@ def _values(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
                     f"TABLE {_table(table.table)} REPLICA IDENTITY FULL so updates log the "
                     "whole old row, then take a new snapshot (restart the sync with a new "
                     "--checkpoint directory, startup.mode=initial)")
-            if raw is None:
-                out.append(None)
-                continue
-        out.append(loader.load(raw) if loader is not None else bytes(raw).decode())
+        out.append(None if raw is None else load(raw))
     return tuple(out)
 
 
@@ -510,43 +506,52 @@ def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
             time.sleep(random.uniform(0.02, 0.2))
 
 
+def _target_of(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
+               relid: int) -> Target | None:
+    relation = conn.relations[relid]
+    table = wanted.get((relation.schema, relation.name))
+    return None if table is None else (table, relation, _plan(conn, table, relation))
+
+
 def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
                  batches: Iterator[list[tuple[Any, ...]]], start: tuple[int, int],
                  end: tuple[int, int]) -> Iterator[ChangeEvent]:
-    txn: pgo.Begin | None = None
-    index = 0
-    whole = False  # the transaction lies strictly inside the bounds: no per-change check
-    targets: dict[int, TableSchema | None] = {}  # relation id -> the table it feeds, if any
+    """The loop that runs per change, so its work per transaction and per relation is done
+    once: the commit LSN and time, whether the transaction lies strictly inside the bounds
+    (then no change needs the bound check), the table and plan a relation feeds."""
+    lsn = commit_ts = index = 0
+    lsn_field: tuple[str, int] = ("lsn", 0)
+    whole = False
+    targets: dict[int, Target | None] = {}  # relation id -> what its changes feed, if wanted
+    decode, change_type, offset_of = pgo.decode, pgo.Change, Offset.from_sorted
     for rows in batches:
         for (data,) in rows:
-            message = pgo.decode(bytes(data))
-            if isinstance(message, pgo.Begin):
-                txn, index = message, 0
-                whole = start[0] < message.final_lsn < end[0]
+            message = decode(data)
+            if type(message) is change_type:
+                n = index
+                index += 1
+                if not whole and not start <= (lsn, n) < end:
+                    continue
+                relid = message.relid
+                target = targets[relid] if relid in targets else targets.setdefault(
+                    relid, _target_of(conn, wanted, relid))
+                if target is not None:
+                    yield _change(target, message, offset_of(NAME, (lsn_field, ("n", n))),
+                                  commit_ts)
+            elif isinstance(message, pgo.Begin):
+                lsn, index = message.final_lsn, 0
+                lsn_field = ("lsn", lsn)
+                commit_ts = message.commit_ts + PG_EPOCH_MICROS
+                whole = start[0] < lsn < end[0]
             elif isinstance(message, pgo.Relation):
                 conn.relations[message.relid] = message
                 targets.pop(message.relid, None)
-            elif isinstance(message, pgo.Change):
-                assert txn is not None
-                n = index
-                index += 1
-                if not whole and not start <= (txn.final_lsn, n) < end:
-                    continue
-                relid = message.relid
-                if relid in targets:
-                    table = targets[relid]
-                else:
-                    found = conn.relations[relid]
-                    table = targets[relid] = wanted.get((found.schema, found.name))
-                if table is not None:
-                    yield _change(conn, table, conn.relations[relid], message, txn, n)
             elif isinstance(message, pgo.Truncate):
-                assert txn is not None
                 names = [conn.relations[r] for r in message.relids if r in conn.relations]
                 hit = [f"{r.schema}.{r.name}" for r in names if (r.schema, r.name) in wanted]
-                if hit and start[0] <= txn.final_lsn < end[0]:
+                if hit and start[0] <= lsn < end[0]:
                     raise FatalSyncError(
-                        f"TRUNCATE of {', '.join(hit)} at {lsn_text(txn.final_lsn)}: it "
+                        f"TRUNCATE of {', '.join(hit)} at {lsn_text(lsn)}: it "
                         "removes every row without logging them, which the engine cannot "
                         "express as row changes, so the target would keep rows the source no "
                         "longer has. Fix: take a new snapshot (restart the sync with a new "
@@ -556,50 +561,42 @@ def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
                         "delete')")
 
 
-def _change(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
-            message: pgo.Change, txn: pgo.Begin, n: int) -> ChangeEvent:
-    offset = make_offset(txn.final_lsn, n)
-    commit_ts = txn.commit_ts + PG_EPOCH_MICROS
-    old = None
-    if message.old is not None and not message.old_is_key:
-        old = _values(conn, table, relation, message.old, None)
-    if message.op == "c":
-        assert message.new is not None
-        after = _values(conn, table, relation, message.new, None)
-        return ChangeEvent(table.table, "c", table.key_of(after), after, offset,
-                           commit_ts=commit_ts)
-    if message.op == "d":
-        assert message.old is not None
-        key = _key_from(conn, table, relation, message.old)
-        return ChangeEvent(table.table, "d", key, None, offset, old, commit_ts=commit_ts)
-    assert message.new is not None
-    after = _values(conn, table, relation, message.new,
-                    None if message.old_is_key else message.old)
+def _change(target: Target, message: pgo.Change, offset: Offset, commit_ts: int
+            ) -> ChangeEvent:
+    table, relation, plan = target
+    new, old = message.new, message.old
+    if old is None:  # an insert, or an update under the default identity that kept the key
+        assert new is not None
+        after = _values(table, relation, plan, new, message.unchanged, None)
+        return ChangeEvent(table.table, "c" if message.op == "c" else "u", table.key_of(after),
+                           after, offset, None, None, commit_ts)
+    before = None
+    if message.old_is_key:
+        old_key = _key_from(table, relation, plan, old)
+    else:
+        before = _values(table, relation, plan, old, pgo.UNCHANGED in old, None)
+        old_key = table.key_of(before)
+    if new is None:
+        return ChangeEvent(table.table, "d", old_key, None, offset, before, None, commit_ts)
+    after = _values(table, relation, plan, new, message.unchanged,
+                    None if before is None else old)
     key = table.key_of(after)
-    old_key = _key_from(conn, table, relation, message.old) if message.old is not None \
-        else None
-    return ChangeEvent(table.table, "u", key, after, offset, old,
+    return ChangeEvent(table.table, "u", key, after, offset, before,
                        old_key if old_key != key else None, commit_ts)
 
 
-def _key_from(conn: PgConnection, table: TableSchema, relation: pgo.Relation,
-              data: list[Any]) -> Key:
-    """The key values out of an old tuple (a key-only one has NULL for the other columns)."""
-    by_name = {name: (i, oid) for i, (name, oid, _) in enumerate(relation.columns)}
-    by_column = {c.name: c for c in table.columns}
+def _key_from(table: TableSchema, relation: pgo.Relation, plan: Plan, data: list[Any]) -> Key:
+    """The key values out of a key-only old tuple (its other columns are NULL)."""
     out = []
-    for name in table.key:
-        i, oid = by_name[name]
-        raw = data[i]
+    for k in table.key_index:
+        i, load = plan[k]
+        raw = data[i] if i < len(data) else None
         if raw is None or raw is pgo.UNCHANGED:
             raise FatalSyncError(
-                f"the log has no old value of key column {name!r} of {table.table}: set its "
-                f"replica identity to the capture key: ALTER TABLE {_table(table.table)} "
-                "REPLICA IDENTITY FULL")
-        if kind_of(by_column[name]) in TEXT_TYPES:
-            out.append(bytes(raw).decode())
-        else:
-            out.append(_loader(conn, oid).load(raw))
+                f"the log has no old value of key column {relation.columns[i][0]!r} of "
+                f"{table.table}: set its replica identity to the capture key: ALTER TABLE "
+                f"{_table(table.table)} REPLICA IDENTITY FULL")
+        out.append(load(raw))
     return tuple(out)
 
 

@@ -46,6 +46,8 @@ class Change:
     new: list[bytes | object | None] | None
     old: list[bytes | object | None] | None
     old_is_key: bool = False
+    unchanged: bool = False
+    """``new`` holds UNCHANGED values (an update that kept a TOASTed value)."""
 
 
 @dataclass
@@ -59,11 +61,13 @@ Message = Begin | Commit | Relation | Change | Truncate | None
 class Reader:
     """Reads big-endian fields from one message."""
 
-    __slots__ = ("data", "pos")
+    __slots__ = ("data", "pos", "unchanged")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, pos: int = 0) -> None:
         self.data = data
-        self.pos = 0
+        self.pos = pos
+        self.unchanged = False
+        """Set when a tuple held an UNCHANGED value."""
 
     def byte(self) -> str:
         value = chr(self.data[self.pos])
@@ -102,31 +106,66 @@ class Reader:
         return value
 
     def tuple_data(self) -> list[bytes | object | None]:
+        """A TupleData: per column ``n`` (NULL), ``u`` (unchanged TOAST) or ``t`` and the
+        text. Runs per change, so it reads the buffer directly rather than through the
+        methods above."""
+        data, pos = self.data, self.pos
+        (count,) = _INT16.unpack_from(data, pos)
+        pos += 2
         values: list[bytes | object | None] = []
-        for _ in range(self.int16()):
-            kind = self.byte()
-            if kind == "n":
-                values.append(None)
-            elif kind == "u":
-                values.append(UNCHANGED)
+        append = values.append
+        for _ in range(count):
+            kind = data[pos]
+            pos += 1
+            if kind == 0x6E:  # 'n'
+                append(None)
+            elif kind == 0x75:  # 'u'
+                append(UNCHANGED)
+                self.unchanged = True
             else:  # 't' text (or 'b' binary, not requested)
-                length = self.int32()
-                values.append(self.data[self.pos:self.pos + length])
-                self.pos += length
+                (length,) = _INT32.unpack_from(data, pos)
+                pos += 4
+                append(data[pos:pos + length])
+                pos += length
+        self.pos = pos
         return values
+
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+
+
+_UINT32 = struct.Struct(">I")
+_INSERT, _UPDATE, _DELETE, _NEW, _KEY = b"IUDNK"
+_CHANGES = frozenset(b"IUD")
 
 
 def decode(data: bytes) -> Message:
     """One pgoutput message; None for those the dialect does not need (Type, Origin,
     Message)."""
-    reader = Reader(data)
-    kind = reader.byte()
-    if kind == "B":
+    kind = data[0]
+    if kind in _CHANGES:  # per change: read directly
+        (relid,) = _UINT32.unpack_from(data, 1)
+        marker = data[5]  # N (new tuple), K (key-only old tuple) or O (whole old tuple)
+        reader = Reader(data, 6)
+        if kind == _INSERT:
+            return Change("c", relid, reader.tuple_data(), None)
+        if kind == _DELETE:
+            return Change("d", relid, None, reader.tuple_data(), marker == _KEY)
+        old = None
+        if marker != _NEW:
+            old = reader.tuple_data()
+            reader.pos += 1  # 'N'
+            reader.unchanged = False
+        new = reader.tuple_data()
+        return Change("u", relid, new, old, marker == _KEY, reader.unchanged)
+    reader = Reader(data, 1)
+    if kind == ord("B"):
         return Begin(reader.int64(), reader.int64(), reader.uint32())
-    if kind == "C":
+    if kind == ord("C"):
         reader.int8()
         return Commit(reader.int64(), reader.int64())
-    if kind == "R":
+    if kind == ord("R"):
         relation = Relation(reader.uint32(), reader.string(), reader.string(), reader.byte())
         for _ in range(reader.int16()):
             flags = reader.int8()
@@ -135,25 +174,7 @@ def decode(data: bytes) -> Message:
             reader.int32()  # type modifier
             relation.columns.append((name, oid, bool(flags & 1)))
         return relation
-    if kind == "I":
-        relid = reader.uint32()
-        reader.byte()  # 'N'
-        return Change("c", relid, reader.tuple_data(), None)
-    if kind == "U":
-        relid = reader.uint32()
-        marker = reader.byte()
-        old = None
-        old_is_key = False
-        if marker in ("K", "O"):
-            old_is_key = marker == "K"
-            old = reader.tuple_data()
-            reader.byte()  # 'N'
-        return Change("u", relid, reader.tuple_data(), old, old_is_key)
-    if kind == "D":
-        relid = reader.uint32()
-        marker = reader.byte()
-        return Change("d", relid, None, reader.tuple_data(), marker == "K")
-    if kind == "T":
+    if kind == ord("T"):
         count = reader.int32()
         reader.int8()  # options
         return Truncate([reader.uint32() for _ in range(count)])
