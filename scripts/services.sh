@@ -84,21 +84,8 @@ if [ "$(psql_admin -c 'SHOW wal_level')" != logical ]; then
 else
   psql_admin -c "SELECT pg_reload_conf()" >/dev/null
 fi
-psql_admin <<EOF
-DO \$\$ BEGIN
-  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$CDC_USER') THEN
-    CREATE ROLE $CDC_USER LOGIN REPLICATION PASSWORD '$CDC_PASSWORD';
-  END IF;
-END \$\$;
-EOF
-psql_admin -c "SELECT 1 FROM pg_database WHERE datname = '$TEST_DB'" | grep -q 1 ||
-  psql_admin -c "CREATE DATABASE $TEST_DB"
-psql_admin -d "$TEST_DB" <<EOF
-GRANT CONNECT, CREATE ON DATABASE $TEST_DB TO $CDC_USER;
-GRANT USAGE ON SCHEMA public TO $CDC_USER;
-GRANT SELECT ON ALL TABLES IN SCHEMA public TO $CDC_USER;
-ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO $CDC_USER;
-EOF
+. "$(dirname "$0")/pg_cdc_setup.sh"
+pg_cdc_setup
 say "PostgreSQL $PG_VERSION: wal_level=$(psql_admin -c 'SHOW wal_level')"
 
 cat <<EOF
