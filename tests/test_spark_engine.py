@@ -14,9 +14,10 @@ import pyarrow as pa
 import pytest
 
 from sdk import ConnectionConfig, get_dialect
-from sdk.spark import progress
+from sdk.spark import progress, source
 from sdk.spark.mirror import Mirror
-from sdk.spark.source import CdcStreamReader, resolve
+from sdk.spark.source import CdcStreamReader, EngineState, resolve
+from sdk.spark.statestore import StateStore
 from sdk_sqlite import read_target
 
 pytestmark = pytest.mark.spark
@@ -117,6 +118,59 @@ def test_replayed_batch_serves_identical_rows(tmp_path: Path) -> None:
     assert pa.Table.from_batches(first).equals(pa.Table.from_batches(again))
     assert sum(b.num_rows for b in first) > 0
     assert reader.latestOffset(end, None)["state"] != end["state"]  # folds the watermarks
+
+
+def test_finished_splits_are_stored_in_chunks_across_a_restart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drives the stream reader as Spark's loop does, restarting the driver midway (fresh
+    caches over the same stateDir): every split is folded in once, a state names chunks
+    instead of holding the splits, and the chunks left on disk are those kept states name."""
+    monkeypatch.setattr(source, "CHUNK_SPLITS", 8)
+    url = make_source(tmp_path, rows=1200)
+    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+                    "snapshot.split.size": "10", "snapshot.splits-per-batch": "3"})
+    reader = CdcStreamReader(spec)
+    offset = reader.initialOffset()
+    rows = batches = 0
+    while offset["phase"] == "snapshot":
+        end = reader.latestOffset(offset, None)
+        rows += sum(b.num_rows for p in reader.partitions(offset, end) for b in reader.read(p))
+        reader.commit(end)
+        last, offset, batches = offset, end, batches + 1
+        if batches == 20:
+            reader.stop()
+            reader = CdcStreamReader(spec)
+    reader.stop()
+    store = StateStore(str(tmp_path / "state"))
+    engine = EngineState.load(store, last["state"])  # the last snapshot batch's
+    finished = engine.sync.finished[spec.tables[0].table]
+    assert rows == 1200 and batches > 40 and len(finished) > 100
+    assert [f.split.index for f in finished] + [s.index for _, s in engine.inflight] == \
+        list(range(len(finished) + len(engine.inflight)))
+    contents = [store.read_bytes("content", name) for name in store.list_dir("content")]
+    assert contents and all(b"watermark" not in c for c in contents if c)
+    named = {c for name in store.list_dir("states")
+             for c in EngineState.chunks_of(store, store.read_json("states", name)["content"])}
+    on_disk = {name.removesuffix(".json") for name in store.list_dir("chunks")}
+    assert named == on_disk and len(on_disk) >= len(finished) // 8
+
+
+def test_a_state_stored_with_its_splits_inline_still_loads(tmp_path: Path) -> None:
+    url = make_source(tmp_path, rows=100)
+    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+                    "snapshot.split.size": "10"})
+    reader = CdcStreamReader(spec)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    for part in reader.partitions(start, end):
+        list(reader.read(part))
+    folded = EngineState.load(reader.store, reader.latestOffset(end, None)["state"])
+    assert folded.sync.finished
+    store = StateStore(str(tmp_path / "old"))  # the layout before chunks
+    old = {"sync": folded.sync.to_json(), "inflight": [], "log_from": None}
+    digest = store.put_content(old, "content")
+    store.write_json({"content": digest}, "states", f"{folded.seq:012d}-{digest}.json")
+    assert EngineState.load(store, f"{folded.seq:012d}-{digest}").sync == folded.sync
 
 
 def run_stream(spark: Any, url: str, tmp_path: Path, sink: Any, tables: str) -> None:

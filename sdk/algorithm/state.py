@@ -41,13 +41,16 @@ class SyncState:
     position: Offset | None = None
     stop_after_snapshot: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, finished: bool = True) -> dict[str, Any]:
+        """``finished=False`` leaves the finished splits out (``"finished": []``), for a store
+        that keeps them apart (they are most of a big snapshot's state)."""
         return {
             "v": STATE_VERSION,
             "phase": self.phase.value,
             "tables": [s.to_json() for s in self.tables.values()],
             "plans": [p.to_json() for p in self.plans.values()],
-            "finished": [[f.to_json() for f in splits] for splits in self.finished.values()],
+            "finished": [[f.to_json() for f in splits] for splits in self.finished.values()]
+            if finished else [],
             "position": self.position.to_json() if self.position else None,
             "stop_after_snapshot": self.stop_after_snapshot,
         }

@@ -53,7 +53,15 @@ from ..config import ConnectionConfig
 from ..dialects import Dialect, default_manager, get_dialect
 from ..errors import ConfigurationError, PreflightError
 from ..tables import parse_patterns, select_tables
-from ..types import ChangeEvent, Connection, FinishedSplit, Offset, SnapshotSplit, TableSchema
+from ..types import (
+    ChangeEvent,
+    Connection,
+    FinishedSplit,
+    Offset,
+    SnapshotSplit,
+    TableId,
+    TableSchema,
+)
 from .arrow import TableBatcher, envelope_batch, envelope_schema, event_rows
 from .statestore import StateStore
 
@@ -334,6 +342,16 @@ class CdcBatchReader(DataSourceReader):
 # --- the streaming reader (driver side) -------------------------------------------------------
 
 
+CHUNK_SPLITS = 256
+"""Finished splits per stored chunk. A state names its chunks instead of holding the splits,
+so a micro-batch writes only the chunk its new splits land in: the bytes stored per batch stay
+flat however many splits a snapshot has finished (with them inline, a snapshot of n splits wrote
+O(n^2) bytes: 40 MiB for 2,000 splits, growing with the square)."""
+
+ChunkCache = dict[tuple[TableId, int], tuple[tuple[FinishedSplit, ...], str]]
+"""(table, chunk number) -> the chunk's splits and digest, as last stored by this process."""
+
+
 @dataclass
 class EngineState:
     """What an offset stands for: the sync state, the splits handed out in the batch that ends
@@ -344,14 +362,26 @@ class EngineState:
     log_from: Offset | None = None
     seq: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return {"sync": self.sync.to_json(),
-                "inflight": [[i, s.to_json()] for i, s in self.inflight],
-                "log_from": self.log_from.to_json() if self.log_from else None}
-
-    def save(self, store: StateStore) -> str:
-        """Store under ``<seq>-<content hash>``; the name is what the offset carries."""
-        digest = store.put_content(self.to_json(), "content")
+    def save(self, store: StateStore, chunks: ChunkCache | None = None) -> str:
+        """Store under ``<seq>-<content hash>``; the name is what the offset carries. The
+        finished splits go to content-addressed chunks of ``CHUNK_SPLITS``; ``chunks`` skips
+        re-encoding those this process stored already (a finished table only grows)."""
+        cache: ChunkCache = {} if chunks is None else chunks
+        finished = []
+        for table, splits in self.sync.finished.items():
+            digests = []
+            for number, at in enumerate(range(0, len(splits), CHUNK_SPLITS)):
+                chunk = splits[at:at + CHUNK_SPLITS]
+                known = cache.get((table, number))
+                if known is None or known[0] != chunk:
+                    known = (chunk, store.put_content([f.to_json() for f in chunk], "chunks"))
+                    cache[(table, number)] = known
+                digests.append(known[1])
+            finished.append(digests)
+        content = {"sync": self.sync.to_json(finished=False), "finished": finished,
+                   "inflight": [[i, s.to_json()] for i, s in self.inflight],
+                   "log_from": self.log_from.to_json() if self.log_from else None}
+        digest = store.put_content(content, "content")
         name = f"{self.seq:012d}-{digest}"
         if store.read_bytes("states", f"{name}.json") is None:
             store.write_json({"content": digest}, "states", f"{name}.json")
@@ -364,10 +394,30 @@ class EngineState:
             raise ConfigurationError(f"state {name} is missing from {store.uri}: the stateDir "
                                      "does not belong to this checkpoint")
         data = store.read_json("content", f"{pointer['content']}.json")
-        return cls(SyncState.from_json(data["sync"]),
+        sync = data["sync"]
+        if "finished" in data:  # else: a state stored with its finished splits inline
+            sync["finished"] = [[split for digest in digests
+                                 for split in _read_chunk(store, digest)]
+                                for digests in data["finished"]]
+        return cls(SyncState.from_json(sync),
                    [(i, SnapshotSplit.from_json(s)) for i, s in data["inflight"]],
                    Offset.from_json(data["log_from"]) if data["log_from"] else None,
                    int(name.split("-", 1)[0]))
+
+    @staticmethod
+    def chunks_of(store: StateStore, content: str) -> list[str]:
+        """The chunks a stored content names (none for one with its splits inline)."""
+        data = store.read_json("content", f"{content}.json")
+        return [d for digests in (data or {}).get("finished", []) for d in digests]
+
+
+def _read_chunk(store: StateStore, digest: str) -> list[dict[str, Any]]:
+    data = store.read_json("chunks", f"{digest}.json")
+    if data is None:
+        raise ConfigurationError(f"chunk {digest} of the finished splits is missing from "
+                                 f"{store.uri}: was the stateDir cleaned?")
+    assert isinstance(data, list)
+    return data
 
 
 class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -382,12 +432,30 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offset | None = None
         self._progress: dict[str, Any] | None = None
         self._view: SharedView | None = None
+        self._states: dict[str, EngineState] = {}
+        """The states this driver saved or loaded last, by name: each batch names its start
+        and end state three times (latestOffset, partitions, commit)."""
+        self._chunks: ChunkCache = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_conn"] = None
         state["_view"] = None
+        state["_states"] = {}
+        state["_chunks"] = {}
         return state
+
+    def _load(self, name: str) -> EngineState:
+        engine = self._states.get(name)
+        if engine is None:
+            engine = self._keep(name, EngineState.load(self.store, name))
+        return engine
+
+    def _keep(self, name: str, engine: EngineState) -> EngineState:
+        self._states[name] = engine
+        while len(self._states) > 4:
+            del self._states[next(iter(self._states))]
+        return engine
 
     def _view_token(self) -> str | None:
         """The snapshot view this driver shares with the split tasks, opened on first use."""
@@ -407,7 +475,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._conn
 
     def _offset(self, engine: EngineState) -> dict[str, Any]:
-        name = engine.save(self.store)
+        name = engine.save(self.store, self._chunks)
+        self._keep(name, engine)
         self._report(engine)
         position = engine.sync.position
         return {"v": OFFSET_VERSION, "phase": engine.sync.phase.value, "state": name,
@@ -455,7 +524,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return head
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        engine = EngineState.load(self.store, start["state"])
+        engine = self._load(start["state"])
         changed = False
         if engine.inflight:
             engine = self._fold(start["state"], engine)
@@ -542,7 +611,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         if start == end:
             return []
-        engine = EngineState.load(self.store, end["state"])
+        engine = self._load(end["state"])
         if engine.inflight:
             token = self._view_token()
             return [SplitPartition([item], end["state"], token) for item in engine.inflight]
@@ -558,7 +627,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from read_log(self.spec, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        engine = EngineState.load(self.store, end["state"])
+        engine = self._load(end["state"])
         if engine.sync.phase is Phase.LOG and engine.sync.position is not None:
             self.spec.dialect_obj.acknowledge_offset(self.conn, engine.sync.position)
         self._collect_garbage(engine.seq)
@@ -579,10 +648,16 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 drop.append((file, pointer["content"]))
             else:
                 keep.add(pointer["content"])
+        kept_chunks = {c for content in keep for c in EngineState.chunks_of(self.store, content)}
         for file, content in drop:
             self.store.delete_file("states", file)
             if content not in keep:
                 self.store.delete_file("content", f"{content}.json")
+        gone = {file.removesuffix(".json") for file in self.store.list_dir("chunks")} - kept_chunks
+        for digest in gone:
+            self.store.delete_file("chunks", f"{digest}.json")
+        if gone:  # a later save must write such a chunk again, not trust the cache
+            self._chunks = {k: v for k, v in self._chunks.items() if v[1] not in gone}
 
     def stop(self) -> None:
         self._close_view()
