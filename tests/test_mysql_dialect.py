@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import socket
 import threading
 import time
 import uuid
@@ -570,6 +571,124 @@ def test_heartbeat_period_must_be_positive(mysql: Dialect, mysql_url: str) -> No
         mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=0"))
     with pytest.raises(ConfigurationError, match="heartbeat_seconds"):
         mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=soon"))
+
+
+def test_read_timeout_must_cover_two_heartbeats(mysql: Dialect, mysql_url: str) -> None:
+    from sdk import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="read_timeout"):
+        mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=2&read_timeout=3"))
+    with pytest.raises(ConfigurationError, match="read_timeout"):
+        mysql.connect(ConnectionConfig.from_url(mysql_url + "?read_timeout=never"))
+
+
+class FreezingProxy:
+    """A TCP proxy to the server whose open connections can be frozen: bytes stop flowing both
+    ways while the sockets stay open, as when a network path drops without a reset. Connections
+    made after a freeze flow normally."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.generation = 0
+        self.closed = False
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b, self.generation),
+                                 daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, generation: int) -> None:
+        try:
+            while data := src.recv(65536):
+                while generation != self.generation and not self.closed:
+                    time.sleep(0.05)  # frozen: hold these bytes and read no more
+                if self.closed:
+                    return
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def freeze(self) -> None:
+        self.generation += 1
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
+        for sock in self.sockets:
+            sock.close()
+
+
+@pytest.fixture
+def proxied(mysql: Dialect, make_table: Any, mysql_url: str
+            ) -> Iterator[tuple[FreezingProxy, Any, TableSchema]]:
+    """A connection through a FreezingProxy (heartbeats every 0.2 s, read_timeout 2 s) and a
+    new table."""
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    config = ConnectionConfig.from_url(mysql_url)
+    proxy = FreezingProxy(config.host or "127.0.0.1", config.port or 3306)
+    url = mysql_url.replace(f"{config.host}:{config.port}", f"127.0.0.1:{proxy.port}")
+    conn = mysql.connect(ConnectionConfig.from_url(url + "?heartbeat_seconds=0.2&read_timeout=2"))
+    try:
+        yield proxy, conn, mysql.describe_table(conn, table)
+    finally:
+        proxy.close()
+        conn.close()
+
+
+def test_a_binlog_connection_that_hangs_is_reopened(mysql: Dialect, proxied: Any,
+                                                     mysql_admin: Any) -> None:
+    """The network path to the server stops carrying bytes mid-stream without an error: after
+    read_timeout of silence (heartbeats stop too) the connection is reopened at the last event
+    read, and the changes before and after come through exactly once, in order."""
+    proxy, conn, schema = proxied
+    name = schema.table.name
+    start = mysql.current_offset(conn)
+    for i in range(1, 21):
+        admin(mysql_admin, f"INSERT INTO `{name}` VALUES ({i})")
+    stream = mysql.stream_log(conn, [schema], start, None)
+    seen: list[int] = []
+    frozen_at = 0.0
+
+    def done(item: Any) -> bool:
+        nonlocal frozen_at
+        if isinstance(item, ChangeEvent):
+            seen.append(item.key[0])
+            if len(seen) == 10:  # mid-stream: the rest is already on its way
+                proxy.freeze()
+                frozen_at = time.monotonic()
+                for i in range(21, 41):
+                    admin(mysql_admin, f"INSERT INTO `{name}` VALUES ({i})")
+        return len(seen) >= 40
+
+    got = read_until(stream, 60, done)
+    assert got, f"the stream hung after the freeze (changes seen: {seen})"
+    assert seen == list(range(1, 41))
+    assert time.monotonic() - frozen_at >= 2  # it waited out read_timeout, then reopened
+
+
+def test_a_server_out_of_reach_is_a_retriable_error(mysql: Dialect, proxied: Any) -> None:
+    from sdk import RetriableError
+
+    proxy, conn, schema = proxied
+    stream = mysql.stream_log(conn, [schema], mysql.current_offset(conn), None)
+    assert isinstance(next(stream), Heartbeat)
+    proxy.close()  # connections reset, and no new one is accepted
+    with pytest.raises(RetriableError, match=f"127.0.0.1:{proxy.port} failed") as caught:
+        for _ in stream:
+            pass
+    password = conn.settings["password"]
+    assert not password or password not in str(caught.value)
 
 
 def test_change_indexes_count_rows_of_tables_not_read(mysql: Dialect, conn: Any,

@@ -54,6 +54,10 @@ from ._types import logical_column, normalizer
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 HEARTBEAT_SECONDS = 0.5  # an open-ended stream_log's heartbeat period (option heartbeat_seconds)
+READ_TIMEOUT_SECONDS = 60
+"""Silence after which a binlog connection counts as dead (option ``read_timeout``): the server
+sends events or heartbeats, so a connection quiet this long hangs (a dropped network path, a
+frozen proxy) and is reopened rather than waited on for ever."""
 MAX_GTID_TEXT = 1024  # a longer MySQL GTID set is left out of offsets
 _STATUS_STATEMENTS = ("SHOW BINARY LOG STATUS", "SHOW BINLOG STATUS", "SHOW MASTER STATUS")
 
@@ -115,8 +119,17 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
         heartbeat = 0.0
     if not heartbeat > 0:
         raise ConfigurationError("heartbeat_seconds must be a positive number of seconds")
+    try:
+        read_timeout = int(config.options.get("read_timeout", READ_TIMEOUT_SECONDS))
+    except ValueError:
+        read_timeout = 0
+    if read_timeout < 2 * heartbeat:
+        raise ConfigurationError(
+            "read_timeout must be a whole number of seconds at least twice heartbeat_seconds "
+            f"({heartbeat:g}): an idle server sends nothing but heartbeats")
     settings = {"host": config.host or "127.0.0.1", "port": config.port or 3306,
-                "user": config.user or "root", "password": config.password or ""}
+                "user": config.user or "root", "password": config.password or "",
+                "read_timeout": read_timeout}
     try:
         raw = pymysql.connect(host=settings["host"], port=settings["port"],
                               user=settings["user"], password=settings["password"],

@@ -38,7 +38,7 @@ from collections.abc import Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
-from sdk import ChangeEvent, Heartbeat, Offset, OffsetExpiredError, TableSchema
+from sdk import ChangeEvent, Heartbeat, Offset, OffsetExpiredError, RetriableError, TableSchema
 
 from ._offsets import NAME, MariadbGtidState, make_offset, position_key
 from ._types import fix_binlog_time, normalizer
@@ -94,6 +94,10 @@ class TableDecoder:
         for i, convert in self.converters:
             mutable[i] = convert(mutable[i])
         return tuple(mutable)
+
+
+CONNECTION_LOST = {2003, 2006, 2013}
+"""Can't connect, server gone away, connection lost (or silent past ``read_timeout``)."""
 
 
 def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
@@ -227,11 +231,18 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                 if time.monotonic() - last_beat >= heartbeat_seconds:
                     yield beat(reader.log_file, header.log_pos)
     except OperationalError as exc:
-        if exc.args and exc.args[0] == 1236:
+        code = exc.args[0] if exc.args else None
+        if code == 1236:
             raise OffsetExpiredError(
                 f"the binlog no longer holds {start_file}:{start_pos} ({exc.args[1]}); the "
                 "server purged it: take a new snapshot and keep binlogs longer "
                 "(binlog_expire_logs_seconds)") from None
+        if code in CONNECTION_LOST:
+            raise RetriableError(
+                f"the binlog connection to {settings['host']}:{settings['port']} failed and "
+                f"could not be reopened ({exc.args[-1]}; a connection silent for "
+                f"read_timeout={settings.get('read_timeout')} s counts as lost): the read can "
+                "be retried from its start offset") from None
         raise
     finally:
         reader.close()
