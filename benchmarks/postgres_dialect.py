@@ -1,7 +1,7 @@
 """The PostgreSQL dialect against raw psycopg, in the same run, on the local server.
 
     python benchmarks/postgres_dialect.py [--rows 1000000] [--changes 100000]
-        [--runs 9] [--admin-url postgresql://postgres@127.0.0.1:5432/sdk_test]
+        [--transactions 1] [--runs 9] [--admin-url postgresql://postgres@127.0.0.1:5432/sdk_test]
         [--url postgresql://sdk_cdc:sdk_cdc@127.0.0.1:5432/sdk_test]
 
 - read_range: rows/s of the dialect reading the table as one split, against a raw psycopg
@@ -29,6 +29,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--changes", type=int, default=100_000)
+    parser.add_argument("--transactions", type=int, default=1,
+                        help="commit the changes in this many transactions (default: one)")
     parser.add_argument("--runs", type=int, default=9,
                         help="timed runs of each stream_log reader, taken in turn")
     parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/sdk_test")
@@ -103,7 +105,13 @@ def main() -> None:
               f"it by token {join_s * 1000:.2f} ms; two watermarks {marks_s * 1000:.2f} ms")
 
         start = pg.current_offset(conn)
-        admin.execute(f"UPDATE bench_rows SET qty = qty + 1 WHERE id <= {args.changes}")
+        if args.transactions <= 1:
+            admin.execute(f"UPDATE bench_rows SET qty = qty + 1 WHERE id <= {args.changes}")
+        else:  # the same changes committed in that many transactions
+            step = -(-args.changes // args.transactions)
+            admin.execute(f"DO $$ BEGIN FOR lo IN 1..{args.changes} BY {step} LOOP "
+                          "UPDATE bench_rows SET qty = qty + 1 WHERE id BETWEEN lo AND "
+                          f"LEAST(lo + {step} - 1, {args.changes}); COMMIT; END LOOP; END $$")
         end = pg.current_offset(conn)
         admin.execute("VACUUM bench_rows")  # not autovacuum in the middle of a timed run
         admin.execute("CHECKPOINT")
@@ -140,7 +148,9 @@ def main() -> None:
 
         (raw_s, raw_cpu, n), (ours_s, ours_cpu, m) = best_of_interleaved(
             args.runs, raw_log, dialect_log)
-        print(f"stream_log, one {args.changes}-row statement: dialect {m} changes "
+        shape = (f"one {args.changes}-row statement" if args.transactions <= 1 else
+                 f"{args.changes} changes in {args.transactions} transactions")
+        print(f"stream_log, {shape}: dialect {m} changes "
               f"{m / ours_s:,.0f}/s, raw peek + typed decoding {n} changes {n / raw_s:,.0f}/s: "
               f"{raw_s / ours_s:.2f}x (client CPU alone: {raw_cpu / ours_cpu:.2f}x)")
     finally:
