@@ -720,6 +720,55 @@ def test_open_stream_heartbeats_let_an_idle_slot_advance(pg: Dialect, capture: A
     assert (int(high, 16) << 32 | int(low, 16)) == beats[-1]["lsn"]
 
 
+def test_tcp_keepalives_are_set_on_the_socket(pg: Dialect, url: str) -> None:
+    """A server that vanishes without closing the connection is noticed in about a minute: the
+    libpq keepalive settings reach the real socket, and each can be set from the URL."""
+    import socket
+
+    from sdk import ConfigurationError
+
+    def options(conn: Any) -> tuple[int, ...]:
+        sock = socket.socket(fileno=os.dup(conn.raw.pgconn.socket))
+        try:
+            if sock.family == socket.AF_UNIX:
+                pytest.skip("a Unix socket (embedded PostgreSQL) has no TCP keepalives")
+            return (sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                    sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                    sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+                    sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+                    sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT))
+        finally:
+            sock.close()
+
+    conn = pg.connect(ConnectionConfig.from_url(url))
+    try:
+        assert options(conn) == (1, 30, 10, 3, 60_000)
+    finally:
+        conn.close()
+    conn = pg.connect(ConnectionConfig.from_url(
+        with_query(url, keepalives_idle="5", tcp_user_timeout="7000")))
+    try:
+        assert options(conn) == (1, 5, 10, 3, 7000)
+    finally:
+        conn.close()
+    with pytest.raises(ConfigurationError, match="keepalives_count"):
+        pg.connect(ConnectionConfig.from_url(with_query(url, keepalives_count="few")))
+
+
+def test_a_lost_connection_mid_stream_is_retriable(pg: Dialect, capture: Any,
+                                                   postgres_admin: Any) -> None:
+    from sdk import Heartbeat, RetriableError
+
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY)")
+    stream = pg.stream_log(conn, [schema], pg.current_offset(conn), None)
+    assert isinstance(next(stream), Heartbeat)
+    run(postgres_admin, "SELECT pg_terminate_backend(%s)", (conn.raw.info.backend_pid,))
+    with pytest.raises(RetriableError, match="was lost while reading the slot"):
+        for _ in stream:
+            pass
+
+
 def test_the_runner_shares_one_exported_view_across_splits(pg: Dialect, capture: Any,
                                                             url: str, postgres_admin: Any
                                                             ) -> None:

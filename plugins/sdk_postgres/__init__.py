@@ -60,6 +60,11 @@ NAME = "postgres"
 POLL_SECONDS = 0.5
 PG_EPOCH_MICROS = 946_684_800_000_000  # 2000-01-01 in Unix microseconds
 PEEK_CHUNK = 5000
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+              "keepalives_count": 3, "tcp_user_timeout": 60_000}
+"""libpq's TCP settings, each overridable by the same-named URL option: a server that vanishes
+without closing the connection (a dropped network path) is noticed in about a minute instead
+of the system's two hours, so a read waiting on it fails and is retried."""
 
 
 Plan = list[tuple[int, Callable[[Any], Any]]]
@@ -135,6 +140,17 @@ def dialect_info() -> DialectInfo:
                                 Capability.APPLY, Capability.ATOMIC_SNAPSHOT}))
 
 
+def _int_option(config: ConnectionConfig, name: str, default: int) -> int:
+    text = config.options.get(name, str(default))
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigurationError(f"URL option {name}={text!r} must be a whole number >= 0")
+    return value
+
+
 @hookimpl
 def connect(config: ConnectionConfig) -> PgConnection:
     try:
@@ -148,7 +164,8 @@ def connect(config: ConnectionConfig) -> PgConnection:
         args: dict[str, Any] = dict(
             host=host, port=config.port or 5432, user=config.user, password=config.password,
             dbname=config.database, autocommit=True,
-            connect_timeout=int(config.options.get("connect_timeout", "10")),
+            connect_timeout=_int_option(config, "connect_timeout", 10),
+            **{name: _int_option(config, name, default) for name, default in KEEPALIVES.items()},
             options="-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=postgres"
                     " -c extra_float_digits=3")
         raw = psycopg.connect(**args)
@@ -603,6 +620,24 @@ def _key_from(table: TableSchema, relation: pgo.Relation, plan: Plan, data: list
 @hookimpl
 def stream_log(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
                end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+    import psycopg
+
+    try:
+        yield from _stream(conn, tables, start, end)
+    except psycopg.OperationalError as exc:
+        state = exc.sqlstate or ""
+        if state and not state.startswith(("08", "57P")):  # not a lost connection
+            raise
+        info = conn.raw.info
+        raise RetriableError(
+            f"the connection to {info.host}:{info.port} was lost while reading the slot "
+            f"{conn.slot!r} ({str(exc).strip().splitlines()[0] if str(exc).strip() else state}"
+            "; a dead network path is noticed by TCP keepalives within about a minute): the "
+            "read can be retried from its start offset") from None
+
+
+def _stream(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
+            end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
     begin = _parts(start)
     _check_slot(conn, begin[0])
     if end is not None:
