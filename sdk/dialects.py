@@ -33,6 +33,7 @@ from .errors import (
     DialectNotFoundError,
     DriverMissingError,
     PluginValidationError,
+    RetriableError,
 )
 from .types import (
     Capability,
@@ -363,6 +364,14 @@ class Dialect:
     def offset_at_time(self, conn: Connection, timestamp: dt.datetime) -> Offset | None:
         result: Offset | None = self._call("offset_at_time", conn=conn, timestamp=timestamp)
         return result
+
+    def is_retriable(self, error: BaseException) -> bool:
+        """Whether the dialect calls ``error`` a passing fault (False when it cannot say)."""
+        if isinstance(error, RetriableError):
+            return True
+        if not self.implements("is_retriable"):
+            return False
+        return bool(self._call("is_retriable", error=error))
 
     def acknowledge_offset(self, conn: Connection, offset: Offset) -> None:
         if self.implements("acknowledge_offset"):

@@ -80,9 +80,22 @@ def connect(config: ConnectionConfig) -> Connection:
     """Open one connection to the database described by ``config``.
 
     Import the driver here. A missing driver raises :class:`sdk.errors.DriverMissingError`
-    naming the extra to install; bad credentials or an unreachable host raise
-    :class:`sdk.errors.ConfigurationError` without the password in the message.
+    naming the extra to install; bad credentials or a missing database raise
+    :class:`sdk.errors.ConfigurationError`, a server that does not answer (refused, timed out,
+    restarting) :class:`sdk.errors.RetriableError`; never with the password in the message.
     Each Spark task opens its own connection; the engine closes it with ``close()``.
+    """
+
+
+@hookspec(firstresult=True)
+def is_retriable(error: BaseException) -> bool | None:
+    """Say whether ``error``, raised by the driver in any hook, is a passing fault: a lost or
+    refused connection, a server starting or shutting down, a deadlock or lock timeout.
+
+    The engine turns such an error into :class:`sdk.errors.RetriableError`, so ``sdk sync``
+    restarts from its checkpoint instead of stopping (Debezium's per-connector error handler
+    plays this part). Return False (or nothing) for the rest: bad SQL, missing privileges,
+    purged logs. Optional; without it only the dialect's own ``RetriableError`` is retried.
     """
 
 

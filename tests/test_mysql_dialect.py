@@ -677,7 +677,8 @@ def test_a_binlog_connection_that_hangs_is_reopened(mysql: Dialect, proxied: Any
     assert time.monotonic() - frozen_at >= 2  # it waited out read_timeout, then reopened
 
 
-def test_a_server_out_of_reach_is_a_retriable_error(mysql: Dialect, proxied: Any) -> None:
+def test_a_server_out_of_reach_is_a_retriable_error(mysql: Dialect, proxied: Any,
+                                                    mysql_admin: Any) -> None:
     from sdk import RetriableError
 
     proxy, conn, schema = proxied
@@ -689,6 +690,12 @@ def test_a_server_out_of_reach_is_a_retriable_error(mysql: Dialect, proxied: Any
             pass
     password = conn.settings["password"]
     assert not password or password not in str(caught.value)
+    with pytest.raises(Exception) as lost, conn.raw.cursor() as cur:  # the driver's error
+        cur.execute("SELECT 1")
+    assert mysql.is_retriable(lost.value)
+    with pytest.raises(Exception) as bad:
+        admin(mysql_admin, "SELEC 1")
+    assert not mysql.is_retriable(bad.value)
 
 
 def test_change_indexes_count_rows_of_tables_not_read(mysql: Dialect, conn: Any,

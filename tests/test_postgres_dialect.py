@@ -767,6 +767,12 @@ def test_a_lost_connection_mid_stream_is_retriable(pg: Dialect, capture: Any,
     with pytest.raises(RetriableError, match="was lost while reading the slot"):
         for _ in stream:
             pass
+    with pytest.raises(Exception) as lost:  # whatever the driver raises
+        conn.raw.execute("SELECT 1")
+    assert pg.is_retriable(lost.value)
+    with pytest.raises(Exception) as bad:
+        postgres_admin.execute("SELEC 1")
+    assert not pg.is_retriable(bad.value)
 
 
 def test_the_runner_shares_one_exported_view_across_splits(pg: Dialect, capture: Any,

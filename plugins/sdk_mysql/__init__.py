@@ -29,6 +29,7 @@ from sdk import (
     Offset,
     OffsetExpiredError,
     Requirement,
+    RetriableError,
     Row,
     SnapshotSplit,
     SnapshotView,
@@ -41,7 +42,7 @@ from sdk.apply import change_runs, check_target_columns
 from sdk.sql import lexicographic_range
 
 from . import _target
-from ._binlog import read_changes
+from ._binlog import CONNECTION_LOST, read_changes
 from ._offsets import (
     NAME,
     canonical_mariadb_gtid,
@@ -137,6 +138,9 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
                               init_command="SET time_zone = '+00:00'",
                               connect_timeout=int(config.options.get("connect_timeout", "10")))
     except pymysql.err.OperationalError as exc:
+        if exc.args and exc.args[0] in CONNECTION_LOST:  # no answer: a passing fault, maybe
+            raise RetriableError(f"cannot connect to {config.masked_url}: {exc.args[-1]}") \
+                from None
         raise ConfigurationError(f"cannot connect to {config.masked_url}: {exc.args[-1]}") \
             from None
     with raw.cursor() as cur:
@@ -146,6 +150,26 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
         snapshot_status = cur.fetchone() is not None
     return MySqlConnection(raw, settings, config.database, snapshot_status,
                            "mariadb" in version.lower(), heartbeat)
+
+
+RETRIABLE_CODES = CONNECTION_LOST | {
+    2055,  # lost connection (system error)
+    1053,  # server shutdown in progress
+    1205,  # lock wait timeout
+    1213,  # deadlock
+}
+
+
+@hookimpl
+def is_retriable(error: BaseException) -> bool:
+    """Lost, refused or dropped connections, a server shutting down, lock waits and
+    deadlocks; ``InterfaceError`` is pymysql's word for a connection already closed."""
+    import pymysql
+
+    if isinstance(error, pymysql.err.InterfaceError):
+        return True
+    return isinstance(error, pymysql.err.OperationalError | pymysql.err.InternalError) and \
+        bool(error.args) and error.args[0] in RETRIABLE_CODES
 
 
 # --- preflight --------------------------------------------------------------------------------

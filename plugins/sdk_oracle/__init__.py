@@ -33,6 +33,7 @@ from sdk import (
     Key,
     Offset,
     Requirement,
+    RetriableError,
     Row,
     SnapshotSplit,
     SnapshotView,
@@ -81,7 +82,8 @@ def connect(config: ConnectionConfig) -> Session:
                                tcp_connect_timeout=float(options.get("connect_timeout", "10")))
     except oracledb.Error as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreachable"
-        raise ConfigurationError(f"cannot connect to {config.masked_url}: {message}") from None
+        kind = RetriableError if is_retriable(exc) else ConfigurationError
+        raise kind(f"cannot connect to {config.masked_url}: {message}") from None
     flush = options.get("flush_table", FLUSH_TABLE)
     session = Session(
         raw, pdb=options.get("pdb") or None,
@@ -109,6 +111,29 @@ def setup_session(session: Session) -> None:
     if session.pdb is not None:
         session.container = "CDB$ROOT"
         session.use("pdb")
+
+
+RETRIABLE = {
+    "ORA-00060",  # deadlock
+    "ORA-01033", "ORA-01034", "ORA-01089",  # starting up, not available, shutting down
+    "ORA-03113", "ORA-03114", "ORA-03135",  # end of file on channel, not connected, lost
+    "ORA-12170", "ORA-12514", "ORA-12528", "ORA-12537", "ORA-12541",  # listener, timeouts
+    "DPY-4011",  # the database or network closed the connection
+    "DPY-6005",  # cannot connect
+}
+
+
+@hookimpl
+def is_retriable(error: BaseException) -> bool:
+    """Oracle's and python-oracledb's codes for lost or refused connections, an instance
+    starting or stopping, and deadlocks (the message starts with the code)."""
+    import oracledb
+
+    if not isinstance(error, oracledb.Error):
+        return False
+    detail = error.args[0] if error.args else ""
+    code = getattr(detail, "full_code", None) or str(detail).split(":", 1)[0].strip()
+    return code in RETRIABLE
 
 
 # --- preflight and capture objects -----------------------------------------------------------

@@ -60,6 +60,11 @@ NAME = "postgres"
 POLL_SECONDS = 0.5
 PG_EPOCH_MICROS = 946_684_800_000_000  # 2000-01-01 in Unix microseconds
 PEEK_CHUNK = 5000
+UNREACHABLE = ("Connection refused", "timeout expired", "timed out", "No route to host",
+               "Network is unreachable", "is starting up", "is shutting down",
+               "closed the connection unexpectedly", "in recovery mode")
+"""libpq's words for a server that did not answer or is restarting (connection failures carry
+no SQLSTATE), as opposed to a refused login or a missing database."""
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
               "keepalives_count": 3, "tcp_user_timeout": 60_000}
 """libpq's TCP settings, each overridable by the same-named URL option: a server that vanishes
@@ -170,11 +175,29 @@ def connect(config: ConnectionConfig) -> PgConnection:
                     " -c extra_float_digits=3")
         raw = psycopg.connect(**args)
     except psycopg.OperationalError as exc:
-        message = str(exc).strip().splitlines()[-1] if str(exc).strip() else "unreachable"
+        text = str(exc).strip()
+        message = " ".join(line.strip() for line in text.splitlines()) or "unreachable"
+        if any(mark in text for mark in UNREACHABLE):  # a passing fault, maybe
+            raise RetriableError(f"cannot connect to {config.masked_url}: {message}") from None
         raise ConfigurationError(f"cannot connect to {config.masked_url}: {message}") from None
     return PgConnection(raw, config.options.get("slot", "sdk_slot"),
                         config.options.get("publication", "sdk_pub"),
                         float(config.options.get("wait_seconds", "60")), connect_args=args)
+
+
+@hookimpl
+def is_retriable(error: BaseException) -> bool:
+    """A connection lost, refused or closed (no SQLSTATE, or class 08), the server shutting
+    down or restarting (57P01-57P03), a serialization failure or deadlock (40001, 40P01)."""
+    import psycopg
+
+    if isinstance(error, psycopg.InterfaceError):  # the connection is already closed
+        return True
+    if not isinstance(error, psycopg.OperationalError | psycopg.errors.SerializationFailure |
+                      psycopg.errors.DeadlockDetected):
+        return False
+    state = error.sqlstate or ""
+    return not state or state.startswith(("08", "57P", "40001", "40P01"))
 
 
 # --- preflight and capture objects -----------------------------------------------------------
@@ -626,7 +649,7 @@ def stream_log(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
         yield from _stream(conn, tables, start, end)
     except psycopg.OperationalError as exc:
         state = exc.sqlstate or ""
-        if state and not state.startswith(("08", "57P")):  # not a lost connection
+        if not is_retriable(exc) or state.startswith("40"):  # not a lost connection
             raise
         info = conn.raw.info
         raise RetriableError(

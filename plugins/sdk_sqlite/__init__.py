@@ -82,6 +82,12 @@ def connect(config: ConnectionConfig) -> sqlite3.Connection:
 
 
 @hookimpl
+def is_retriable(error: BaseException) -> bool:
+    """Another process holding the database's lock past the busy timeout: try again later."""
+    return isinstance(error, sqlite3.OperationalError) and "locked" in str(error)
+
+
+@hookimpl
 def preflight(conn: sqlite3.Connection, tables: Sequence[TableId]) -> list[Requirement]:
     (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
     checks = [Requirement("journal_mode=wal", mode == "wal", f"journal_mode is {mode}",

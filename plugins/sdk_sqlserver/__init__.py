@@ -115,8 +115,8 @@ def connect(config: ConnectionConfig) -> MssqlConnection:
                               charset="UTF-8", appname="sdk",
                               tds_version=options.get("tds_version", "7.4"))
     except (pymssql.OperationalError, pymssql.InterfaceError) as exc:
-        raise ConfigurationError(f"cannot connect to {config.masked_url}: "
-                                 f"{_server_message(exc)}") from None
+        kind = RetriableError if is_retriable(exc) else ConfigurationError
+        raise kind(f"cannot connect to {config.masked_url}: {_server_message(exc)}") from None
     conn = MssqlConnection(raw, config.database or "master",
                            options.get("exact_time", "").lower() in _TRUE,
                            float(options.get("wait_seconds", "60")),
@@ -131,6 +131,26 @@ def _server_message(exc: BaseException) -> str:
     last = exc.args[-1] if exc.args else exc
     text = last.decode(errors="replace") if isinstance(last, bytes) else str(last)
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+RETRIABLE = {
+    20003, 20004, 20006, 20009, 20017, 20047,  # DB-Lib: timeouts, read/write failed, no server
+    233, 10053, 10054, 10060,  # transport: no process on the pipe, connection reset or aborted
+    1205,  # chosen as deadlock victim
+    40197, 40501, 40613, 49918, 49919, 49920,  # Azure SQL: busy, failing over, unavailable
+}
+
+
+@hookimpl
+def is_retriable(error: BaseException) -> bool:
+    """DB-Lib and server codes for lost or refused connections, a deadlock victim and Azure
+    SQL's transient states; ``InterfaceError`` is a connection already closed."""
+    import pymssql
+
+    if isinstance(error, pymssql.InterfaceError):
+        return True
+    return isinstance(error, pymssql.OperationalError) and bool(error.args) and \
+        error.args[0] in RETRIABLE
 
 
 # --- preflight --------------------------------------------------------------------------------

@@ -19,12 +19,13 @@ splits, then the log, exactly once across crashes:
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -51,7 +52,7 @@ from ..algorithm.progress import progress_of
 from ..codec import dumps
 from ..config import ConnectionConfig
 from ..dialects import Dialect, default_manager, get_dialect
-from ..errors import ConfigurationError, PreflightError
+from ..errors import ConfigurationError, PreflightError, RetriableError, SdkError
 from ..tables import parse_patterns, select_tables
 from ..types import (
     ChangeEvent,
@@ -113,6 +114,20 @@ def resolve(options: dict[str, str]) -> SourceSpec:
     dialect, config = default_manager().dialect_for_url(opts["url"])
     sync_options = SyncOptions.from_strings(
         {k: v for k, v in opts.items() if k not in _ENGINE_OPTIONS})
+    with passing_faults(dialect):
+        schemas = _discover(dialect, config, opts, sync_options)
+    envelope = opts.get("envelope", "false").lower() == "true" or len(schemas) > 1
+    return SourceSpec(
+        dialect=dialect.name, config=config, tables=schemas, options=sync_options,
+        envelope=envelope, state_dir=opts.get("statedir"),
+        splits_per_batch=int(opts.get("snapshot.splits-per-batch", "8")),
+        parallelism=int(opts.get("parallelism", "8")),
+        head_poll_seconds=int(opts.get("log.poll-interval.ms", "500")) / 1000)
+
+
+def _discover(dialect: Dialect, config: ConnectionConfig, opts: dict[str, str],
+              sync_options: SyncOptions) -> list[TableSchema]:
+    """The chosen tables' schemas, their capture prepared and the source's preflight passed."""
     conn = dialect.connect(config)
     try:
         available = dialect.list_tables(conn)
@@ -130,13 +145,7 @@ def resolve(options: dict[str, str]) -> SourceSpec:
                                  + "\n".join(str(r) for r in missing))
     finally:
         conn.close()
-    envelope = opts.get("envelope", "false").lower() == "true" or len(schemas) > 1
-    return SourceSpec(
-        dialect=dialect.name, config=config, tables=schemas, options=sync_options,
-        envelope=envelope, state_dir=opts.get("statedir"),
-        splits_per_batch=int(opts.get("snapshot.splits-per-batch", "8")),
-        parallelism=int(opts.get("parallelism", "8")),
-        head_poll_seconds=int(opts.get("log.poll-interval.ms", "500")) / 1000)
+    return schemas
 
 
 class CdcDataSource(DataSource):
@@ -228,9 +237,36 @@ def gc_paused() -> Iterator[None]:
         gc.enable()
 
 
+@contextlib.contextmanager
+def passing_faults(dialect: Dialect) -> Iterator[None]:
+    """Raise the driver errors the dialect calls passing (``is_retriable``) as
+    :class:`RetriableError`: in the text Spark reports, the name marks the failure as one that
+    ``sdk sync`` retries from its checkpoint."""
+    try:
+        yield
+    except SdkError:
+        raise
+    except Exception as exc:
+        if dialect.is_retriable(exc):
+            raise RetriableError(f"{dialect.name}: {type(exc).__name__}: {exc}") from exc
+        raise
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _passing_faults(method: F) -> F:
+    """``passing_faults`` around a reader method (the reader's ``spec`` names the dialect)."""
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with passing_faults(self.spec.dialect_obj):
+            return method(self, *args, **kwargs)
+    return cast(F, wrapper)
+
+
 def read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.RecordBatch]:
     """Read a partition's splits, staging each split's output first when ``stage`` is set."""
-    with gc_paused():
+    with gc_paused(), passing_faults(spec.dialect_obj):
         yield from _read_splits(spec, partition)
 
 
@@ -269,7 +305,7 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
 
 def read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
     """Read one micro-batch's log range and emit what the incremental filter lets through."""
-    with gc_paused():
+    with gc_paused(), passing_faults(spec.dialect_obj):
         yield from _read_log(spec, partition)
 
 
@@ -317,6 +353,7 @@ class CdcBatchReader(DataSourceReader):
     def __init__(self, spec: SourceSpec) -> None:
         self.spec = spec
 
+    @_passing_faults
     def partitions(self) -> Sequence[InputPartition]:
         spec = self.spec
         dialect = spec.dialect_obj
@@ -506,10 +543,12 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"phase": report["phase"], "rows": int(report["rows"]), "tables": tables,
                 "caught_up": bool(report.get("caught_up", False))}
 
+    @_passing_faults
     def initialOffset(self) -> dict[str, Any]:
         runner = SyncRunner(self.spec.dialect_obj, lambda: self.conn, self.spec.options)
         return self._offset(EngineState(runner.start(self.spec.tables)))
 
+    @_passing_faults
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.spec.dialect_obj.current_offset(self.conn)
 
@@ -523,6 +562,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._target
         return head
 
+    @_passing_faults
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         engine = self._load(start["state"])
         changed = False
@@ -608,6 +648,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._offset(EngineState(sync, [], None, engine.seq + 1))
         return start
 
+    @_passing_faults
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         if start == end:
             return []
@@ -626,6 +667,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             assert isinstance(partition, LogPartition)
             yield from read_log(self.spec, partition)
 
+    @_passing_faults
     def commit(self, end: dict[str, Any]) -> None:
         engine = self._load(end["state"])
         if engine.sync.phase is Phase.LOG and engine.sync.position is not None:

@@ -7,6 +7,7 @@ it again with the same ``checkpoint`` resumes exactly where it stopped or crashe
 
 from __future__ import annotations
 
+import logging
 import os
 import pkgutil
 import signal
@@ -24,6 +25,39 @@ from .source import resolve
 from .statestore import StateStore
 
 UNTIL = ("snapshot", "caught-up", "never")
+RETRY_SECONDS = 300.0
+TRANSIENT = ("RetriableError",)
+"""What marks a failure as passing, in the text of the exception Spark reports (the Python
+error of a task arrives inside a JVM exception, so its class is matched by name)."""
+
+log = logging.getLogger(__name__)
+
+
+class Retries:
+    """Backoff over one outage: 1, 2, 4 ... up to 30 s between attempts, given up after
+    ``seconds`` of failure with no batch in between."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.since: float | None = None
+        self.delay = 1.0
+
+    def reset(self) -> None:
+        self.since, self.delay = None, 1.0
+
+    def wait_or_raise(self, failure: BaseException, stop: threading.Event) -> None:
+        text = str(failure)
+        now = time.monotonic()
+        self.since = self.since if self.since is not None else now
+        if stop.is_set() or not any(mark in text for mark in TRANSIENT) or \
+                now - self.since + self.delay > self.seconds:
+            raise failure
+        reason = next((line.strip() for line in text.splitlines()
+                       if any(mark in line for mark in TRANSIENT)), text.splitlines()[0])
+        log.warning("sync: %s; restarting from the checkpoint in %.0f s (giving up after "
+                    "%.0f s of failure)", reason, self.delay, self.seconds)
+        stop.wait(self.delay)
+        self.delay = min(self.delay * 2, 30.0)
 
 
 @dataclass
@@ -72,7 +106,8 @@ def run_sync(source: str, target: str | None, tables: str = "*",
              options: Mapping[str, str] | None = None, master: str = "local[2]",
              target_schema: str | None = None,
              report: Callable[[dict[str, Any]], None] | None = None,
-             report_seconds: float = 2.0, changes: str | None = None) -> SyncSummary:
+             report_seconds: float = 2.0, changes: str | None = None,
+             retry_seconds: float = RETRY_SECONDS) -> SyncSummary:
     """Sync ``tables`` of ``source`` into ``target`` until ``until``:
 
     - ``snapshot``: stop once every table's snapshot is applied;
@@ -81,6 +116,11 @@ def run_sync(source: str, target: str | None, tables: str = "*",
 
     ``target`` is mirrored with ``apply_changes``; ``changes`` (a path any Spark writer takes)
     also keeps every change as Parquet. At least one of them is needed.
+
+    Once running, a passing fault of the source (a ``RetriableError``: a lost or unreachable
+    connection, a restarting server) restarts the stream from its checkpoint, with backoff,
+    for up to ``retry_seconds`` of consecutive failure; the checkpoint keeps it exactly once.
+    A problem found before the stream starts (bad URL, refused login) fails at once.
     """
     if until not in UNTIL:
         raise ConfigurationError(f"--until takes one of {', '.join(UNTIL)}, not {until!r}")
@@ -108,14 +148,16 @@ def run_sync(source: str, target: str | None, tables: str = "*",
                 df.unpersist()
 
     spark = spark_session(master)
-    stream = spark.readStream.format("cdc").options(**reader_options).load()
-    writer = stream.writeStream.foreachBatch(each_batch) \
-        .option("checkpointLocation", str(root / "checkpoint"))
+
+    def start_query() -> Any:
+        stream = spark.readStream.format("cdc").options(**reader_options).load()
+        writer = stream.writeStream.foreachBatch(each_batch) \
+            .option("checkpointLocation", str(root / "checkpoint"))
+        if until == "caught-up":
+            return writer.trigger(availableNow=True).start()
+        return writer.trigger(processingTime="1 second").start()
+
     started = time.monotonic()
-    if until == "caught-up":
-        query = writer.trigger(availableNow=True).start()
-    else:
-        query = writer.trigger(processingTime="1 second").start()
     stop = threading.Event()
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     if threading.current_thread() is threading.main_thread():
@@ -133,20 +175,31 @@ def run_sync(source: str, target: str | None, tables: str = "*",
             report["lag_seconds"] = 0.0 if progress.get("caught_up") else lag
         return report
 
+    retries = Retries(retry_seconds)
     try:
-        while query.isActive:
-            query.awaitTermination(0.5)
-            progress = StateStore(state_dir).read_json("progress.json") or {}
-            if report is not None and time.monotonic() - last_report >= report_seconds:
-                report(with_applied(progress))
-                last_report = time.monotonic()
-            done_snapshot = until == "snapshot" and progress.get("phase") in ("log", "done")
-            if stop.is_set() or done_snapshot:
-                while query.isActive and query.status["isTriggerActive"]:
-                    time.sleep(0.1)  # let the batch in flight commit
-                query.stop()
-        if query.exception() is not None:
-            raise query.exception()
+        while True:
+            try:
+                query = start_query()
+            except Exception as exc:  # the source unreachable while restarting after a fault
+                retries.wait_or_raise(exc, stop)
+                continue
+            while query.isActive:
+                query.awaitTermination(0.5)
+                progress = StateStore(state_dir).read_json("progress.json") or {}
+                if query.lastProgress is not None:
+                    retries.reset()  # a batch went through: the source is back
+                if report is not None and time.monotonic() - last_report >= report_seconds:
+                    report(with_applied(progress))
+                    last_report = time.monotonic()
+                done_snapshot = until == "snapshot" and progress.get("phase") in ("log", "done")
+                if stop.is_set() or done_snapshot:
+                    while query.isActive and query.status["isTriggerActive"]:
+                        time.sleep(0.1)  # let the batch in flight commit
+                    query.stop()
+            failure = query.exception()
+            if failure is None:
+                break
+            retries.wait_or_raise(failure, stop)
     finally:
         if threading.current_thread() is threading.main_thread():
             for sig, handler in previous.items():
