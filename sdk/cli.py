@@ -90,7 +90,7 @@ def _sync_settings(args: argparse.Namespace) -> dict[str, Any]:
         except yaml.YAMLError as exc:
             raise SdkError(f"--config {args.config} is not valid YAML: {exc}") from None
         known = {"source", "target", "tables", "checkpoint", "until", "options", "master",
-                 "target_schema", "changes"}
+                 "target_schema", "changes", "retry_seconds"}
         unknown = sorted(set(loaded) - known)
         if unknown:
             raise SdkError(f"--config {args.config}: unknown key(s) {', '.join(unknown)}; "
@@ -99,7 +99,7 @@ def _sync_settings(args: argparse.Namespace) -> dict[str, Any]:
     options = {str(k): str(v) for k, v in (settings.pop("options", None) or {}).items()}
     options.update(_options(args.option))
     for name in ("source", "target", "tables", "checkpoint", "until", "master",
-                 "target_schema", "changes"):
+                 "target_schema", "changes", "retry_seconds"):
         given = getattr(args, name)
         if given is not None:
             settings[name] = given
@@ -115,13 +115,14 @@ def _sync_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     """Copy the chosen tables into the target, then follow every change, exactly once."""
-    from .spark.sync import run_sync
+    from .spark.sync import RETRY_SECONDS, run_sync
 
     s = _sync_settings(args)
     target = None if s["target"] == "none" else s["target"]
     summary = run_sync(s["source"], target, s["tables"], s["checkpoint"], s["until"],
                        s["options"], s["master"], s.get("target_schema"), _reporter(),
-                       changes=s.get("changes"))
+                       changes=s.get("changes"),
+                       retry_seconds=float(s.get("retry_seconds", RETRY_SECONDS)))
     print(f"applied {summary.rows_applied} rows in {summary.seconds:.1f} s; phase "
           f"{summary.phase}{', caught up' if summary.caught_up else ''}")
     return 0
@@ -181,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_check)
     sync = sub.add_parser("sync", help=cmd_sync.__doc__)
     sync.add_argument("--config", help="a YAML file with any of: source, target, tables, "
-                                       "checkpoint, until, options, target_schema, changes")
+                                       "checkpoint, until, options, target_schema, changes, "
+                                       "retry_seconds")
     sync.add_argument("--source", help="source database URL")
     sync.add_argument("--target", help="target database URL (default: "
                                        "sqlite:///sdk-mirror.db; 'none' for no mirror)")
@@ -197,6 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="an engine option, e.g. snapshot.split.size=8096")
     sync.add_argument("--target-schema", help="schema (database) for the target tables")
     sync.add_argument("--master", help="Spark master (default local[2])")
+    sync.add_argument("--retry-seconds", type=float,
+                      help="once running, restart from the checkpoint after a passing fault of "
+                           "the source (lost connection, restarting server) for up to this many "
+                           "seconds of failure (default 300; 0: stop at the first)")
     sync.set_defaults(func=cmd_sync)
     demo = sub.add_parser("demo", help=cmd_demo.__doc__)
     demo.add_argument("--rows", type=int, default=1_000_000, help="rows in the shop")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-import socket
 import threading
 import time
 import uuid
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FreezingProxy
 
 from sdk import (
     ChangeEvent,
@@ -580,53 +580,6 @@ def test_read_timeout_must_cover_two_heartbeats(mysql: Dialect, mysql_url: str) 
         mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=2&read_timeout=3"))
     with pytest.raises(ConfigurationError, match="read_timeout"):
         mysql.connect(ConnectionConfig.from_url(mysql_url + "?read_timeout=never"))
-
-
-class FreezingProxy:
-    """A TCP proxy to the server whose open connections can be frozen: bytes stop flowing both
-    ways while the sockets stay open, as when a network path drops without a reset. Connections
-    made after a freeze flow normally."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.generation = 0
-        self.closed = False
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            self.sockets += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b, self.generation),
-                                 daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, generation: int) -> None:
-        try:
-            while data := src.recv(65536):
-                while generation != self.generation and not self.closed:
-                    time.sleep(0.05)  # frozen: hold these bytes and read no more
-                if self.closed:
-                    return
-                dst.sendall(data)
-        except OSError:
-            pass
-
-    def freeze(self) -> None:
-        self.generation += 1
-
-    def close(self) -> None:
-        self.closed = True
-        self.listener.close()
-        for sock in self.sockets:
-            sock.close()
 
 
 @pytest.fixture

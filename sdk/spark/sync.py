@@ -184,7 +184,10 @@ def run_sync(source: str, target: str | None, tables: str = "*",
                 retries.wait_or_raise(exc, stop)
                 continue
             while query.isActive:
-                query.awaitTermination(0.5)
+                try:
+                    query.awaitTermination(0.5)
+                except Exception:  # it failed: query.exception() below says how
+                    break
                 progress = StateStore(state_dir).read_json("progress.json") or {}
                 if query.lastProgress is not None:
                     retries.reset()  # a batch went through: the source is back
