@@ -13,6 +13,7 @@ Operator switches:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.util
 import logging
@@ -34,6 +35,7 @@ from .errors import (
     DriverMissingError,
     PluginValidationError,
     RetriableError,
+    SdkError,
 )
 from .types import (
     Capability,
@@ -372,6 +374,20 @@ class Dialect:
         if not self.implements("is_retriable"):
             return False
         return bool(self._call("is_retriable", error=error))
+
+    @contextlib.contextmanager
+    def passing_faults(self) -> Iterator[None]:
+        """Raise the driver errors this dialect calls passing (``is_retriable``) as
+        :class:`RetriableError`, named so: in the text Spark reports of a failed task, the name
+        marks the failure as one ``sdk sync`` retries from its checkpoint."""
+        try:
+            yield
+        except SdkError:
+            raise
+        except Exception as exc:
+            if self.is_retriable(exc):
+                raise RetriableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+            raise
 
     def acknowledge_offset(self, conn: Connection, offset: Offset) -> None:
         if self.implements("acknowledge_offset"):

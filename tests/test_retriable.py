@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from sdk import ConfigurationError, RetriableError, get_dialect
-from sdk.spark.source import passing_faults
 from sdk.spark.sync import Retries
 
 
@@ -48,15 +47,15 @@ def test_sqlite_lock_and_the_engine_translation(tmp_path: Path) -> None:
         other.execute("INSERT INTO t VALUES (1)")
     assert sqlite.is_retriable(locked.value)
     with pytest.raises(RetriableError, match="sqlite: OperationalError: database is locked"), \
-            passing_faults(sqlite):
+            sqlite.passing_faults():
         other.execute("INSERT INTO t VALUES (1)")
     holder.rollback()
     with pytest.raises(sqlite3.OperationalError) as missing:
         other.execute("SELECT * FROM no_such_table")
     assert not sqlite.is_retriable(missing.value)
-    with pytest.raises(sqlite3.OperationalError), passing_faults(sqlite):
+    with pytest.raises(sqlite3.OperationalError), sqlite.passing_faults():
         other.execute("SELECT * FROM no_such_table")
-    with pytest.raises(ConfigurationError), passing_faults(sqlite):
+    with pytest.raises(ConfigurationError), sqlite.passing_faults():
         raise ConfigurationError("an sdk error passes as it is")
 
 

@@ -119,16 +119,17 @@ class _PartitionApplier:
         if not per_table:
             return
         dialect = get_dialect(self.dialect_name)
-        conn = dialect.connect(self.config)
-        try:
-            for table, events in per_table.items():
-                done = dialect.apply_changes(conn, self.tables[table], events,
-                                             f"{self.batch_id}-{task}")
-                last = newest.get(table)
-                yield (str(table), len(events) if done else 0,
-                       None if last is None else last.timestamp())
-        finally:
-            conn.close()
+        with dialect.passing_faults():  # a target that drops out is retried like a source
+            conn = dialect.connect(self.config)
+            try:
+                for table, events in per_table.items():
+                    done = dialect.apply_changes(conn, self.tables[table], events,
+                                                 f"{self.batch_id}-{task}")
+                    last = newest.get(table)
+                    yield (str(table), len(events) if done else 0,
+                           None if last is None else last.timestamp())
+            finally:
+                conn.close()
 
     def _event(self, record: dict[str, Any]) -> tuple[int, ChangeEvent]:
         offset = Offset("mirror")

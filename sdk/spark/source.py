@@ -52,7 +52,7 @@ from ..algorithm.progress import progress_of
 from ..codec import dumps
 from ..config import ConnectionConfig
 from ..dialects import Dialect, default_manager, get_dialect
-from ..errors import ConfigurationError, PreflightError, RetriableError, SdkError
+from ..errors import ConfigurationError, PreflightError
 from ..tables import parse_patterns, select_tables
 from ..types import (
     ChangeEvent,
@@ -114,7 +114,7 @@ def resolve(options: dict[str, str]) -> SourceSpec:
     dialect, config = default_manager().dialect_for_url(opts["url"])
     sync_options = SyncOptions.from_strings(
         {k: v for k, v in opts.items() if k not in _ENGINE_OPTIONS})
-    with passing_faults(dialect):
+    with dialect.passing_faults():
         schemas = _discover(dialect, config, opts, sync_options)
     envelope = opts.get("envelope", "false").lower() == "true" or len(schemas) > 1
     return SourceSpec(
@@ -237,36 +237,22 @@ def gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-@contextlib.contextmanager
-def passing_faults(dialect: Dialect) -> Iterator[None]:
-    """Raise the driver errors the dialect calls passing (``is_retriable``) as
-    :class:`RetriableError`: in the text Spark reports, the name marks the failure as one that
-    ``sdk sync`` retries from its checkpoint."""
-    try:
-        yield
-    except SdkError:
-        raise
-    except Exception as exc:
-        if dialect.is_retriable(exc):
-            raise RetriableError(f"{dialect.name}: {type(exc).__name__}: {exc}") from exc
-        raise
-
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _passing_faults(method: F) -> F:
-    """``passing_faults`` around a reader method (the reader's ``spec`` names the dialect)."""
+    """``Dialect.passing_faults`` around a reader method (the reader's ``spec`` names the
+    dialect)."""
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with passing_faults(self.spec.dialect_obj):
+        with self.spec.dialect_obj.passing_faults():
             return method(self, *args, **kwargs)
     return cast(F, wrapper)
 
 
 def read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.RecordBatch]:
     """Read a partition's splits, staging each split's output first when ``stage`` is set."""
-    with gc_paused(), passing_faults(spec.dialect_obj):
+    with gc_paused(), spec.dialect_obj.passing_faults():
         yield from _read_splits(spec, partition)
 
 
@@ -305,7 +291,7 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
 
 def read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
     """Read one micro-batch's log range and emit what the incremental filter lets through."""
-    with gc_paused(), passing_faults(spec.dialect_obj):
+    with gc_paused(), spec.dialect_obj.passing_faults():
         yield from _read_log(spec, partition)
 
 
