@@ -45,6 +45,9 @@ class MysqlHarness(Harness):
     def force_log_switch(self) -> None:
         self.execute("FLUSH BINARY LOGS")
 
+    def end_session(self, conn: Any) -> None:
+        self.execute(f"KILL {conn.raw.thread_id()}")
+
     def golden_columns(self) -> list[GoldenColumn]:
         return [
             GoldenColumn("TINYINT", ["-128", "127"]),

@@ -45,6 +45,9 @@ class PostgresHarness(Harness):
         self.execute(f"ALTER PUBLICATION {self.publication} ADD TABLE {self.qualified(name)}")
         return table
 
+    def end_session(self, conn: Any) -> None:
+        self.execute(f"SELECT pg_terminate_backend({conn.raw.info.backend_pid})")
+
     def force_log_switch(self) -> None:
         self.execute("SELECT pg_switch_wal()")
 

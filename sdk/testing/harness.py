@@ -34,6 +34,9 @@ class Feature(StrEnum):
     KEY_UPDATES = "key_updates"
     """``UPDATE ... SET <key> = ...`` is logged as one update that moves the key."""
 
+    END_SESSION = "end_session"
+    """``end_session`` ends a dialect connection's server session from another session."""
+
 
 @dataclass(frozen=True)
 class GoldenColumn:
@@ -130,6 +133,12 @@ class Harness:
 
     def force_log_switch(self) -> None:
         """Close the current log segment and start the next (needs :attr:`Feature.LOG_SWITCH`)."""
+        raise NotImplementedError
+
+    def end_session(self, conn: Any) -> None:
+        """End the server session of the dialect's connection ``conn`` from an administrator's
+        session, as a DBA's kill or a failover would (``KILL``, ``pg_terminate_backend``);
+        needs :attr:`Feature.END_SESSION`."""
         raise NotImplementedError
 
     def wait_for_log(self, offset: Offset) -> None:

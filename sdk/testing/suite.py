@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ import pytest
 from ..algorithm import Phase, PhaseHooks, SyncOptions, SyncRunner, SyncState, caught_up
 from ..config import ConnectionConfig
 from ..dialects import Dialect
+from ..errors import RetriableError
 from ..types import Capability, ChangeEvent, Heartbeat, Key, Offset, Row, SnapshotSplit
 from .harness import Feature, Harness
 from .kit import (
@@ -573,9 +575,48 @@ class TestPreflight:
             assert password not in "\n".join(map(str, checks)), "a password is in the report"
 
 
+class TestFaults:
+    """9. Passing faults are told from the rest, so ``sdk sync`` retries the first and stops
+    on the second: a session the server ended, a server that does not answer, a bad request."""
+
+    @requires("is_retriable")
+    @requires("end_session")
+    def test_a_session_the_server_ended_is_a_passing_fault(self, kit: Kit) -> None:
+        conn = kit.connect()
+        kit.harness.end_session(conn)
+        with pytest.raises(Exception) as caught:  # whatever the driver raises
+            for _ in range(3):  # a driver may notice only on the next round trip
+                kit.dialect.current_offset(conn)
+        assert kit.dialect.is_retriable(caught.value), \
+            f"is_retriable said no to {type(caught.value).__name__}: {caught.value}"
+
+    def test_a_server_that_does_not_answer_is_retriable(self, kit: Kit) -> None:
+        config = ConnectionConfig.from_url(kit.harness.url or "")
+        if not config.host:
+            pytest.skip("the dialect does not connect to a host")
+        with socket.socket() as probe:  # a port nobody listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        url = (kit.harness.url or "").replace(
+            f"@{config.host}:{config.port}" if config.port else f"@{config.host}",
+            f"@127.0.0.1:{port}", 1)
+        with pytest.raises(RetriableError) as caught:
+            kit.dialect.connect(ConnectionConfig.from_url(url))
+        if config.password:
+            assert f":{config.password}@" not in str(caught.value), "the password is shown"
+
+    def test_a_bad_request_is_not_a_passing_fault(self, kit: Kit) -> None:
+        missing = kit.table_id("kit_missing")  # never created
+        with pytest.raises(Exception) as caught:  # whatever the dialect raises
+            kit.dialect.describe_table(kit.conn, missing)
+        assert not isinstance(caught.value, RetriableError)
+        assert not kit.dialect.is_retriable(caught.value)
+
+
 __all__ = [
     "TestBoundedStream",
     "TestEndToEnd",
+    "TestFaults",
     "TestHooks",
     "TestOffsets",
     "TestOpenStream",
