@@ -669,6 +669,25 @@ def test_every_change_shape_under_each_replica_identity(pg: Dialect, capture: An
     assert all(e.commit_ts is not None for e in events)
 
 
+def test_columns_added_later_are_left_out_and_a_dropped_one_stops(
+        pg: Dialect, capture: Any, postgres_admin: Any) -> None:
+    """Rows are matched to the captured schema by column name: a column added after the sync
+    read the schema is not captured; one it captured and that is gone stops the sync."""
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY, v text, w int)")
+    name = schema.table.name
+    low = pg.current_offset(conn)
+    run(postgres_admin, f'INSERT INTO "{name}" VALUES (1, %s, 10)', ("a",))
+    run(postgres_admin, f'ALTER TABLE "{name}" ADD COLUMN x int')
+    run(postgres_admin, f'INSERT INTO "{name}" VALUES (2, %s, 20, 99)', ("b",))
+    mid = pg.current_offset(conn)
+    assert [e.after for e in log(pg, conn, [schema], low, mid)] == [(1, "a", 10), (2, "b", 20)]
+    run(postgres_admin, f'ALTER TABLE "{name}" DROP COLUMN w')
+    run(postgres_admin, f'INSERT INTO "{name}" VALUES (3, %s, 98)', ("c",))
+    with pytest.raises(FatalSyncError, match=r"have no column 'w'.*new snapshot"):
+        log(pg, conn, [schema], mid, pg.current_offset(conn))
+
+
 def test_truncate_error_names_the_fix(pg: Dialect, capture: Any, postgres_admin: Any) -> None:
     conn, make = capture
     schema = make("CREATE TABLE {name} (id int PRIMARY KEY)", [(1,)])

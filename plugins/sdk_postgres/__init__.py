@@ -457,6 +457,11 @@ def _plan(conn: PgConnection, table: TableSchema, relation: pgo.Relation) -> Pla
     by_name = {name: (i, oid) for i, (name, oid, _) in enumerate(relation.columns)}
     plan: Plan = []
     for column in table.columns:
+        if column.name not in by_name:
+            raise FatalSyncError(
+                f"the log's rows of {table.table} have no column {column.name!r}: the table "
+                "changed after the sync read its schema (a dropped or renamed column); take a "
+                "new snapshot (restart the sync with a new --checkpoint directory)")
         i, oid = by_name[column.name]
         plan.append((i, bytes.decode if kind_of(column) in TEXT_TYPES
                      else _loader(conn, oid).load))
