@@ -5,6 +5,7 @@ dialect tests), and the engine turning them into ``RetriableError``."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,10 @@ def test_retries_back_off_and_give_up() -> None:
     retries.reset()
     with pytest.raises(RuntimeError):  # stopping: no retry
         retries.wait_or_raise(fault, stop)
+    later = threading.Event()
+    threading.Timer(0.2, later.set).start()
+    retries.reset()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError):  # told to stop during the wait: no restart
+        retries.wait_or_raise(fault, later)
+    assert time.monotonic() - started < 0.9

@@ -56,7 +56,8 @@ class Retries:
                        if any(mark in line for mark in TRANSIENT)), text.splitlines()[0])
         log.warning("sync: %s; restarting from the checkpoint in %.0f s (giving up after "
                     "%.0f s of failure)", reason, self.delay, self.seconds)
-        stop.wait(self.delay)
+        if stop.wait(self.delay):  # told to stop while waiting: end with the fault
+            raise failure
         self.delay = min(self.delay * 2, 30.0)
 
 
