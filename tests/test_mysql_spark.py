@@ -66,9 +66,7 @@ def test_sync_restarts_when_the_source_drops_out(spark: Any, mysql_admin: Any, m
     in the middle of the snapshot, while the source keeps changing: the failed run restarts
     from its checkpoint once the source is back, and the mirror ends equal to the source with
     each snapshot row and each change logged once."""
-    from conftest import FreezingProxy
-
-    from sdk.spark.sync import run_sync
+    from conftest import FreezingProxy, source_and_mirror, sync_through_an_outage
 
     name = f"t_{uuid.uuid4().hex[:10]}"
     with mysql_admin.cursor() as cur:
@@ -78,44 +76,19 @@ def test_sync_restarts_when_the_source_drops_out(spark: Any, mysql_admin: Any, m
     proxy = FreezingProxy(config.host or "127.0.0.1", config.port or 3306)
     url = mysql_url.replace(f"{config.host}:{config.port}", f"127.0.0.1:{proxy.port}") + \
         "?heartbeat_seconds=0.2&read_timeout=2"
-    outage = threading.Event()
 
-    def report(progress: dict[str, Any]) -> None:
-        if progress.get("rows", 0) and not outage.is_set():
-            outage.set()
-            proxy.down()
-            with mysql_admin.cursor() as cur:  # the source goes on meanwhile
-                for i in range(1, 401, 8):
-                    cur.execute(f"UPDATE `{name}` SET v = v + 1 WHERE id = %s", (i,))
-                cur.execute(f"DELETE FROM `{name}` WHERE id > 390")
-            threading.Timer(4, proxy.up).start()
+    def execute(sql: str, args: tuple[Any, ...]) -> None:
+        with mysql_admin.cursor() as cur:
+            cur.execute(sql, args)
 
     try:
-        with caplog.at_level("WARNING", logger="sdk.spark.sync"):
-            run_sync(url, f"sqlite:///{tmp_path}/mirror.db", f"sdk_test.{name}",
-                     str(tmp_path / "ck"), "caught-up",
-                     {"snapshot.split.size": "20", "snapshot.splits-per-batch": "1"},
-                     report=report, report_seconds=0.1, changes=str(tmp_path / "changes"),
-                     retry_seconds=120)
+        sync_through_an_outage(spark, proxy, url, f"sdk_test.{name}", tmp_path, execute,
+                               f"`{name}`", caplog)
     finally:
         proxy.close()
-    assert outage.is_set()
-    assert "restarting from the checkpoint" in caplog.text
-    mysql = get_dialect("mysql")
-    conn = mysql.connect(config)
-    schema = mysql.describe_table(conn, TableId("sdk_test", name))
-    whole = SnapshotSplit(schema.table, 0, None, None)
-    source = {schema.key_of(r): r for b in mysql.read_range(conn, schema, whole, 1000)
-              for r in b}
-    sqlite = get_dialect("sqlite")
-    target = sqlite.connect(ConnectionConfig.from_url(f"sqlite:///{tmp_path}/mirror.db"))
-    assert read_target(target, schema) == source and len(source) == 390
-    log = spark.read.parquet(str(tmp_path / "changes")).collect()
-    snapshot = [r.id for r in log if r._op == "r"]
-    assert sorted(snapshot) == sorted(set(snapshot))
-    changes = [(r._offset, r._op, r.id) for r in log if r._op != "r"]
-    assert len(changes) == len(set(changes))
+    source, mirrored = source_and_mirror("mysql", config, TableId("sdk_test", name),
+                                         tmp_path / "mirror.db")
+    assert mirrored == source and len(source) == 390
     with mysql_admin.cursor() as cur:
         cur.execute(f"DROP TABLE `{name}`")
-    target.close()
-    conn.close()
+
