@@ -110,6 +110,11 @@ _HOOKS = {
     "compare_offset": ("a: Offset, b: Offset", "int"),
 }
 
+_OPTIONAL = {
+    "is_retriable": ("error: BaseException", "bool | None"),
+}
+"""Optional hooks that need no capability, stubbed after the required ones."""
+
 _TEST = '''\
 """The sdk conformance kit against the {name} dialect.
 
@@ -182,6 +187,8 @@ def render(name: str, directory: Path) -> Path:
     (root / "README.md").write_text(_README.format(**values))
     hooks = _HOOKS_HEAD.format(**values) + "".join(
         _hook_stub(hook, *_HOOKS[hook]) for hook in hookspecs.REQUIRED_HOOKS if hook in _HOOKS)
+    hooks += "\n\n# --- optional ---" + "".join(
+        _hook_stub(hook, *types) for hook, types in _OPTIONAL.items())
     (package / "__init__.py").write_text(hooks)
     (package / "py.typed").write_text("")
     (root / "tests" / "test_conformance.py").write_text(_TEST.format(**values))
