@@ -89,7 +89,6 @@ class PgConnection:
     wait_seconds: float
     relations: dict[int, pgo.Relation] = field(default_factory=dict)
     loaders: dict[int, Any] = field(default_factory=dict)
-    plans: dict[TableId, tuple[pgo.Relation, Plan]] = field(default_factory=dict)
     connect_args: dict[str, Any] = field(default_factory=dict, repr=False)
     """What ``connect`` passed to psycopg (password included, hence ``repr=False``): the
     exporting replication connection of ``begin_snapshot`` is opened with the same."""
@@ -450,10 +449,8 @@ def _loader(conn: PgConnection, oid: int) -> Any:
 
 
 def _plan(conn: PgConnection, table: TableSchema, relation: pgo.Relation) -> Plan:
-    """The plan of ``table`` against ``relation``, cached per Relation message."""
-    cached = conn.plans.get(table.table)
-    if cached is not None and cached[0] is relation:
-        return cached[1]
+    """The plan of ``table`` against ``relation`` (made once per Relation message: the
+    decoding loop keeps it with the relation's target)."""
     by_name = {name: (i, oid) for i, (name, oid, _) in enumerate(relation.columns)}
     plan: Plan = []
     for column in table.columns:
@@ -465,7 +462,6 @@ def _plan(conn: PgConnection, table: TableSchema, relation: pgo.Relation) -> Pla
         i, oid = by_name[column.name]
         plan.append((i, bytes.decode if kind_of(column) in TEXT_TYPES
                      else _loader(conn, oid).load))
-    conn.plans[table.table] = (relation, plan)
     return plan
 
 
