@@ -1,9 +1,11 @@
-"""Helpers for dialects that can be sync targets (``apply_changes``)."""
+"""Helpers for dialects that can be sync targets (``apply_changes``): the runs of changes to
+write, the check of an existing target table, and the ledger that makes batches idempotent."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from .errors import ConfigurationError
 from .types import ChangeEvent, TableSchema
@@ -43,3 +45,70 @@ def check_target_columns(existing: Sequence[str], table: TableSchema) -> None:
         raise ConfigurationError(
             f"target table {table.table} exists with columns {list(existing)}, not "
             f"{list(table.column_names)}: drop it or choose another target")
+
+
+LEDGER = "_sdk_applied"
+"""The table in which a target records each batch it applied, as ``(tbl, batch_id)``: the target
+table's name and the batch's id (the mirror's ``<Spark batch id>-<task>``), so a replayed Spark
+micro-batch is applied once."""
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor that ``Ledger.apply`` uses."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def execute(self, sql: str, params: Sequence[Any], /) -> object: ...
+
+    def executemany(self, sql: str, params: Iterable[Sequence[Any]], /) -> object: ...
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The applied-batch ledger (``LEDGER``) in one target database's SQL.
+
+    A batch claims its ``(table, batch id)`` row before writing its changes, in the same
+    transaction: the claim inserts nothing when the row exists (the batch was applied: a
+    replay), the row commits with the changes or not at all, and its lock makes a concurrent
+    replay wait for the first to end. The dialect supplies only what differs between databases:
+    where the ledger lives, its column type, the placeholder and the insert-if-absent form."""
+
+    schema: str = ""
+    """The quoted schema holding the ledger; empty for the connection's default."""
+    text_type: str = "TEXT"
+    """The SQL type of both columns (one the database can index as a key)."""
+    param: str = "%s"
+    """The driver's placeholder (``%s`` or ``?``)."""
+    insert_ignore: bool = False
+    """Claim with MySQL's ``INSERT IGNORE``, not ``ON CONFLICT DO NOTHING`` (PostgreSQL, SQLite)."""
+
+    @property
+    def name(self) -> str:
+        """The ledger's table as statements name it."""
+        return f"{self.schema}.{LEDGER}" if self.schema else LEDGER
+
+    def create_sql(self) -> str:
+        """The statement creating the ledger if it does not exist yet."""
+        return (f"CREATE TABLE IF NOT EXISTS {self.name} (tbl {self.text_type}, "
+                f"batch_id {self.text_type}, PRIMARY KEY (tbl, batch_id))")
+
+    def claim_sql(self) -> str:
+        """The insert of a batch's row that does nothing (0 rows) when the row exists."""
+        values = f"VALUES ({self.param}, {self.param})"
+        if self.insert_ignore:
+            return f"INSERT IGNORE INTO {self.name} {values}"
+        return f"INSERT INTO {self.name} {values} ON CONFLICT DO NOTHING"
+
+    def apply(self, cursor: Cursor, table: TableSchema, events: Sequence[ChangeEvent],
+              batch_id: str, delete: str, upsert: str,
+              convert: Callable[[Any], Any] | None = None) -> bool:
+        """Claim ``batch_id`` of ``table`` and write ``events`` with the dialect's ``delete`` (by
+        key) and ``upsert`` statements; False, having written nothing, when the batch was
+        applied before. The caller runs this inside one transaction and commits it."""
+        cursor.execute(self.claim_sql(), (table.table.name, batch_id))
+        if cursor.rowcount == 0:
+            return False
+        for kind, rows in change_runs(events, convert):
+            cursor.executemany(delete if kind == "delete" else upsert, rows)
+        return True

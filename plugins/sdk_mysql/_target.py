@@ -11,9 +11,10 @@ import datetime as dt
 from typing import Any
 
 from sdk import Column, LogicalType, TableSchema
+from sdk.apply import LEDGER, Ledger
 
 L = LogicalType
-APPLIED = "_sdk_applied"
+APPLIED = LEDGER  # the shared ledger's name, as the dialect's hooks spell it
 
 _TYPES = {
     L.BOOLEAN: "TINYINT(1)", L.INT8: "TINYINT", L.INT16: "SMALLINT", L.INT32: "INT",
@@ -56,3 +57,9 @@ def value(v: Any) -> Any:
     if isinstance(v, dt.datetime) and v.tzinfo is not None:
         return v.astimezone(dt.UTC).replace(tzinfo=None)
     return v
+
+
+def ledger(schema: str) -> Ledger:
+    """The applied-batch ledger of the mirror tables in ``schema`` (quoted): MySQL cannot key a
+    TEXT column, and 191 utf8mb4 characters fit the 767-byte key of older InnoDB formats."""
+    return Ledger(schema, "VARCHAR(191)", insert_ignore=True)

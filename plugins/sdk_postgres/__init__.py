@@ -49,7 +49,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import change_runs, check_target_columns
+from sdk.apply import check_target_columns
 from sdk.sql import row_range
 
 from . import _pgoutput as pgo
@@ -861,20 +861,13 @@ def create_table(conn: PgConnection, table: TableSchema) -> None:
     check_target_columns(existing, table)
     conn.query(f"CREATE SCHEMA IF NOT EXISTS {q(table.table.schema)}")
     conn.query(_target.create_sql(table, _table(table.table), q))
-    conn.query(f"CREATE TABLE IF NOT EXISTS {q(table.table.schema)}.{_target.APPLIED} "
-               "(tbl text, batch_id text, PRIMARY KEY (tbl, batch_id))")
+    conn.query(_target.ledger(q(table.table.schema)).create_sql())
 
 
 @hookimpl
 def apply_changes(conn: PgConnection, table: TableSchema, events: Sequence[ChangeEvent],
                   batch_id: str) -> bool:
-    applied = f"{q(table.table.schema)}.{_target.APPLIED}"
     delete, upsert = _target.statements(table, _table(table.table), q)
     with conn.raw.transaction(), conn.raw.cursor() as cur:
-        cur.execute(f"INSERT INTO {applied} VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                    (table.table.name, batch_id))
-        if cur.rowcount == 0:
-            return False  # this batch was applied before: a replay
-        for kind, rows in change_runs(events):
-            cur.executemany(delete if kind == "delete" else upsert, rows)
-    return True
+        return _target.ledger(q(table.table.schema)).apply(cur, table, events, batch_id,
+                                                           delete, upsert)

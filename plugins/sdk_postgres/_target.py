@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from sdk import Column, LogicalType, TableSchema
+from sdk.apply import Ledger
 
 L = LogicalType
-APPLIED = "_sdk_applied"
 
 _TYPES = {
     L.BOOLEAN: "boolean", L.INT8: "smallint", L.INT16: "smallint", L.INT32: "integer",
@@ -43,3 +43,8 @@ def statements(table: TableSchema, quoted: str, q: Any) -> tuple[str, str]:
     upsert = (f"INSERT INTO {quoted} VALUES ({values}) ON CONFLICT "
               f"({', '.join(q(k) for k in table.key)}) DO UPDATE SET {updates}")
     return delete, upsert
+
+
+def ledger(schema: str) -> Ledger:
+    """The applied-batch ledger of the mirror tables in ``schema`` (quoted)."""
+    return Ledger(schema, "text")

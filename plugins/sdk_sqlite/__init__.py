@@ -40,7 +40,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import change_runs, check_target_columns
+from sdk.apply import Ledger, check_target_columns
 
 from ._sql import (
     CHANGES,
@@ -278,7 +278,7 @@ def acknowledge_offset(conn: sqlite3.Connection, offset: Offset) -> None:
 
 # --- the dialect as a sync target ------------------------------------------------------------
 
-APPLIED = "_sdk_applied"
+APPLIED = Ledger(param="?")
 
 
 @hookimpl
@@ -288,8 +288,7 @@ def create_table(conn: sqlite3.Connection, table: TableSchema) -> None:
     columns = ", ".join(f"{q(c.name)} {target_type(c)}" for c in table.columns)
     conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns}, "
                  f"PRIMARY KEY ({', '.join(map(q, table.key))}))")
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {APPLIED} (tbl TEXT, batch_id TEXT, "
-                 "PRIMARY KEY (tbl, batch_id))")
+    conn.execute(APPLIED.create_sql())
 
 
 @hookimpl
@@ -301,16 +300,10 @@ def apply_changes(conn: sqlite3.Connection, table: TableSchema,
               f"({', '.join('?' * len(table.columns))})")
     conn.execute("BEGIN IMMEDIATE")
     try:
-        seen = conn.execute(f"SELECT 1 FROM {APPLIED} WHERE tbl = ? AND batch_id = ?",
-                            (table.table.name, batch_id)).fetchone()
-        if seen:
-            conn.execute("ROLLBACK")
-            return False
-        for kind, rows in change_runs(events, to_target_value):
-            conn.executemany(delete if kind == "delete" else upsert, rows)
-        conn.execute(f"INSERT INTO {APPLIED} VALUES (?, ?)", (table.table.name, batch_id))
+        done = APPLIED.apply(conn.cursor(), table, events, batch_id, delete, upsert,
+                             to_target_value)
         conn.execute("COMMIT")
-        return True
+        return done
     except BaseException:
         conn.execute("ROLLBACK")
         raise
