@@ -2,20 +2,24 @@
 
 No database code and no Spark here: :mod:`.assigner` decides what to read next,
 :mod:`.reader` reads a split, :mod:`.incremental` filters the log phase, :mod:`.state` is the
-serialisable progress and :mod:`.runner` drives them in one process.
+serialisable progress, :mod:`.machine` is the one phase state machine over it, and
+:mod:`.runner` drives the machine in one process (:mod:`sdk.spark` drives it on Spark).
 """
 
 from .assigner import SplitAssigner, TablePlan, choose_key
 from .incremental import IncrementalFilter
+from .machine import Batch, PhaseMachine
 from .options import StartupMode, SyncOptions
 from .reader import PhaseHooks, SharedView, SplitResult, apply_to_buffer, read_split
 from .runner import SyncRunner, caught_up
 from .state import Phase, SyncState
 
 __all__ = [
+    "Batch",
     "IncrementalFilter",
     "Phase",
     "PhaseHooks",
+    "PhaseMachine",
     "SharedView",
     "SplitAssigner",
     "SplitResult",

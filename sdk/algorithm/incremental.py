@@ -70,13 +70,10 @@ class IncrementalFilter:
                     lowest = mark
         return lowest
 
-    def advance(self, position: Offset) -> list[TableId]:
-        """Forget tables whose every watermark is at or below ``position`` (pure-log phase from
-        here on); returns them."""
-        done = [t for t, s in self._tables.items() if self.compare(position, s.max_watermark) >= 0]
-        for table in done:
-            del self._tables[table]
-        return done
+    def pure_at(self, position: Offset) -> list[TableId]:
+        """Tables whose every watermark is at or below ``position``: their pure-log phase
+        starts there (every later change is emitted)."""
+        return [t for t, s in self._tables.items() if self.compare(position, s.max_watermark) >= 0]
 
     def route(self, event: ChangeEvent) -> ChangeEvent | None:
         """The event to emit for ``event`` (itself, or the half of a key-moving update that is

@@ -24,7 +24,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import pyarrow as pa
@@ -38,12 +38,12 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from pyspark.sql.types import StructType
 
 from ..algorithm import (
+    Batch,
     IncrementalFilter,
     Phase,
+    PhaseMachine,
     SharedView,
-    SplitAssigner,
     SyncOptions,
-    SyncRunner,
     SyncState,
     choose_key,
     read_split,
@@ -342,18 +342,13 @@ class CdcBatchReader(DataSourceReader):
     @_passing_faults
     def partitions(self) -> Sequence[InputPartition]:
         spec = self.spec
-        dialect = spec.dialect_obj
-        assigner = SplitAssigner(dialect, spec.options)
-        conn = dialect.connect(spec.config)
-        splits: list[tuple[int, SnapshotSplit]] = []
+        index_of = {t.table: i for i, t in enumerate(spec.tables)}
+        conn = spec.connect()
         try:
-            for index, schema in enumerate(spec.tables):
-                plan = assigner.plan(conn, schema)
-                while (nxt := assigner.next_split(conn, schema, plan)) is not None:
-                    split, plan = nxt
-                    splits.append((index, split))
+            every = PhaseMachine(spec.dialect_obj, spec.options).all_splits(conn, spec.tables)
         finally:
             conn.close()
+        splits = [(index_of[s.table], s) for s in every]
         groups = max(1, min(spec.parallelism, len(splits)))
         return [SplitPartition(splits[i::groups]) for i in range(groups)]
 
@@ -459,6 +454,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The states this driver saved or loaded last, by name: each batch names its start
         and end state three times (latestOffset, partitions, commit)."""
         self._chunks: ChunkCache = {}
+        self.machine = PhaseMachine(spec.dialect_obj, spec.options)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -500,22 +496,22 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _offset(self, engine: EngineState) -> dict[str, Any]:
         name = engine.save(self.store, self._chunks)
         self._keep(name, engine)
-        self._report(engine)
+        self._report(engine.sync)
         position = engine.sync.position
         return {"v": OFFSET_VERSION, "phase": engine.sync.phase.value, "state": name,
                 "position": dumps(position.to_json()) if position else None}
 
-    def _report(self, engine: EngineState) -> None:
+    def _report(self, sync: SyncState) -> None:
         """Write the progress report that ``sdk status`` and :func:`progress` read."""
         head = self._head[1]
         caught_up = None
-        if head is not None and engine.sync.position is not None:
+        if head is not None and sync.position is not None:
             compare = self.spec.dialect_obj.compare_offset
             if self._target is not None and compare(head, self._target) > 0:
                 head = self._target  # Trigger.AvailableNow: caught up means at its target
-            caught_up = compare(engine.sync.position, head) >= 0
+            caught_up = compare(sync.position, head) >= 0
         previous = self._progress or self.store.read_json("progress.json")
-        self._progress = progress_of(engine.sync, self.spec.options.split_size, previous,
+        self._progress = progress_of(sync, self.spec.options.split_size, previous,
                                      head, caught_up)
         self.store.write_json(self._progress, "progress.json")
 
@@ -531,14 +527,15 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @_passing_faults
     def initialOffset(self) -> dict[str, Any]:
-        runner = SyncRunner(self.spec.dialect_obj, lambda: self.conn, self.spec.options)
-        return self._offset(EngineState(runner.start(self.spec.tables)))
+        return self._offset(EngineState(self.machine.start(self.conn, self.spec.tables)))
 
     @_passing_faults
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.spec.dialect_obj.current_offset(self.conn)
 
-    def _log_head(self) -> Offset:
+    def _log_head(self, position: Offset) -> Offset:
+        """The log head, asked at most every ``log.poll-interval.ms``; never past the
+        Trigger.AvailableNow target."""
         at, head = self._head
         if head is None or time.monotonic() - at >= self.spec.head_poll_seconds:
             head = self.spec.dialect_obj.current_offset(self.conn)
@@ -550,89 +547,34 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @_passing_faults
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Fold the last batch's splits in, then ask the phase machine for the next batch."""
         engine = self._load(start["state"])
-        changed = False
-        if engine.inflight:
-            engine = self._fold(start["state"], engine)
-            self._report(engine)  # before the table may turn pure-log and drop its splits
-            changed = True
         sync = engine.sync
-        if sync.phase is Phase.SNAPSHOT:
-            handed = self._hand_out(sync)
-            if handed is not None:
-                sync, inflight = handed
-                return self._offset(EngineState(sync, inflight, None, engine.seq + 1))
-            sync = self._finish_snapshot(sync)
-            changed = True
-        if sync.phase is Phase.LOG:
-            return self._log_offset(engine, sync, changed, start)
-        if changed:
-            return self._offset(EngineState(sync, [], None, engine.seq + 1))
-        return start
+        if engine.inflight:
+            sync = self.machine.fold(sync, self._staged(start["state"], engine))
+            self._report(sync)  # before a table may turn pure-log and drop its splits
+        batch = self.machine.next_batch(self.conn, sync, self._log_head,
+                                        self.spec.splits_per_batch)
+        if batch is None:
+            if sync is engine.sync:
+                return start
+            batch = Batch(sync)
+        if batch.state.phase is not Phase.SNAPSHOT:
+            self._close_view()
+        index_of = {t.table: i for i, t in enumerate(self.spec.tables)}
+        inflight = [(index_of[s.table], s) for s in batch.splits]
+        return self._offset(EngineState(batch.state, inflight, batch.log_from, engine.seq + 1))
 
-    def _fold(self, name: str, engine: EngineState) -> EngineState:
-        finished = dict(engine.sync.finished)
+    def _staged(self, name: str, engine: EngineState) -> list[FinishedSplit]:
+        """The watermarks the split tasks of batch ``name`` staged."""
+        done = []
         for table_index, split in engine.inflight:
             data = self.store.read_json("batches", name, f"{table_index}-{split.index}.json")
             if data is None:
                 raise ConfigurationError(f"the watermark of split {split.split_id} is missing "
                                          f"from {self.store.uri}: was the stateDir cleaned?")
-            done = FinishedSplit.from_json(data)
-            finished[split.table] = (*finished.get(split.table, ()), done)
-        return replace(engine, sync=replace(engine.sync, finished=finished), inflight=[])
-
-    def _hand_out(self, sync: SyncState
-                  ) -> tuple[SyncState, list[tuple[int, SnapshotSplit]]] | None:
-        assigner = SplitAssigner(self.spec.dialect_obj, self.spec.options)
-        index_of = {t.table: i for i, t in enumerate(self.spec.tables)}
-        plans = dict(sync.plans)
-        handed: list[tuple[int, SnapshotSplit]] = []
-        for table, plan in sync.plans.items():
-            while len(handed) < self.spec.splits_per_batch:
-                nxt = assigner.next_split(self.conn, sync.tables[table], plan)
-                if nxt is None:
-                    break
-                split, plan = nxt
-                handed.append((index_of[table], split))
-            if plan.done:
-                del plans[table]
-            else:
-                plans[table] = plan
-            if len(handed) >= self.spec.splits_per_batch:
-                break
-        if not handed:
-            return None
-        return replace(sync, plans=plans), handed
-
-    def _finish_snapshot(self, sync: SyncState) -> SyncState:
-        self._close_view()
-        if sync.stop_after_snapshot:
-            return replace(sync, phase=Phase.DONE, plans={}, finished={})
-        start = IncrementalFilter(sync.finished, self.spec.dialect_obj.compare_offset
-                                  ).start_offset()
-        if start is None:
-            start = self.spec.dialect_obj.current_offset(self.conn)
-        log.info("cdc: snapshot finished; log phase from %s", start)
-        return replace(sync, phase=Phase.LOG, plans={}, position=start)
-
-    def _log_offset(self, engine: EngineState, sync: SyncState, changed: bool,
-                    start: dict[str, Any]) -> dict[str, Any]:
-        compare = self.spec.dialect_obj.compare_offset
-        assert sync.position is not None
-        position = sync.position
-        flt = IncrementalFilter(sync.finished, compare)
-        pure = flt.advance(position)
-        if pure:
-            sync = replace(sync, finished={t: s for t, s in sync.finished.items()
-                                           if t not in pure})
-            changed = True
-        head = self._log_head()
-        if compare(head, position) > 0:
-            sync = replace(sync, position=head)
-            return self._offset(EngineState(sync, [], position, engine.seq + 1))
-        if changed:
-            return self._offset(EngineState(sync, [], None, engine.seq + 1))
-        return start
+            done.append(FinishedSplit.from_json(data))
+        return done
 
     @_passing_faults
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:

@@ -1,0 +1,236 @@
+"""The phases of a sync, written once: what to do next, as transitions over :class:`SyncState`.
+
+Both drivers call this and nothing else to move a sync along: :class:`~.runner.SyncRunner`
+(one process, the tests' reference) and the Spark stream reader (splits read by executors,
+states kept in a checkpoint). The machine decides; the drivers only read and commit:
+
+- ``SNAPSHOT``: :meth:`PhaseMachine.next_batch` hands out up to ``max_splits`` splits; the
+  driver reads them and :meth:`~PhaseMachine.fold`\\ s each one's watermark in before asking
+  for the next batch. Once every split was handed out and folded, the snapshot finishes: the
+  sync stops (``startup.mode=snapshot``) or the log phase starts at the smallest watermark.
+- ``LOG``: each batch is the fixed log range ``[log_from, state.position)`` up to the head the
+  driver sees; a table whose largest watermark the position passed leaves the filter (its
+  pure-log phase). A driver may end a batch early (:meth:`~PhaseMachine.cut_log_batch`).
+- ``DONE``: nothing more.
+
+No Spark and no database code: the dialect is asked only for offsets, boundaries and
+comparisons, through the connection the driver passes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..dialects import Dialect
+from ..errors import ConfigurationError
+from ..types import (
+    Capability,
+    Connection,
+    FinishedSplit,
+    Offset,
+    SnapshotSplit,
+    TableSchema,
+)
+from .assigner import SplitAssigner, choose_key
+from .incremental import IncrementalFilter
+from .options import StartupMode, SyncOptions
+from .state import Phase, SyncState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One unit of work: ``state`` is the sync state once the batch is done, except that the
+    watermarks of ``splits`` are not folded in yet (the driver reads them first).
+
+    A batch either hands out snapshot ``splits``, or reads the log range
+    ``[log_from, state.position)``, or neither (the state changed without work to do, e.g. the
+    snapshot finished or a table turned pure-log).
+    """
+
+    state: SyncState
+    splits: tuple[SnapshotSplit, ...] = ()
+    log_from: Offset | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state.to_json(), "splits": [s.to_json() for s in self.splits],
+                "log_from": self.log_from.to_json() if self.log_from else None}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Batch:
+        return cls(SyncState.from_json(data["state"]),
+                   tuple(SnapshotSplit.from_json(s) for s in data["splits"]),
+                   Offset.from_json(data["log_from"]) if data["log_from"] else None)
+
+
+class PhaseMachine:
+    """Startup, hand-out, fold, end of snapshot and log batches over one dialect."""
+
+    def __init__(self, dialect: Dialect, options: SyncOptions) -> None:
+        self.dialect = dialect
+        self.options = options
+        self.assigner = SplitAssigner(dialect, options)
+        self._filter: IncrementalFilter | None = None
+        self._filter_source: object = None
+
+    # --- startup -----------------------------------------------------------------------------
+
+    def start(self, conn: Connection, tables: Sequence[TableSchema]) -> SyncState:
+        """The first state for ``tables`` under the configured startup mode."""
+        schemas = {s.table: choose_key(s, self.options) for s in tables}
+        mode = self.options.startup_mode
+        if mode in (StartupMode.INITIAL, StartupMode.SNAPSHOT):
+            plans = {t: self.assigner.plan(conn, s) for t, s in schemas.items()}
+            return SyncState(Phase.SNAPSHOT, schemas, plans,
+                             stop_after_snapshot=mode is StartupMode.SNAPSHOT)
+        return SyncState(Phase.LOG, schemas, position=self._startup_offset(conn, mode))
+
+    def _startup_offset(self, conn: Connection, mode: StartupMode) -> Offset:
+        dialect = self.dialect
+        if mode is StartupMode.LATEST:
+            return dialect.current_offset(conn)
+        if mode is StartupMode.SPECIFIC_OFFSET:
+            if not self.options.specific_offset:
+                raise ConfigurationError("startup.mode=specific-offset needs "
+                                         "startup.specific-offset")
+            offset = Offset.from_json(self.options.specific_offset)
+            if offset.dialect != dialect.name:
+                raise ConfigurationError(f"startup.specific-offset is a {offset.dialect!r} "
+                                         f"offset, but the source is {dialect.name!r}")
+            return offset
+        needed = Capability.EARLIEST if mode is StartupMode.EARLIEST else Capability.TIMESTAMP
+        if not dialect.has(needed):
+            raise ConfigurationError(f"dialect {dialect.name!r} does not support "
+                                     f"startup.mode={mode.value}")
+        if mode is StartupMode.EARLIEST:
+            found = dialect.earliest_offset(conn)
+        else:
+            if self.options.timestamp_millis is None:
+                raise ConfigurationError("startup.mode=timestamp needs startup.timestamp-millis")
+            when = dt.datetime.fromtimestamp(self.options.timestamp_millis / 1000, dt.UTC)
+            found = dialect.offset_at_time(conn, when)
+        if found is None:
+            raise ConfigurationError(f"dialect {dialect.name!r} found no offset for "
+                                     f"startup.mode={mode.value}")
+        return found
+
+    def all_splits(self, conn: Connection, tables: Sequence[TableSchema]
+                   ) -> list[SnapshotSplit]:
+        """Every split of ``tables`` at once, for a one-off snapshot read (no log phase)."""
+        state = SyncState(Phase.SNAPSHOT, {s.table: s for s in tables},
+                          {s.table: self.assigner.plan(conn, s) for s in tables})
+        return self.hand_out(conn, state, sys.maxsize)[1]
+
+    # --- the next batch ----------------------------------------------------------------------
+
+    def next_batch(self, conn: Connection, state: SyncState,
+                   head: Callable[[Offset], Offset], max_splits: int) -> Batch | None:
+        """The next unit of work after ``state`` (whose handed-out splits must all be folded
+        in), or None when there is nothing to do now. ``head(position)`` gives the log
+        position the driver may read up to from ``position``; it is asked only in the log
+        phase."""
+        changed = False
+        if state.phase is Phase.SNAPSHOT:
+            state, splits = self.hand_out(conn, state, max_splits)
+            if splits:
+                return Batch(state, tuple(splits))
+            state = self.finish_snapshot(conn, state)
+            changed = True
+        if state.phase is Phase.LOG:
+            dropped = self.drop_pure(state)
+            changed = changed or dropped is not state
+            state = dropped
+            assert state.position is not None
+            end = head(state.position)
+            if self.dialect.compare_offset(end, state.position) > 0:
+                return Batch(replace(state, position=end), log_from=state.position)
+        return Batch(state) if changed else None
+
+    def hand_out(self, conn: Connection, state: SyncState, limit: int
+                 ) -> tuple[SyncState, list[SnapshotSplit]]:
+        """Up to ``limit`` next splits, table after table, and the state with their plans
+        advanced (a table whose last split was handed out leaves ``plans``)."""
+        plans = dict(state.plans)
+        handed: list[SnapshotSplit] = []
+        for table, plan in state.plans.items():
+            if len(handed) >= limit:
+                break
+            schema = state.tables[table]
+            while len(handed) < limit:
+                nxt = self.assigner.next_split(conn, schema, plan)
+                if nxt is None:
+                    break
+                split, plan = nxt
+                handed.append(split)
+            if plan.done:
+                del plans[table]
+            else:
+                plans[table] = plan
+        return replace(state, plans=plans), handed
+
+    def fold(self, state: SyncState, done: Iterable[FinishedSplit]) -> SyncState:
+        """``state`` with the read splits' watermarks added to their tables' finished splits.
+        A split folded twice, or of a table not in the snapshot, is a bug in the driver."""
+        finished = dict(state.finished)
+        for item in done:
+            table = item.split.table
+            if table not in state.tables or state.phase is not Phase.SNAPSHOT:
+                raise ValueError(f"split {item.split.split_id} does not belong to this "
+                                 f"snapshot (phase {state.phase.value})")
+            have = finished.get(table, ())
+            if any(f.split.index == item.split.index for f in have):
+                raise ValueError(f"split {item.split.split_id} was folded in twice")
+            finished[table] = (*have, item)
+        return replace(state, finished=finished)
+
+    def finish_snapshot(self, conn: Connection, state: SyncState) -> SyncState:
+        """End the snapshot once every split was handed out (and folded): stop, or start the
+        log phase at the smallest watermark, where the oldest split's window begins."""
+        if state.plans:
+            raise ValueError("the snapshot cannot finish while tables have splits left")
+        if state.stop_after_snapshot:
+            log.info("snapshot finished; startup.mode=snapshot: stopping")
+            return replace(state, phase=Phase.DONE, finished={})
+        start = self.filter_for(state).start_offset()
+        if start is None:  # nothing was read: no watermark to start from
+            start = self.dialect.current_offset(conn)
+        log.info("snapshot finished; log phase starts at %s", start)
+        return replace(state, phase=Phase.LOG, position=start)
+
+    def drop_pure(self, state: SyncState) -> SyncState:
+        """Forget the finished splits of tables whose every watermark is at or below the log
+        position: from there on each of their changes is emitted (the pure-log phase)."""
+        assert state.position is not None
+        if not state.finished:
+            return state
+        pure = self.filter_for(state).pure_at(state.position)
+        if not pure:
+            return state
+        log.info("tables in pure log phase from %s: %s", state.position,
+                 ", ".join(str(t) for t in pure))
+        return replace(state, finished={t: s for t, s in state.finished.items()
+                                        if t not in pure})
+
+    def cut_log_batch(self, batch: Batch, at: Offset) -> Batch:
+        """``batch`` ending at ``at`` (the first event the driver did not take) instead of the
+        head: the rest of the range is the next batch's."""
+        assert batch.log_from is not None and batch.state.position is not None
+        compare = self.dialect.compare_offset
+        if not compare(batch.log_from, at) <= 0 <= compare(batch.state.position, at):
+            raise ValueError(f"{at} is outside the batch's log range")
+        return replace(batch, state=replace(batch.state, position=at))
+
+    def filter_for(self, state: SyncState) -> IncrementalFilter:
+        """The incremental filter of ``state``'s finished splits (kept while they are the
+        same object: building it sorts every split)."""
+        if self._filter is None or self._filter_source is not state.finished:
+            self._filter = IncrementalFilter(state.finished, self.dialect.compare_offset)
+            self._filter_source = state.finished
+        return self._filter
+
