@@ -3,7 +3,9 @@
 :class:`DialectManager` loads the plugins registered in the ``sdk.dialects`` entry-point group,
 checks each against :mod:`sdk.hookspecs`, and hands out :class:`Dialect` facades. A facade calls
 the hooks of its own plugin only, directly (no fan-out to other dialects, no per-call pluggy
-dispatch: ``compare_offset`` runs once per change event).
+dispatch: ``compare_offset`` runs once per change event). A dialect's capabilities are the ones
+its optional hooks give (:data:`sdk.hookspecs.CAPABILITY_HOOKS`) and the ones it declares in
+``dialect_info`` (``before_images``, which no hook shows; older plugins declare the rest too).
 
 Operator switches:
 
@@ -14,6 +16,7 @@ Operator switches:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import importlib.util
 import logging
@@ -59,12 +62,6 @@ ENTRY_POINT_GROUP = "sdk.dialects"
 #: Dialects that ship inside the ``sdk`` wheel, with the extra that installs their driver.
 BUILTIN_EXTRAS = {"mysql": "mysql", "postgres": "postgres", "oracle": "oracle",
                   "sqlserver": "sqlserver", "sqlite": None}
-
-_SPEC_NAMES = tuple(
-    name for name in dir(hookspecs)
-    if callable(getattr(hookspecs, name))
-    and hasattr(getattr(hookspecs, name), hookspecs.PROJECT + "_spec")
-)
 
 log = logging.getLogger(__name__)
 trace_log = logging.getLogger("sdk.hooks")
@@ -135,6 +132,11 @@ class DialectManager:
             raise PluginValidationError(
                 f"dialect plugin {name!r} ({plugin!r}) lacks required hook(s): "
                 f"{', '.join(missing)}; see sdk/hookspecs.py")
+        for capability, absent in hookspecs.half_implemented(impls).items():
+            given = [h for h in hookspecs.CAPABILITY_HOOKS[capability] if h not in absent]
+            raise PluginValidationError(
+                f"dialect plugin {name!r} implements {', '.join(given)} but lacks "
+                f"{', '.join(absent)}: capability {capability.value} needs both or neither")
         info = impls["dialect_info"]()
         if not isinstance(info, DialectInfo):
             raise PluginValidationError(
@@ -144,6 +146,11 @@ class DialectManager:
             raise PluginValidationError(
                 f"dialect plugin registered as {name!r} says its name is {info.name!r}; "
                 "the entry-point name and DialectInfo.name must be the same")
+        for capability in sorted(info.capabilities - hookspecs.capabilities_of(impls)):
+            if capability in hookspecs.CAPABILITY_HOOKS:
+                log.warning("dialect plugin %r declares capability %s without its hook(s) %s",
+                            name, capability.value,
+                            ", ".join(hookspecs.CAPABILITY_HOOKS[capability]))
 
     @property
     def names(self) -> list[str]:
@@ -167,8 +174,12 @@ class DialectManager:
         return [out[name] for name in sorted(out)]
 
     def get_info(self, name: str) -> DialectInfo:
-        info: DialectInfo = _impls_of(self.pm, name)["dialect_info"]()
-        return info
+        """Dialect ``name``'s ``dialect_info``, with the capabilities its hooks give added to
+        the declared ones."""
+        impls = _impls_of(self.pm, name)
+        info: DialectInfo = impls["dialect_info"]()
+        return dataclasses.replace(
+            info, capabilities=info.capabilities | hookspecs.capabilities_of(impls))
 
     def dialect_for_url(self, url: str) -> tuple[Dialect, ConnectionConfig]:
         """The dialect a URL's scheme selects, and the parsed URL."""
@@ -227,7 +238,7 @@ def _raw_impls_of(pm: pluggy.PluginManager, plugin_name: str
                   ) -> dict[str, tuple[Callable[..., Any], tuple[str, ...]]]:
     plugin = pm.get_plugin(plugin_name)
     out: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {}
-    for hook_name in _SPEC_NAMES:
+    for hook_name in hookspecs.CONTRACT:
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
             if impl.plugin is plugin:
                 out[hook_name] = (impl.function, impl.argnames)
@@ -283,6 +294,7 @@ class Dialect:
         return hook in self._impls
 
     def has(self, capability: Capability) -> bool:
+        """Whether the dialect has ``capability``: its hooks give it, or it declares it."""
         return capability in self.info.capabilities
 
     def _call(self, hook: str, **kwargs: Any) -> Any:
@@ -316,6 +328,9 @@ class Dialect:
         return result
 
     def table_stats(self, conn: Connection, table: TableSchema) -> TableStats:
+        """The plugin's statistics, or none (keys unknown: the planner cuts by index seeks)."""
+        if not self.implements("table_stats"):
+            return TableStats(None, None, 0)
         result: TableStats = self._call("table_stats", conn=conn, table=table)
         return result
 

@@ -12,10 +12,11 @@ dialect never sees another's calls. An implementation may accept a subset of a s
 arguments. The reference implementation is ``plugins/sdk_sqlite``; the full reference with
 examples is ``docs/hooks.md``.
 
-Required hooks: ``dialect_info``, ``connect``, ``list_tables``, ``describe_table``,
-``table_stats``, ``next_boundary``, ``current_offset``, ``read_range``, ``stream_log``,
-``compare_offset``. The others are optional; a dialect that implements one declares the matching
-:class:`sdk.types.Capability` in its ``dialect_info``.
+Each spec is marked with its :class:`Role`, in four groups: the four fetch tasks, the other
+required hooks, the optional source hooks, and the target contract. Everything else is derived
+from these marks: :data:`REQUIRED_HOOKS`, the capabilities a dialect has (:data:`CAPABILITY_HOOKS`:
+implementing the hooks of a capability is what gives it), the stubs of ``sdk new-dialect`` and
+the check of ``docs/hooks.md``.
 
 Rules for every hook:
 
@@ -31,10 +32,14 @@ Rules for every hook:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
+
+from .types import Capability
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -60,115 +65,75 @@ PROJECT = "sdk"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-# ---------------------------------------------------------------------------------------------
-# Identity and connections
-# ---------------------------------------------------------------------------------------------
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-@hookspec(firstresult=True)
-def dialect_info() -> DialectInfo:
-    """Say who the dialect is: its name, the driver modules it needs, the extra that installs
-    them, and its optional capabilities.
+class Role(StrEnum):
+    """Where a hook stands in the contract, and so whether a dialect author must write it."""
 
-    Called when plugins load, before any driver is imported, so it must not import the driver.
-    The ``name`` must equal the entry-point name the plugin registers under.
-    """
+    FETCH = "fetch"
+    """One of the four fetch tasks of a change-data-capture source: required."""
+    REQUIRED = "required"
+    """What the fetch tasks need around them, with no generic answer: required."""
+    OPTIONAL = "optional"
+    """A source hook the engine has a default for, or does without."""
+    TARGET = "target"
+    """The dialect as a sync target: both hooks or neither."""
 
+    @property
+    def required(self) -> bool:
+        """Whether every dialect must implement the hooks of this role."""
+        return self in (Role.FETCH, Role.REQUIRED)
 
-@hookspec(firstresult=True)
-def connect(config: ConnectionConfig) -> Connection:
-    """Open one connection to the database described by ``config``.
-
-    Import the driver here. A missing driver raises :class:`sdk.errors.DriverMissingError`
-    naming the extra to install; bad credentials or a missing database raise
-    :class:`sdk.errors.ConfigurationError`, a server that does not answer (refused, timed out,
-    restarting) :class:`sdk.errors.RetriableError`; never with the password in the message.
-    Each Spark task opens its own connection; the engine closes it with ``close()``.
-    """
-
-
-@hookspec(firstresult=True)
-def is_retriable(error: BaseException) -> bool | None:
-    """Say whether ``error``, raised by the driver in any hook, is a passing fault: a lost or
-    refused connection, a server starting or shutting down, a deadlock or lock timeout.
-
-    The engine turns such an error into :class:`sdk.errors.RetriableError`, so ``sdk sync``
-    restarts from its checkpoint instead of stopping (Debezium's per-connector error handler
-    plays this part). Return False (or nothing) for the rest: bad SQL, missing privileges,
-    purged logs. Optional; without it only the dialect's own ``RetriableError`` is retried.
-    """
+    @property
+    def heading(self) -> str:
+        """The heading of this role's section in docs/hooks.md and in ``sdk new-dialect``."""
+        return _ROLE_HEADINGS[self]
 
 
-@hookspec(firstresult=True)
-def preflight(conn: Connection, tables: Sequence[TableId]) -> list[Requirement]:
-    """Check that the server is set up for change capture of ``tables``.
-
-    Return one :class:`sdk.types.Requirement` per setting or privilege, each with the exact
-    statement that fixes it when it is missing. The engine refuses to start while a required
-    one is missing (``required=False`` marks advice: a warning) and ``sdk check`` prints them
-    all. Optional: without it nothing is checked.
-    """
+_ROLE_HEADINGS = {
+    Role.FETCH: "The four fetch tasks (required)",
+    Role.REQUIRED: "Identity, connections, tables and splits (required)",
+    Role.OPTIONAL: "Optional source hooks",
+    Role.TARGET: "The dialect as a sync target (optional: both or neither)",
+}
 
 
-@hookspec(firstresult=True)
-def prepare_capture(conn: Connection, tables: Sequence[TableSchema]) -> None:
-    """Create, idempotently, the server-side objects capture needs for ``tables`` (triggers, a
-    publication, a replication slot...). Called on the driver before the first offset is taken.
-    Optional.
-    """
+@dataclass(frozen=True)
+class Contract:
+    """A hook spec's mark: its role, and the capability a dialect has once it implements every
+    hook marked with that capability."""
+
+    role: Role
+    capability: Capability | None = None
 
 
-# ---------------------------------------------------------------------------------------------
-# Tables and splits
-# ---------------------------------------------------------------------------------------------
+def _spec(role: Role, capability: Capability | None = None) -> Callable[[_F], _F]:
+    """Mark a function as a hook spec of ``role`` (the mark is its ``sdk_contract``)."""
+    def mark(function: _F) -> _F:
+        function.sdk_contract = Contract(role, capability)  # type: ignore[attr-defined]
+        return hookspec(function)
+    return mark
 
 
-@hookspec(firstresult=True)
-def list_tables(conn: Connection) -> list[TableId]:
-    """Return every user table the connection can capture, in a stable order.
-
-    The engine matches include/exclude patterns against these names.
-    """
+fetch_task = _spec(Role.FETCH)
+required = _spec(Role.REQUIRED)
+optional = _spec(Role.OPTIONAL)
 
 
-@hookspec(firstresult=True)
-def describe_table(conn: Connection, table: TableId) -> TableSchema:
-    """Return ``table``'s columns in table order, with logical types, primary key and the
-    non-null unique keys.
-
-    Column types must be chosen so every value fits exactly (see
-    :class:`sdk.types.LogicalType`). Raise :class:`sdk.errors.ConfigurationError` when the
-    table does not exist.
-    """
+def gives(capability: Capability) -> Callable[[_F], _F]:
+    """Mark an optional source hook that, with the others marked so, gives ``capability``."""
+    return _spec(Role.OPTIONAL, capability)
 
 
-@hookspec(firstresult=True)
-def table_stats(conn: Connection, table: TableSchema) -> TableStats:
-    """Return the smallest and largest key of ``table`` (on ``table.key``) and an estimate of
-    its row count, cheaply (index ends and catalogue statistics, not a full count).
-
-    Both keys are None for an empty table. The planner uses these to decide whether a numeric
-    key is dense enough to cut arithmetically.
-    """
-
-
-@hookspec(firstresult=True)
-def next_boundary(conn: Connection, table: TableSchema, start: Key | None, size: int
-                  ) -> Key | None:
-    """Return the key that lies ``size`` rows after ``start`` in key order, by an index seek.
-
-    ``start`` None means the beginning of the table. Return None when fewer than ``size`` rows
-    remain after ``start``, so the split from ``start`` is the last one. The returned key must
-    be strictly greater than ``start``. Must not scan the whole table.
-    """
-
+target = _spec(Role.TARGET, Capability.APPLY)
 
 # ---------------------------------------------------------------------------------------------
-# The four fetch tasks
+# (a) The four fetch tasks: where the log is, a key range, the log between offsets, their order
 # ---------------------------------------------------------------------------------------------
 
 
-@hookspec(firstresult=True)
+@fetch_task
 def current_offset(conn: Connection) -> Offset:
     """Return the position the next change will get.
 
@@ -182,7 +147,7 @@ def current_offset(conn: Connection) -> Offset:
     """
 
 
-@hookspec(firstresult=True)
+@fetch_task
 def read_range(conn: Connection, table: TableSchema, split: SnapshotSplit, fetch_size: int
                ) -> Iterator[Sequence[Row]]:
     """Yield the rows of ``split`` in batches of about ``fetch_size`` rows.
@@ -193,7 +158,7 @@ def read_range(conn: Connection, table: TableSchema, split: SnapshotSplit, fetch
     """
 
 
-@hookspec(firstresult=True)
+@fetch_task
 def stream_log(conn: Connection, tables: Sequence[TableSchema], start: Offset,
                end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
     """Yield the committed row changes of ``tables`` with ``start <= offset < end``, in log
@@ -208,74 +173,184 @@ def stream_log(conn: Connection, tables: Sequence[TableSchema], start: Offset,
     """
 
 
-@hookspec(firstresult=True)
+@fetch_task
 def compare_offset(a: Offset, b: Offset) -> int:
     """Return a negative number, zero or a positive number as ``a`` is before, equal to or
     after ``b`` in the log.
 
     A total order consistent with log order. Called on the hot path (per event), so keep it
-    free of I/O.
+    free of I/O. Required even where offsets look comparable: only the dialect knows its log's
+    order, and a guessed one would lose or repeat changes.
     """
 
 
 # ---------------------------------------------------------------------------------------------
-# Optional: consistent snapshots, startup positions, acknowledgement
+# (b) The other required hooks: identity, connections, tables and splits
 # ---------------------------------------------------------------------------------------------
 
 
-@hookspec(firstresult=True)
+@required
+def dialect_info() -> DialectInfo:
+    """Say who the dialect is: its name, the driver modules it needs, the extra that installs
+    them, and the capabilities no hook shows (``before_images``).
+
+    Called when plugins load, before any driver is imported, so it must not import the driver.
+    The ``name`` must equal the entry-point name the plugin registers under. The other
+    capabilities follow from the optional hooks implemented; declaring them too is harmless.
+    Required: the manager checks the name, and names the missing driver and its extra, from it.
+    """
+
+
+@required
+def connect(config: ConnectionConfig) -> Connection:
+    """Open one connection to the database described by ``config``.
+
+    Import the driver here. A missing driver raises :class:`sdk.errors.DriverMissingError`
+    naming the extra to install; bad credentials or a missing database raise
+    :class:`sdk.errors.ConfigurationError`, a server that does not answer (refused, timed out,
+    restarting) :class:`sdk.errors.RetriableError`; never with the password in the message.
+    Each Spark task opens its own connection; the engine closes it with ``close()``.
+    Required: every other hook but ``compare_offset`` works on a connection.
+    """
+
+
+@required
+def list_tables(conn: Connection) -> list[TableId]:
+    """Return every user table the connection can capture, in a stable order.
+
+    The engine matches include/exclude patterns against these names. Required: catalogues
+    differ between databases, and a pattern must see every table, not a guess.
+    """
+
+
+@required
+def describe_table(conn: Connection, table: TableId) -> TableSchema:
+    """Return ``table``'s columns in table order, with logical types, primary key and the
+    non-null unique keys.
+
+    Column types must be chosen so every value fits exactly (see
+    :class:`sdk.types.LogicalType`). Raise :class:`sdk.errors.ConfigurationError` when the
+    table does not exist. Required: the columns and keys shape every split, event and mirror.
+    """
+
+
+@required
+def next_boundary(conn: Connection, table: TableSchema, start: Key | None, size: int
+                  ) -> Key | None:
+    """Return the key that lies ``size`` rows after ``start`` in key order, by an index seek.
+
+    ``start`` None means the beginning of the table. Return None when fewer than ``size`` rows
+    remain after ``start``, so the split from ``start`` is the last one. The returned key must
+    be strictly greater than ``start``. Must not scan the whole table. Required: it is the one
+    cut that fits every key (text, compound, skewed), and only the database can seek its index.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) Optional source hooks: the engine has a default, does without, or gains a capability
+# ---------------------------------------------------------------------------------------------
+
+
+@optional
+def table_stats(conn: Connection, table: TableSchema) -> TableStats:
+    """Return the smallest and largest key of ``table`` (on ``table.key``) and an estimate of
+    its row count, cheaply (index ends and catalogue statistics, not a full count).
+
+    Both keys are None for an empty table. The planner cuts a single integer key dense enough
+    arithmetically, with no query per split, and shows progress from the estimate. Optional:
+    without it (keys None, 0 rows) every table is cut by ``next_boundary`` seeks, which is
+    always correct, only slower on a dense integer key, and progress has no estimate.
+    """
+
+
+@optional
+def is_retriable(error: BaseException) -> bool | None:
+    """Say whether ``error``, raised by the driver in any hook, is a passing fault: a lost or
+    refused connection, a server starting or shutting down, a deadlock or lock timeout.
+
+    The engine turns such an error into :class:`sdk.errors.RetriableError`, so ``sdk sync``
+    restarts from its checkpoint instead of stopping (Debezium's per-connector error handler
+    plays this part). Return False (or nothing) for the rest: bad SQL, missing privileges,
+    purged logs. Optional; without it only the dialect's own ``RetriableError`` is retried.
+    """
+
+
+@optional
+def preflight(conn: Connection, tables: Sequence[TableId]) -> list[Requirement]:
+    """Check that the server is set up for change capture of ``tables``.
+
+    Return one :class:`sdk.types.Requirement` per setting or privilege, each with the exact
+    statement that fixes it when it is missing. The engine refuses to start while a required
+    one is missing (``required=False`` marks advice: a warning) and ``sdk check`` prints them
+    all. Optional: without it nothing is checked.
+    """
+
+
+@optional
+def prepare_capture(conn: Connection, tables: Sequence[TableSchema]) -> None:
+    """Create, idempotently, the server-side objects capture needs for ``tables`` (triggers, a
+    publication, a replication slot...). Called on the driver before the first offset is taken.
+    Optional: without it nothing is created.
+    """
+
+
+@gives(Capability.ATOMIC_SNAPSHOT)
 def begin_snapshot(conn: Connection, token: str | None) -> SnapshotView | None:
     """Open a consistent read view on ``conn`` and return its exact offset.
 
     Until ``end_snapshot``, ``read_range`` on ``conn`` must see exactly the changes below
     ``view.offset``, so the engine uses it as both watermarks and skips the backfill. With a
     ``token`` from an earlier view, join that view instead (a PostgreSQL exported snapshot);
-    return None if the token is no longer valid. Capability ``atomic_snapshot``.
+    return None if the token is no longer valid. With ``end_snapshot``: capability
+    ``atomic_snapshot``. Without them each split is read between two ``current_offset`` calls.
     """
 
 
-@hookspec(firstresult=True)
+@gives(Capability.ATOMIC_SNAPSHOT)
 def end_snapshot(conn: Connection) -> None:
-    """Close the view ``begin_snapshot`` opened on ``conn``."""
+    """Close the view ``begin_snapshot`` opened on ``conn``. With ``begin_snapshot``:
+    capability ``atomic_snapshot``."""
 
 
-@hookspec(firstresult=True)
+@gives(Capability.EARLIEST)
 def earliest_offset(conn: Connection) -> Offset | None:
     """Return the oldest offset still in the log (startup mode ``earliest``).
-    Capability ``earliest``."""
+    Capability ``earliest``; without it that startup mode is refused."""
 
 
-@hookspec(firstresult=True)
+@gives(Capability.TIMESTAMP)
 def offset_at_time(conn: Connection, timestamp: dt.datetime) -> Offset | None:
     """Return the offset of the first change committed at or after ``timestamp`` (an aware
-    datetime) for startup mode ``timestamp``. Capability ``timestamp``."""
+    datetime) for startup mode ``timestamp``. Capability ``timestamp``; without it that
+    startup mode is refused."""
 
 
-@hookspec(firstresult=True)
+@gives(Capability.ACKNOWLEDGE)
 def acknowledge_offset(conn: Connection, offset: Offset) -> None:
     """Tell the server that every change below ``offset`` is committed downstream, so it may
     release that part of the log (advance a replication slot).
 
     Called only after the engine committed up to ``offset``, never beyond it. Must be
-    idempotent and never move backwards. Capability ``acknowledge``.
+    idempotent and never move backwards. Capability ``acknowledge``; without it the engine
+    tells the server nothing.
     """
 
 
 # ---------------------------------------------------------------------------------------------
-# Optional: the dialect as a sync target
+# (d) The target contract: the dialect as the mirror a sync writes to
 # ---------------------------------------------------------------------------------------------
 
 
-@hookspec(firstresult=True)
+@target
 def create_table(conn: Connection, table: TableSchema) -> None:
     """Create ``table`` in the target if it does not exist, with the same columns and key.
 
     Raise :class:`sdk.errors.ConfigurationError` when a table of that name exists with other
-    columns. Capability ``apply``.
+    columns. With ``apply_changes``: capability ``apply``.
     """
 
 
-@hookspec(firstresult=True)
+@target
 def apply_changes(conn: Connection, table: TableSchema, events: Sequence[ChangeEvent],
                   batch_id: str) -> bool:
     """Apply ``events`` (in order) to ``table`` idempotently, in one transaction that also
@@ -283,20 +358,46 @@ def apply_changes(conn: Connection, table: TableSchema, events: Sequence[ChangeE
 
     ``r``/``c``/``u`` upsert the after image, ``d`` deletes the key; an update with ``old_key``
     first deletes the old key. Return False, changing nothing, when ``batch_id`` was already
-    applied to this table (a replayed batch). Capability ``apply``.
+    applied to this table (a replayed batch). With ``create_table``: capability ``apply``.
     """
 
 
-REQUIRED_HOOKS = (
-    "dialect_info",
-    "connect",
-    "list_tables",
-    "describe_table",
-    "table_stats",
-    "next_boundary",
-    "current_offset",
-    "read_range",
-    "stream_log",
-    "compare_offset",
-)
+# ---------------------------------------------------------------------------------------------
+# Derived from the marks above
+# ---------------------------------------------------------------------------------------------
+
+CONTRACT: dict[str, Contract] = {
+    name: value.sdk_contract for name, value in list(globals().items())
+    if isinstance(getattr(value, "sdk_contract", None), Contract)
+}
+"""Every hook spec's mark, by hook name, in the order of this module."""
+
+REQUIRED_HOOKS = tuple(name for name, c in CONTRACT.items() if c.role.required)
 """Hooks every dialect must implement; the manager refuses a plugin that lacks one."""
+
+OPTIONAL_HOOKS = tuple(name for name, c in CONTRACT.items() if not c.role.required)
+"""Hooks a dialect may leave out (the target contract included)."""
+
+CAPABILITY_HOOKS: dict[Capability, tuple[str, ...]] = {
+    capability: tuple(name for name, c in CONTRACT.items() if c.capability is capability)
+    for capability in Capability
+    if any(c.capability is capability for c in CONTRACT.values())
+}
+"""The hooks whose implementation gives each capability; the others are declared."""
+
+
+def capabilities_of(hooks: Collection[str]) -> frozenset[Capability]:
+    """The capabilities a plugin implementing ``hooks`` has: each one whose hooks are all
+    among them."""
+    return frozenset(capability for capability, needed in CAPABILITY_HOOKS.items()
+                     if all(hook in hooks for hook in needed))
+
+
+def half_implemented(hooks: Collection[str]) -> dict[Capability, tuple[str, ...]]:
+    """The hooks missing from each capability that ``hooks`` implement only part of."""
+    out = {}
+    for capability, needed in CAPABILITY_HOOKS.items():
+        missing = tuple(hook for hook in needed if hook not in hooks)
+        if missing and len(missing) < len(needed):
+            out[capability] = missing
+    return out

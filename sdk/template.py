@@ -1,18 +1,25 @@
 """``sdk new-dialect NAME``: a new dialect distribution, ready to install and test.
 
-The rendered project registers its entry point, has every required hook written out with a
-docstring saying what to fill in, and a test file that adopts the conformance kit. A hook takes
-effect once it is decorated with ``@hookimpl``; until then ``sdk dialects`` and the kit's first
-test name exactly the hooks still missing.
+The rendered project registers its entry point, has every hook of :mod:`sdk.hookspecs` written
+out (signature and docstring generated from the spec, grouped as the specs are), and a test
+file that adopts the conformance kit. A hook takes effect once it is decorated with
+``@hookimpl``; until then ``sdk dialects`` and the kit's first test name exactly the hooks
+still missing.
 """
 
 from __future__ import annotations
 
+import builtins
+import collections.abc
+import inspect
 import re
 from pathlib import Path
 
+import sdk
+
 from . import hookspecs
 from .errors import ConfigurationError
+from .types import Capability
 
 _PYPROJECT = '''\
 [build-system]
@@ -56,33 +63,18 @@ The kit's tests are grouped by the part of the contract they check; see sdk's CO
 _HOOKS_HEAD = '''\
 """The {name} dialect for sdk.
 
-Each function below is one hook of the contract in ``sdk.hookspecs``. A function takes effect
-when it is decorated with ``@hookimpl``: fill one in, decorate it, run the conformance kit
-(``pytest``), repeat. ``sdk dialects`` lists the required hooks still missing. Import the
-database driver inside the hooks, never at the top of this module.
+Each function below is one hook of the contract in ``sdk.hookspecs``, in its groups: the four
+fetch tasks, the other required hooks, the optional source hooks and the target contract. A
+function takes effect when it is decorated with ``@hookimpl``: fill one in, decorate it, run the
+conformance kit (``pytest``), repeat. ``sdk dialects`` lists the required hooks still missing.
+Import the database driver inside the hooks, never at the top of this module.
 
 The reference dialect ``sdk_sqlite`` (in sdk's repository) is a complete worked example.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any
-
-from sdk import (
-    ChangeEvent,
-    ConnectionConfig,
-    DialectInfo,
-    Heartbeat,
-    Key,
-    Offset,
-    Row,
-    SnapshotSplit,
-    TableId,
-    TableSchema,
-    TableStats,
-    hookimpl,
-)
+{imports}
 
 NAME = "{name}"
 
@@ -90,30 +82,10 @@ NAME = "{name}"
 @hookimpl
 def dialect_info() -> DialectInfo:
     """Who this dialect is. List the driver's module in ``drivers`` so ``sdk dialects`` can
-    say when it is missing, and the capabilities (sdk.Capability) of the optional hooks you
-    implement."""
+    say when it is missing. Capabilities follow from the optional hooks you implement; declare
+    in ``capabilities`` only those no hook shows: {declared}."""
     return DialectInfo(name=NAME, title="{title}", drivers=())
 '''
-
-_HOOKS = {
-    "connect": ("config: ConnectionConfig", "Any"),
-    "list_tables": ("conn: Any", "list[TableId]"),
-    "describe_table": ("conn: Any, table: TableId", "TableSchema"),
-    "table_stats": ("conn: Any, table: TableSchema", "TableStats"),
-    "next_boundary": ("conn: Any, table: TableSchema, start: Key | None, size: int",
-                      "Key | None"),
-    "current_offset": ("conn: Any", "Offset"),
-    "read_range": ("conn: Any, table: TableSchema, split: SnapshotSplit, fetch_size: int",
-                   "Iterator[Sequence[Row]]"),
-    "stream_log": ("conn: Any, tables: Sequence[TableSchema], start: Offset, "
-                   "end: Offset | None", "Iterator[ChangeEvent | Heartbeat]"),
-    "compare_offset": ("a: Offset, b: Offset", "int"),
-}
-
-_OPTIONAL = {
-    "is_retriable": ("error: BaseException", "bool | None"),
-}
-"""Optional hooks that need no capability, stubbed after the required ones."""
 
 _TEST = '''\
 """The sdk conformance kit against the {name} dialect.
@@ -156,17 +128,63 @@ def harness() -> Harness:
 '''
 
 
+def _signature(name: str) -> tuple[str, str, list[str]]:
+    """Hook ``name``'s parameters, return type and annotations as source text, from its spec
+    (whose annotations are strings: the specs module postpones them)."""
+    signature = inspect.signature(getattr(hookspecs, name))
+    parameters = signature.parameters.values()
+    params = ", ".join(f"{p.name}: {p.annotation}" for p in parameters)
+    returns = str(signature.return_annotation)
+    return params, returns, [returns, *(str(p.annotation) for p in parameters)]
+
+
 def _hook_stub(name: str, params: str, returns: str) -> str:
-    spec = getattr(hookspecs, name)
-    doc = (spec.__doc__ or "").strip()
+    """The commented-out implementation of hook ``name``, with its spec's docstring."""
+    doc = (getattr(hookspecs, name).__doc__ or "").strip()
     body = "\n".join(f"    {line.strip()}" if line.strip() else ""
                      for line in doc.splitlines()).lstrip()
-    signature = f"def {name}({params}) -> {returns}:"
-    if len(signature) > 96:
-        signature = f"def {name}(\n    {params},\n) -> {returns}:"
-    return (f"\n\n# Uncomment the next line once {name} works.\n# @hookimpl\n{signature}\n"
+    line = f"def {name}({params}) -> {returns}:"
+    if len(line) > 96:
+        line = f"def {name}(\n    {params},\n) -> {returns}:"
+    return (f"\n\n# Uncomment the next line once {name} works.\n# @hookimpl\n{line}\n"
             f'    """{body}\n    """\n'
             f'    raise NotImplementedError("{name}")\n')
+
+
+def _hooks_module(values: dict[str, str]) -> str:
+    """The plugin module: ``dialect_info`` written, then a stub per hook, group by group."""
+    stubs: list[str] = []
+    annotations: list[str] = []
+    role = None
+    for hook, contract in hookspecs.CONTRACT.items():
+        if hook == "dialect_info":
+            continue
+        if contract.role is not role:
+            role = contract.role
+            stubs.append(f"\n\n# --- {role.heading} ---")
+        params, returns, used = _signature(hook)
+        stubs.append(_hook_stub(hook, params, returns))
+        annotations += used
+    declared = ", ".join(f"``Capability.{c.name}``" for c in Capability
+                         if c not in hookspecs.CAPABILITY_HOOKS)
+    head = _HOOKS_HEAD.format(imports=_imports(" ".join(annotations)), declared=declared,
+                              **values)
+    return head + "".join(stubs)
+
+
+def _imports(annotations: str) -> str:
+    """The import lines for the names ``annotations`` use, and the head's own."""
+    names = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*", annotations)) | {"DialectInfo",
+                                                                         "hookimpl"}
+    unknown = names - set(sdk.__all__) - set(collections.abc.__all__) - set(dir(builtins))
+    if unknown - {"dt"}:
+        raise AssertionError(f"spec annotations use names sdk does not export: {unknown}")
+    stdlib = ["import datetime as dt"] if "dt" in names else []
+    from_abc = sorted(names & set(collections.abc.__all__))
+    if from_abc:
+        stdlib.append(f"from collections.abc import {', '.join(from_abc)}")
+    from_sdk = "".join(f"    {n},\n" for n in sorted(names & set(sdk.__all__)))
+    return "\n".join(stdlib) + f"\n\nfrom sdk import (\n{from_sdk})"
 
 
 def render(name: str, directory: Path) -> Path:
@@ -185,11 +203,7 @@ def render(name: str, directory: Path) -> Path:
     package.mkdir()
     (root / "pyproject.toml").write_text(_PYPROJECT.format(**values))
     (root / "README.md").write_text(_README.format(**values))
-    hooks = _HOOKS_HEAD.format(**values) + "".join(
-        _hook_stub(hook, *_HOOKS[hook]) for hook in hookspecs.REQUIRED_HOOKS if hook in _HOOKS)
-    hooks += "\n\n# --- optional ---" + "".join(
-        _hook_stub(hook, *types) for hook, types in _OPTIONAL.items())
-    (package / "__init__.py").write_text(hooks)
+    (package / "__init__.py").write_text(_hooks_module(values))
     (package / "py.typed").write_text("")
     (root / "tests" / "test_conformance.py").write_text(_TEST.format(**values))
     return root

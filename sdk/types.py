@@ -307,15 +307,6 @@ class FinishedSplit:
                    data["rows"])
 
 
-@dataclass(frozen=True, slots=True)
-class LogSplit:
-    """A stretch of the log to read for some tables: ``[start, end)``, or open-ended."""
-
-    tables: tuple[TableId, ...]
-    start: Offset
-    end: Offset | None = None
-
-
 @dataclass(slots=True)
 class ChangeEvent:
     """One row change.
@@ -368,8 +359,12 @@ class SnapshotView:
 
 
 class Capability(StrEnum):
-    """Optional abilities a dialect declares in :class:`DialectInfo` (and the conformance kit
-    tests)."""
+    """Optional abilities of a dialect (the conformance kit tests each one it has).
+
+    A dialect has a capability when it implements the optional hooks that give it (marked in
+    :mod:`sdk.hookspecs`); only ``before_images``, which no hook shows, is declared in
+    :class:`DialectInfo`. Declaring the others too is accepted (older plugins do).
+    """
 
     ATOMIC_SNAPSHOT = "atomic_snapshot"
     """``begin_snapshot`` opens a view whose offset is exact: no backfill needed."""
@@ -396,6 +391,8 @@ class DialectInfo:
     extra: str | None = None
     """The ``pip install 'sdk[EXTRA]'`` that installs the drivers."""
     capabilities: frozenset[Capability] = frozenset()
+    """The capabilities no hook shows (``before_images``); the manager adds the ones the
+    dialect's hooks give."""
     url_schemes: tuple[str, ...] = ()
     """URL schemes that select this dialect, besides its name."""
 
@@ -439,7 +436,6 @@ __all__ = [
     "FinishedSplit",
     "Heartbeat",
     "Key",
-    "LogSplit",
     "LogicalType",
     "Offset",
     "Op",

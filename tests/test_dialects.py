@@ -10,23 +10,27 @@ from typing import Any
 import pytest
 
 from sdk import (
+    Capability,
     DialectInfo,
     DialectManager,
     DialectNotFoundError,
     DriverMissingError,
     Offset,
     PluginValidationError,
+    TableStats,
     get_dialect,
     hookimpl,
 )
-from sdk.hookspecs import REQUIRED_HOOKS
+from sdk.hookspecs import CAPABILITY_HOOKS, REQUIRED_HOOKS
 
 
 def make_plugin(name: str, drivers: tuple[str, ...] = (), extra: str | None = None,
-                skip: tuple[str, ...] = (), **extra_hooks: Any) -> types.SimpleNamespace:
+                skip: tuple[str, ...] = (), declared: frozenset[Capability] = frozenset(),
+                **extra_hooks: Any) -> types.SimpleNamespace:
     """A plugin object implementing every required hook trivially (for loading tests only)."""
     def info() -> DialectInfo:
-        return DialectInfo(name=name, title=name, drivers=drivers, extra=extra)
+        return DialectInfo(name=name, title=name, drivers=drivers, extra=extra,
+                           capabilities=declared)
 
     def compare(a: Offset, b: Offset) -> int:
         return 0
@@ -128,3 +132,65 @@ def test_dialect_pickles_by_name() -> None:
 def test_url_scheme_selects_dialect() -> None:
     dialect, config = DialectManager().dialect_for_url("sqlite:///x.db")
     assert dialect.name == "sqlite" and config.database == "x.db"
+
+
+def _nothing(*args: Any) -> None:
+    return None
+
+
+def test_capabilities_follow_from_the_hooks_implemented() -> None:
+    manager = DialectManager(load_entry_points=False)
+    manager.register(make_plugin("a", earliest_offset=_nothing, create_table=_nothing,
+                                 apply_changes=_nothing), "a")
+    dialect = manager.get("a")
+    assert dialect.info.capabilities == {Capability.EARLIEST, Capability.APPLY}
+    assert manager.get_info("a").capabilities == dialect.info.capabilities  # sdk dialects
+    assert not dialect.has(Capability.TIMESTAMP)
+
+
+def test_declared_capabilities_are_merged_with_the_inferred() -> None:
+    """Older plugins declare what their hooks show; before images only a declaration shows."""
+    manager = DialectManager(load_entry_points=False)
+    declared = frozenset({Capability.BEFORE_IMAGES, Capability.EARLIEST})
+    manager.register(make_plugin("a", declared=declared, earliest_offset=_nothing,
+                                 acknowledge_offset=_nothing), "a")
+    assert manager.get("a").info.capabilities == declared | {Capability.ACKNOWLEDGE}
+
+
+@pytest.mark.parametrize("capability", [c for c, hooks in CAPABILITY_HOOKS.items()
+                                        if len(hooks) > 1])
+def test_half_a_capability_is_refused_at_load_naming_the_missing_hook(capability: Capability
+                                                                      ) -> None:
+    first, *rest = CAPABILITY_HOOKS[capability]
+    manager = DialectManager(load_entry_points=False)
+    with pytest.raises(PluginValidationError, match=f"lacks {', '.join(rest)}: capability "
+                                                    f"{capability.value}"):
+        manager.register(make_plugin("x", **{first: _nothing}), "x")
+    assert "x" not in manager.names
+
+
+def test_table_stats_is_optional_and_defaults_to_none() -> None:
+    """Without statistics the planner cuts every table by index seeks: always correct."""
+    manager = DialectManager(load_entry_points=False)
+    manager.register(make_plugin("a", skip=("table_stats",)), "a")
+    assert "table_stats" not in REQUIRED_HOOKS
+    dialect = manager.get("a")
+    assert dialect.table_stats(None, None) == TableStats(None, None, 0)  # type: ignore[arg-type]
+
+
+BUILTIN_CAPABILITIES = {
+    "sqlite": {"atomic_snapshot", "before_images", "apply", "acknowledge", "earliest"},
+    "mysql": {"atomic_snapshot", "before_images", "earliest", "apply"},
+    "postgres": {"acknowledge", "earliest", "apply", "atomic_snapshot"},
+    "oracle": {"atomic_snapshot", "earliest"},
+    "sqlserver": {"before_images", "earliest", "timestamp"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_CAPABILITIES))
+def test_builtin_dialects_keep_their_capabilities(name: str) -> None:
+    """Inferred from the hooks, they are what each dialect used to declare."""
+    manager = DialectManager()
+    if name not in manager.names:
+        pytest.skip(f"dialect {name} is not installed")
+    assert manager.get_info(name).capabilities == BUILTIN_CAPABILITIES[name]

@@ -1,4 +1,5 @@
-"""Docs and specs cannot drift: every hook spec is documented with its exact signature."""
+"""Docs and specs cannot drift: every hook spec is documented with its exact signature, under
+the section of its role, naming the capability it gives."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from sdk import hookspecs
-from sdk.dialects import _SPEC_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS_DOC = (ROOT / "docs" / "hooks.md").read_text()
@@ -21,22 +21,54 @@ def documented_signature(spec: str) -> str:
     return f"### `{spec}{signature}`"
 
 
-@pytest.mark.parametrize("spec", _SPEC_NAMES)
-def test_hook_is_documented_with_its_signature(spec: str) -> None:
-    assert documented_signature(spec) in HOOKS_DOC, (
-        f"Missing from docs/hooks.md: {documented_signature(spec)}")
+def sections(text: str, level: str) -> dict[str, str]:
+    """The text under each heading of ``level`` (``##`` or ``###``), by heading."""
+    parts = re.split(rf"^{level} (.+)$", text, flags=re.M)
+    return {parts[i].strip(): parts[i + 1] for i in range(1, len(parts), 2)}
 
 
-@pytest.mark.parametrize("spec", _SPEC_NAMES)
+def hook_section(spec: str) -> tuple[str, str]:
+    """The heading of the ``##`` section documenting ``spec`` and the hook's own text."""
+    for heading, body in sections(HOOKS_DOC, "##").items():
+        for signature, text in sections(body, "###").items():
+            if f"### {signature}" == documented_signature(spec):
+                return heading, text
+    raise AssertionError(f"Missing from docs/hooks.md: {documented_signature(spec)}")
+
+
+@pytest.mark.parametrize("spec", hookspecs.CONTRACT)
+def test_hook_is_documented_with_its_signature_under_its_role(spec: str) -> None:
+    heading, _ = hook_section(spec)
+    role = hookspecs.CONTRACT[spec].role
+    assert heading == role.heading, f"{spec} is a {role.value} hook, documented under {heading!r}"
+
+
+@pytest.mark.parametrize("spec", hookspecs.CONTRACT)
+def test_hook_names_the_capability_it_gives(spec: str) -> None:
+    _, text = hook_section(spec)
+    capability = hookspecs.CONTRACT[spec].capability
+    named = set(re.findall(r"[Cc]apability `(\w+)`", text))
+    assert named == ({capability.value} if capability else set()), text
+
+
+@pytest.mark.parametrize("spec", hookspecs.CONTRACT)
 def test_hook_spec_has_a_docstring(spec: str) -> None:
     assert (getattr(hookspecs, spec).__doc__ or "").strip()
 
 
+@pytest.mark.parametrize("spec", hookspecs.REQUIRED_HOOKS)
+def test_required_hook_says_why(spec: str) -> None:
+    """An author must write a required hook, so its spec says why (or its role does)."""
+    role = hookspecs.CONTRACT[spec].role
+    doc = getattr(hookspecs, spec).__doc__ or ""
+    assert role is hookspecs.Role.FETCH or "Required:" in doc, spec
+
+
 def test_no_documented_hook_is_unknown() -> None:
-    documented = set(re.findall(r"^### `(\w+)\(", HOOKS_DOC, flags=re.M))
-    assert documented == set(_SPEC_NAMES)
+    documented = re.findall(r"^### `(\w+)\(", HOOKS_DOC, flags=re.M)
+    assert sorted(documented) == sorted(hookspecs.CONTRACT)
 
 
-def test_required_hooks_are_listed_in_docs() -> None:
-    for hook in hookspecs.REQUIRED_HOOKS:
-        assert f"`{hook}`" in HOOKS_DOC.split("## Identity")[0]
+def test_every_role_has_its_section_in_order() -> None:
+    headings = [h for h in sections(HOOKS_DOC, "##") if h in {r.heading for r in hookspecs.Role}]
+    assert headings == [r.heading for r in hookspecs.Role]

@@ -76,3 +76,32 @@ def test_new_dialect_refuses_a_bad_name_and_an_existing_directory(tmp_path: Path
     render("acme", tmp_path)
     with pytest.raises(ConfigurationError, match="exists already"):
         render("acme", tmp_path)
+
+
+def test_the_stubs_are_the_specs(tmp_path: Path) -> None:
+    """Every hook is stubbed from its spec: with each ``@hookimpl`` uncommented the module
+    loads as a dialect with every hook, so every capability a hook gives."""
+    import importlib.util
+    import inspect
+
+    from sdk import DialectManager, hookspecs
+    from sdk.template import render
+
+    root = render("stubbed", tmp_path)
+    source = root / "sdk_stubbed" / "__init__.py"
+    text = source.read_text()
+    for hook in hookspecs.CONTRACT:
+        assert f"\ndef {hook}(" in text, f"no stub for {hook}"
+    source.write_text(text.replace("# @hookimpl\n", "@hookimpl\n"))
+    spec = importlib.util.spec_from_file_location("sdk_stubbed", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    manager = DialectManager(load_entry_points=False)
+    manager.register(module, "stubbed")
+    dialect = manager.get("stubbed")
+    assert all(dialect.implements(hook) for hook in hookspecs.CONTRACT)
+    for hook in hookspecs.CONTRACT:
+        assert inspect.signature(getattr(module, hook)) == \
+            inspect.signature(getattr(hookspecs, hook)), hook
+    assert set(dialect.info.capabilities) == set(hookspecs.CAPABILITY_HOOKS)

@@ -103,8 +103,7 @@ def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="MySQL / MariaDB (binlog)", drivers=("pymysql", "pymysqlreplication"),
         extra="mysql", url_schemes=("mysql", "mariadb"),
-        capabilities=frozenset({Capability.ATOMIC_SNAPSHOT, Capability.BEFORE_IMAGES,
-                                Capability.EARLIEST, Capability.APPLY}))
+        capabilities=frozenset({Capability.BEFORE_IMAGES}))
 
 
 @hookimpl

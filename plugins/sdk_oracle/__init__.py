@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sdk import (
-    Capability,
     ChangeEvent,
     ConfigurationError,
     ConnectionConfig,
@@ -64,8 +63,7 @@ def _table(table: TableId) -> str:
 def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="Oracle (LogMiner, python-oracledb thin mode)", drivers=("oracledb",),
-        extra="oracle", url_schemes=("oracle",),
-        capabilities=frozenset({Capability.ATOMIC_SNAPSHOT, Capability.EARLIEST}))
+        extra="oracle", url_schemes=("oracle",))
 
 
 @hookimpl

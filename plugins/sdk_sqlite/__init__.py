@@ -65,9 +65,7 @@ def dialect_info() -> DialectInfo:
         name=NAME,
         title="SQLite (trigger-maintained change table)",
         drivers=("sqlite3",),
-        capabilities=frozenset({Capability.ATOMIC_SNAPSHOT, Capability.BEFORE_IMAGES,
-                                Capability.APPLY, Capability.ACKNOWLEDGE,
-                                Capability.EARLIEST}),
+        capabilities=frozenset({Capability.BEFORE_IMAGES}),
     )
 
 

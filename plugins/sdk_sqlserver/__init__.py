@@ -95,8 +95,7 @@ def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="SQL Server (CDC change tables)", drivers=("pymssql",),
         extra="sqlserver", url_schemes=("sqlserver", "mssql"),
-        capabilities=frozenset({Capability.BEFORE_IMAGES, Capability.EARLIEST,
-                                Capability.TIMESTAMP}))
+        capabilities=frozenset({Capability.BEFORE_IMAGES}))
 
 
 @hookimpl
