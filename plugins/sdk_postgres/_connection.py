@@ -1,0 +1,54 @@
+"""The dialect's connection (a psycopg connection and its per-connection caches) and how its
+statements name things."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sdk import TableId
+
+from . import _pgoutput as pgo
+
+if TYPE_CHECKING:
+    from ._snapshot import Exporter
+
+
+@dataclass
+class PgConnection:
+    """A psycopg connection and the dialect's per-connection caches."""
+
+    raw: Any
+    slot: str
+    publication: str
+    wait_seconds: float
+    relations: dict[int, pgo.Relation] = field(default_factory=dict)
+    loaders: dict[int, Any] = field(default_factory=dict)
+    connect_args: dict[str, Any] = field(default_factory=dict, repr=False)
+    """What ``connect`` passed to psycopg (password included, hence ``repr=False``): the
+    exporting replication connection of ``begin_snapshot`` is opened with the same."""
+    exporter: Exporter | None = None
+    """The replication connection whose exported snapshot this connection's view uses, when
+    this connection created the view: it must stay open and idle until ``end_snapshot``."""
+    in_view: bool = False
+
+    def query(self, sql: str, args: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        cur = self.raw.execute(sql, args)
+        return list(cur.fetchall()) if cur.description else []
+
+    def close(self) -> None:
+        if self.exporter is not None:
+            self.exporter.close()
+            self.exporter = None
+        self.raw.close()
+
+
+def q(name: str) -> str:
+    """An identifier, quoted."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def qualified(table: TableId) -> str:
+    """A table's quoted ``schema.name``."""
+    return f"{q(table.schema)}.{q(table.name)}"

@@ -1,0 +1,244 @@
+"""Reading the slot: the changes between two offsets, decoded from ``pgoutput`` messages.
+
+psycopg 3 has no replication stream, so the slot's messages are read with
+``pg_logical_slot_peek_binary_changes(slot, upto_lsn, ...)`` (:func:`_peek`): the slot always
+decodes from its confirmed position, and the lower bound is a filter here. The messages are
+decoded by :mod:`._pgoutput`; their text values are parsed with psycopg's own loaders (types the
+snapshot reads as text stay text), so a change's values equal what a SELECT gives.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from sdk import (
+    ChangeEvent,
+    FatalSyncError,
+    Key,
+    Offset,
+    OffsetExpiredError,
+    RetriableError,
+    TableSchema,
+)
+
+from . import _pgoutput as pgo
+from ._connection import PgConnection, q, qualified
+from ._offsets import NAME, lsn_int, lsn_text
+from ._types import TEXT_TYPES, kind_of
+
+PG_EPOCH_MICROS = 946_684_800_000_000  # 2000-01-01 in Unix microseconds
+PEEK_CHUNK = 5000
+
+Plan = list[tuple[int, Callable[[Any], Any]]]
+"""Per table column: its index in the relation's tuples and the function that parses its text
+(``bytes.decode`` for the columns carried as text)."""
+Target = tuple[TableSchema, pgo.Relation, Plan]
+"""What a relation's changes need: the table they feed, the relation, and its plan."""
+
+
+def _loader(conn: PgConnection, oid: int) -> Any:
+    loader = conn.loaders.get(oid)
+    if loader is None:
+        from psycopg.pq import Format
+
+        loader = conn.raw.adapters.get_loader(oid, Format.TEXT)(oid, conn.raw)
+        conn.loaders[oid] = loader
+    return loader
+
+
+def _plan(conn: PgConnection, table: TableSchema, relation: pgo.Relation) -> Plan:
+    """The plan of ``table`` against ``relation`` (made once per Relation message: the
+    decoding loop keeps it with the relation's target)."""
+    by_name = {name: (i, oid) for i, (name, oid, _) in enumerate(relation.columns)}
+    plan: Plan = []
+    for column in table.columns:
+        if column.name not in by_name:
+            raise FatalSyncError(
+                f"the log's rows of {table.table} have no column {column.name!r}: the table "
+                "changed after the sync read its schema (a dropped or renamed column); take a "
+                "new snapshot (restart the sync with a new --checkpoint directory)")
+        i, oid = by_name[column.name]
+        plan.append((i, bytes.decode if kind_of(column) in TEXT_TYPES
+                     else _loader(conn, oid).load))
+    return plan
+
+
+def _values(table: TableSchema, relation: pgo.Relation, plan: Plan, data: list[Any],
+            unchanged: bool, old: list[Any] | None) -> tuple[Any, ...]:
+    """A tuple's values in ``table.columns`` order.
+
+    An update that did not touch a TOASTed (out-of-line) value logs it as *unchanged*
+    (``'u'``) instead of the value. ``old`` is the full before image (replica identity FULL),
+    from which such a value is taken; never a key-only old tuple, whose other columns are NULL.
+    Without a before image the value is not in the log at all: rather than write NULL (or
+    Debezium's placeholder string), or read the current row (a later state: not exact), the
+    sync stops naming the fix. ``unchanged`` says whether ``data`` holds such values."""
+    if not unchanged and len(data) == len(relation.columns):
+        return tuple([None if (raw := data[i]) is None else load(raw) for i, load in plan])
+    out: list[Any] = []
+    for i, load in plan:
+        raw = data[i] if i < len(data) else None
+        if raw is pgo.UNCHANGED:
+            raw = old[i] if old is not None and i < len(old) else pgo.UNCHANGED
+            if raw is pgo.UNCHANGED:
+                name = relation.columns[i][0]
+                raise FatalSyncError(
+                    f"an update of {table.table} left the TOASTed column {name!r} unchanged, "
+                    "and PostgreSQL logs no value for it without a before image: run ALTER "
+                    f"TABLE {qualified(table.table)} REPLICA IDENTITY FULL so updates log the "
+                    "whole old row, then take a new snapshot (restart the sync with a new "
+                    "--checkpoint directory, startup.mode=initial)")
+        out.append(None if raw is None else load(raw))
+    return tuple(out)
+
+
+def check_slot(conn: PgConnection, start: int) -> None:
+    """Refuse a read from ``start`` that the slot cannot serve: it is missing, lost, or was
+    advanced past ``start``."""
+    rows = conn.query("SELECT confirmed_flush_lsn::text, wal_status FROM pg_replication_slots "
+                      "WHERE slot_name = %s", (conn.slot,))
+    if not rows:
+        raise OffsetExpiredError(f"replication slot {conn.slot!r} does not exist (dropped, or "
+                                 "never created): take a new snapshot")
+    confirmed, status = rows[0]
+    if status == "lost":
+        raise OffsetExpiredError(
+            f"replication slot {conn.slot!r} is lost: PostgreSQL removed WAL it needed "
+            "(max_slot_wal_keep_size); drop it and take a new snapshot")
+    if confirmed and start < lsn_int(confirmed):
+        raise OffsetExpiredError(
+            f"slot {conn.slot!r} was advanced to {confirmed}, past the start {lsn_text(start)}: "
+            "those changes are gone; take a new snapshot")
+
+
+def read_changes(conn: PgConnection, tables: Sequence[TableSchema], start: tuple[int, int],
+                 end: tuple[int, int]) -> Iterator[ChangeEvent]:
+    """The changes at ``start <= (commit LSN, index in transaction) < end``; an end inside a
+    transaction (a batch cut there) decodes that transaction and stops at the index."""
+    wanted = {(t.table.schema, t.table.name): t for t in tables}
+    upto = end[0] + 1 if end[1] else end[0]
+    yield from _decode_rows(conn, wanted, _peek(conn, upto), start, end)
+
+
+def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
+    """The slot's messages up to ``end``, in batches. Only one session can use a slot at a
+    time (parallel snapshot tasks backfill at once), so wait while it is busy; the first fetch
+    runs the whole decoding, so a busy slot shows up before anything is yielded."""
+    import psycopg
+
+    deadline = time.monotonic() + conn.wait_seconds
+    while True:
+        try:
+            with conn.raw.transaction(), conn.raw.cursor(name="sdk_peek") as cursor:
+                cursor.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, "
+                               "%s::pg_lsn, NULL, 'proto_version', '1', "
+                               "'publication_names', %s)",
+                               (conn.slot, lsn_text(end), conn.publication))
+                rows = cursor.fetchmany(PEEK_CHUNK)
+                while rows:
+                    yield rows
+                    rows = cursor.fetchmany(PEEK_CHUNK)
+            return
+        except psycopg.errors.ObjectInUse:
+            if time.monotonic() > deadline:
+                raise RetriableError(
+                    f"replication slot {conn.slot!r} stayed in use by another session for "
+                    f"{conn.wait_seconds:.0f} s") from None
+            time.sleep(random.uniform(0.02, 0.2))
+
+
+def _target_of(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
+               relid: int) -> Target | None:
+    relation = conn.relations[relid]
+    table = wanted.get((relation.schema, relation.name))
+    return None if table is None else (table, relation, _plan(conn, table, relation))
+
+
+def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
+                 batches: Iterator[list[tuple[Any, ...]]], start: tuple[int, int],
+                 end: tuple[int, int]) -> Iterator[ChangeEvent]:
+    """The loop that runs per change, so its work per transaction and per relation is done
+    once: the commit LSN and time, whether the transaction lies strictly inside the bounds
+    (then no change needs the bound check), the table and plan a relation feeds."""
+    lsn = commit_ts = index = 0
+    lsn_field: tuple[str, int] = ("lsn", 0)
+    whole = False
+    targets: dict[int, Target | None] = {}  # relation id -> what its changes feed, if wanted
+    decode, change_type, offset_of = pgo.decode, pgo.Change, Offset.from_sorted
+    for rows in batches:
+        for (data,) in rows:
+            message = decode(data)
+            if type(message) is change_type:
+                n = index
+                index += 1
+                if not whole and not start <= (lsn, n) < end:
+                    continue
+                relid = message.relid
+                target = targets[relid] if relid in targets else targets.setdefault(
+                    relid, _target_of(conn, wanted, relid))
+                if target is not None:
+                    yield _change(target, message, offset_of(NAME, (lsn_field, ("n", n))),
+                                  commit_ts)
+            elif isinstance(message, pgo.Begin):
+                lsn, index = message.final_lsn, 0
+                lsn_field = ("lsn", lsn)
+                commit_ts = message.commit_ts + PG_EPOCH_MICROS
+                whole = start[0] < lsn < end[0]
+            elif isinstance(message, pgo.Relation):
+                conn.relations[message.relid] = message
+                targets.pop(message.relid, None)
+            elif isinstance(message, pgo.Truncate):
+                names = [conn.relations[r] for r in message.relids if r in conn.relations]
+                hit = [f"{r.schema}.{r.name}" for r in names if (r.schema, r.name) in wanted]
+                if hit and start[0] <= lsn < end[0]:
+                    raise FatalSyncError(
+                        f"TRUNCATE of {', '.join(hit)} at {lsn_text(lsn)}: it "
+                        "removes every row without logging them, which the engine cannot "
+                        "express as row changes, so the target would keep rows the source no "
+                        "longer has. Fix: take a new snapshot (restart the sync with a new "
+                        "--checkpoint directory, startup.mode=initial). To let TRUNCATE pass "
+                        "unseen instead (the target then keeps the truncated rows): ALTER "
+                        f"PUBLICATION {q(conn.publication)} SET (publish = 'insert, update, "
+                        "delete')")
+
+
+def _change(target: Target, message: pgo.Change, offset: Offset, commit_ts: int
+            ) -> ChangeEvent:
+    table, relation, plan = target
+    new, old = message.new, message.old
+    if old is None:  # an insert, or an update under the default identity that kept the key
+        assert new is not None
+        after = _values(table, relation, plan, new, message.unchanged, None)
+        return ChangeEvent(table.table, "c" if message.op == "c" else "u", table.key_of(after),
+                           after, offset, None, None, commit_ts)
+    before = None
+    if message.old_is_key:
+        old_key = _key_from(table, relation, plan, old)
+    else:
+        before = _values(table, relation, plan, old, pgo.UNCHANGED in old, None)
+        old_key = table.key_of(before)
+    if new is None:
+        return ChangeEvent(table.table, "d", old_key, None, offset, before, None, commit_ts)
+    after = _values(table, relation, plan, new, message.unchanged,
+                    None if before is None else old)
+    key = table.key_of(after)
+    return ChangeEvent(table.table, "u", key, after, offset, before,
+                       old_key if old_key != key else None, commit_ts)
+
+
+def _key_from(table: TableSchema, relation: pgo.Relation, plan: Plan, data: list[Any]) -> Key:
+    """The key values out of a key-only old tuple (its other columns are NULL)."""
+    out = []
+    for k in table.key_index:
+        i, load = plan[k]
+        raw = data[i] if i < len(data) else None
+        if raw is None or raw is pgo.UNCHANGED:
+            raise FatalSyncError(
+                f"the log has no old value of key column {relation.columns[i][0]!r} of "
+                f"{table.table}: set its replica identity to the capture key: ALTER TABLE "
+                f"{qualified(table.table)} REPLICA IDENTITY FULL")
+        out.append(load(raw))
+    return tuple(out)
