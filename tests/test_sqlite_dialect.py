@@ -1,4 +1,5 @@
-"""The reference SQLite dialect keeps the four hooks' guarantees of DESIGN.md section 2.
+"""The reference SQLite dialect keeps the four hooks' guarantees (docs/design.md, 'The dialect
+contract').
 
 Real SQLite files, real triggers, and a writer in another process where concurrency matters.
 """

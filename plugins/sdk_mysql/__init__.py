@@ -1,10 +1,10 @@
 """The MySQL and MariaDB dialect: snapshots with pymysql, changes from the binlog with
 python-mysql-replication.
 
-Visibility (DESIGN.md section 1): a binlog position is written before the engine commit makes a
-transaction visible, so the raw ``SHOW BINLOG STATUS`` position is not a safe watermark. On
-MariaDB and Percona Server, ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` reports the exact
-binlog position of its read view (``Binlog_snapshot_file/position``): ``current_offset`` takes
+Visibility (docs/design.md, 'The visibility hazard'): a binlog position is written before the engine
+commit makes a transaction visible, so the raw ``SHOW BINLOG STATUS`` position is not a safe
+watermark. On MariaDB and Percona Server, ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` reports the
+exact binlog position of its read view (``Binlog_snapshot_file/position``): ``current_offset`` takes
 one (every change below it is visible to any later read) and ``begin_snapshot`` reads each split
 inside one (low == high, no backfill). Upstream MySQL has no such status: there the offset is
 the raw position and the window is not closed (see docs/dialects/mysql.md).
@@ -273,7 +273,8 @@ def describe_table(conn: MySqlConnection, table: TableId) -> TableSchema:
 
 def _key_expressions(table: TableSchema) -> list[str]:
     """Key columns as SQL; text with a non-binary collation compares under its binary twin, so
-    the database and Python agree on key order (DESIGN.md: keys compare as Python tuples)."""
+    the database and Python agree on key order (docs/design.md, 'Keys and half-open ranges': keys
+    compare as Python tuples)."""
     out = []
     by_name = {c.name: c for c in table.columns}
     for name in table.key:

@@ -9,8 +9,8 @@ confirmed position, the lower bound is a client-side filter, and the slot moves
 Offsets are ``(lsn, n)``: the commit LSN of the change's transaction and the change's index in
 it, so changes order by commit as the log applies them. Watermarks are the current WAL
 position; a transaction whose commit record is already written can still be invisible for a
-moment (DESIGN.md section 1), so ``current_offset`` waits until the transactions in progress at
-that position have ended.
+moment (docs/design.md, 'The visibility hazard'), so ``current_offset`` waits until the transactions
+in progress at that position have ended.
 
 Slot and publication names come from the URL: ``?slot=NAME&publication=NAME`` (defaults
 ``sdk_slot`` and ``sdk_pub``).

@@ -4,8 +4,8 @@ A real, if simple, change-data-capture source and target that needs no server: e
 table gets AFTER INSERT/UPDATE/DELETE triggers that append the row images to ``_sdk_changes``
 in the same transaction as the change. The change's sequence number is the offset. SQLite has
 one writer at a time and WAL readers see whole commits, so a sequence number read from the
-committed change table is also a visibility point (the hazard of DESIGN.md section 1 cannot
-happen here), and a read transaction is an exact snapshot (``begin_snapshot``).
+committed change table is also a visibility point (the hazard of docs/design.md, 'The visibility
+hazard' cannot happen here), and a read transaction is an exact snapshot (``begin_snapshot``).
 
 This module is the worked example of CONTRIBUTING.md: each hook is as short as it can be.
 Limitations: text keys compare with SQLite's default BINARY collation; values keep SQLite's

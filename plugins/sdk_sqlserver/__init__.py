@@ -3,17 +3,17 @@ CDC change tables (``cdc.fn_cdc_get_all_changes_<capture instance>``), read by :
 
 Offsets are ``(commit LSN, __$seqval, __$operation)`` (:mod:`._lsn`).
 
-Watermarks (DESIGN.md section 1). ``sys.fn_cdc_get_max_lsn()`` is where the asynchronous capture
-job has got to, not the log head, so it cannot be a watermark: a change committed before it is
-taken may lie above it. ``current_offset`` instead forces an LSN at the log head (a savepoint in
-a throw-away transaction writes a log record; ``sys.dm_tran_database_transactions`` gives its
-LSN), which is above every change already committed, and then waits until no user transaction
-that wrote to the log below that LSN is still open, so every change below it is visible to a
-SELECT started afterwards. A bounded ``stream_log`` waits until the capture job has passed its
-end (``fn_cdc_get_max_lsn() >= end``, or a finished log scan session past it), so the change
-tables hold every change of the range before it is read. The cost: VIEW SERVER STATE, one tiny
-transaction per watermark, a wait while writers that started before it are open, and up to
-one capture-job cycle (``pollinginterval``, 5 s by default) per bounded read.
+Watermarks (docs/design.md, 'The visibility hazard'). ``sys.fn_cdc_get_max_lsn()`` is where the
+asynchronous capture job has got to, not the log head, so it cannot be a watermark: a change
+committed before it is taken may lie above it. ``current_offset`` instead forces an LSN at the log
+head (a savepoint in a throw-away transaction writes a log record;
+``sys.dm_tran_database_transactions`` gives its LSN), which is above every change already committed,
+and then waits until no user transaction that wrote to the log below that LSN is still open, so
+every change below it is visible to a SELECT started afterwards. A bounded ``stream_log`` waits
+until the capture job has passed its end (``fn_cdc_get_max_lsn() >= end``, or a finished log scan
+session past it), so the change tables hold every change of the range before it is read. The cost:
+VIEW SERVER STATE, one tiny transaction per watermark, a wait while writers that started before it
+are open, and up to one capture-job cycle (``pollinginterval``, 5 s by default) per bounded read.
 
 URL options: ``?exact_time=1`` (100 ns temporal columns as text, see :mod:`._types`),
 ``wait_seconds=60`` (open writers a watermark waits for), ``capture_wait_seconds=120`` (how long

@@ -1,4 +1,5 @@
-"""The incremental filter: which log events to emit after a snapshot (DESIGN.md section 3.4).
+"""The incremental filter: which log events to emit after a snapshot (docs/design.md, 'The log
+phase').
 
 One log reader starts at the smallest split watermark. An event of table T at offset p for
 key k is emitted when p is at or above T's largest watermark (T is then in its pure-log phase

@@ -1,6 +1,6 @@
 """Reading one snapshot split: low watermark, range read, high watermark, backfill.
 
-The algorithm of DESIGN.md section 3, steps 2-3, written once for every dialect (as
+The split read of docs/design.md, 'Reading a split', written once for every dialect (as
 flink-cdc-base's ``AbstractScanFetchTask``):
 
 1. ``low = current_offset()`` (or the exact offset of a consistent snapshot view);

@@ -369,8 +369,8 @@ class TestOpenStream:
 
 
 class TestVisibility:
-    """5a. The hazard of DESIGN.md section 1: a read between two offsets sees exactly the
-    states between them, while other connections commit concurrently."""
+    """5a. The hazard of docs/design.md, 'The visibility hazard': a read between two offsets sees
+    exactly the states between them, while other connections commit concurrently."""
 
     def _log_of(self, kit: Kit, table: Any, initial: Sequence[Row], start: Offset, end: Offset
                 ) -> tuple[LogIndex, dict[Key, Any]]:
