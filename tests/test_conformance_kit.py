@@ -72,3 +72,69 @@ def harness(tmp_path_factory):
     result = pytester.inline_run("-p", "no:cacheprovider", "-q")
     passed, _, failed = result.listoutcomes()
     assert not failed and len(passed) > 20
+
+
+REQUIRES_MODULE = '''
+import pytest
+from test_conformance_sqlite import SqliteHarness
+
+
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory):
+    return SqliteHarness(f"sqlite:///{tmp_path_factory.mktemp('kit') / 'kit.db'}")
+'''
+
+#: Tests that need ``kit``, each marked ``sdk_requires`` with one name (SQLite has preflight,
+#: not offset_at_time, so not timestamp; "premflight" is a typo).
+REQUIRES = {"typo": "premflight", "hook_present": "preflight",
+            "hook_absent": "offset_at_time", "capability_absent": "timestamp"}
+
+
+def test_a_misspelt_requirement_fails_instead_of_skipping(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_requires=REQUIRES_MODULE + "".join(
+        f"\n\n@pytest.mark.sdk_requires({name!r})\ndef test_{test}(kit):\n    pass\n"
+        for test, name in REQUIRES.items()))
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=1, skipped=2, errors=1)
+    result.stdout.fnmatch_lines(["*sdk_requires('premflight')*did you mean 'preflight'?*"])
+    result.stdout.fnmatch_lines(["*does not implement hook offset_at_time*",
+                                 "*has no capability timestamp*"], consecutive=False)
+
+
+def test_requirement_names_are_checked_against_everything_known() -> None:
+    from sdk.hookspecs import CONTRACT
+    from sdk.testing import Feature, KitError
+    from sdk.testing.kit import requirement_kind
+    from sdk.testing.suite import requires
+    from sdk.types import Capability
+
+    assert {requirement_kind(c.value) for c in Capability} == {"capability"}
+    assert {requirement_kind(f.value) for f in Feature} == {"feature"}
+    assert {requirement_kind(h) for h in CONTRACT} == {"hook"}
+    with pytest.raises(KitError, match="did you mean 'atomic_snapshot'"):
+        requirement_kind("atomic_snapshots")
+    with pytest.raises(KitError, match="did you mean 'log_switch'"):
+        requires("log_swtich")  # the suite's own marks fail when the suite is imported
+
+
+def test_a_harness_missing_a_required_member_fails_naming_it() -> None:
+    from sdk import TableId
+    from sdk.testing import Harness
+
+    class Nameless(Harness):
+        def admin_connect(self) -> None:
+            return None
+
+        def column_type(self, kind: str) -> str:
+            return kind
+
+    with pytest.raises(TypeError, match=r"Nameless lacks required member\(s\) dialect, table_id"):
+        Nameless(None)
+
+    class Complete(Nameless):
+        dialect = "sqlite"
+
+        def table_id(self, name: str) -> TableId:
+            return TableId("main", name)
+
+    assert Complete("sqlite://").url == "sqlite://"

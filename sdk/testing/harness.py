@@ -1,8 +1,9 @@
 """What a dialect author gives the conformance kit: a database to test against and a few verbs.
 
-Subclass :class:`Harness`, set ``dialect``, implement :meth:`Harness.admin_connect` and
-:meth:`Harness.column_type`, and override the rest only where the defaults (plain SQL-92 DDL
-with double-quoted identifiers) do not fit the database. The kit writes its test data through
+Subclass :class:`Harness`, set ``dialect``, implement :meth:`Harness.admin_connect`,
+:meth:`Harness.column_type` and :meth:`Harness.table_id` (a harness lacking one fails when it
+is made, naming them), and override the rest only where the defaults (plain SQL-92 DDL with
+double-quoted identifiers) do not fit the database. The kit writes its test data through
 these verbs, so it never needs to know the database's SQL beyond ``INSERT``/``UPDATE``/
 ``DELETE`` with integer and short ASCII text literals.
 """
@@ -72,7 +73,15 @@ class Harness:
 
     skip_reason: ClassVar[str] = "no test database URL given"
 
+    REQUIRED: ClassVar[tuple[str, ...]] = ("dialect", "admin_connect", "column_type", "table_id")
+    """What every harness must define; the rest has defaults."""
+
     def __init__(self, url: str | None) -> None:
+        missing = [m for m in self.REQUIRED
+                   if getattr(type(self), m, None) is getattr(Harness, m, None)]
+        if missing:
+            raise TypeError(f"conformance harness {type(self).__name__} lacks required "
+                            f"member(s) {', '.join(missing)}: see sdk.testing.Harness")
         self.url = url
 
     # --- to implement --------------------------------------------------------------------------
@@ -87,11 +96,11 @@ class Harness:
         characters that can be part of a primary key)."""
         raise NotImplementedError
 
-    # --- defaults that fit most SQL databases ----------------------------------------------------
-
     def table_id(self, name: str) -> TableId:
         """Where the kit's table ``name`` lives, as the dialect's ``list_tables`` names it."""
         raise NotImplementedError
+
+    # --- defaults that fit most SQL databases ----------------------------------------------------
 
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'

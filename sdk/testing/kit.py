@@ -3,6 +3,7 @@ checks the contract tests share (histories of keys, exactly-once, deadlines)."""
 
 from __future__ import annotations
 
+import difflib
 import random
 import threading
 import time
@@ -14,9 +15,11 @@ from functools import cmp_to_key
 from itertools import pairwise
 from typing import TypeVar
 
+from .. import hookspecs
 from ..config import ConnectionConfig
 from ..dialects import Dialect, DialectManager
 from ..types import (
+    Capability,
     ChangeEvent,
     Connection,
     FinishedSplit,
@@ -56,6 +59,23 @@ def load_dialect(harness: type[Harness] | Harness) -> Dialect:
     if status.problem:
         raise KitError(f"dialect {name!r} cannot be used: {status.problem}")
     return manager.get(name)
+
+
+def requirement_kind(name: str) -> str:
+    """What an ``sdk_requires`` name is: ``capability``, ``feature`` or ``hook``.
+
+    An unknown name (a typo) raises :class:`KitError` naming the closest known one, so a test
+    can never be skipped for a requirement nothing could ever meet.
+    """
+    kinds = {**{h: "hook" for h in hookspecs.CONTRACT},
+             **{f.value: "feature" for f in Feature},
+             **{c.value: "capability" for c in Capability}}
+    if name in kinds:
+        return kinds[name]
+    close = difflib.get_close_matches(name, kinds, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(kinds))}"
+    raise KitError(f"sdk_requires({name!r}) names no capability, harness feature or hook: "
+                   f"{hint}")
 
 
 def within(seconds: float, what: str, fn: Callable[[], T]) -> T:

@@ -4,8 +4,8 @@ It provides the fixtures the contract tests in :mod:`sdk.testing.suite` use: ``s
 (the dialect the ``harness`` fixture names, loaded like users load it) and ``kit`` (that
 dialect connected to the harness's database, with the kit's tables dropped afterwards). The
 test module supplies ``harness``. The marker ``sdk_requires(name)`` skips a test unless the
-dialect declares capability ``name``, implements hook ``name``, or the harness has feature
-``name``.
+dialect has capability ``name`` (given by its hooks or declared), implements hook ``name``, or
+the harness has feature ``name``; a name that is none of these fails the test.
 """
 
 from __future__ import annotations
@@ -30,23 +30,21 @@ def sdk_dialect(harness: Any) -> Any:
 
 
 def _missing(request: pytest.FixtureRequest, dialect: Any, harness: Any) -> list[str]:
-    """What the test's ``sdk_requires`` markers ask for that the dialect or harness lacks."""
+    """What the test's ``sdk_requires`` markers ask for that the dialect or harness lacks; a
+    name that is none of these fails the test (a typo must not skip it)."""
     from ..types import Capability
     from .harness import Feature
+    from .kit import requirement_kind
 
-    capabilities = {c.value for c in Capability}
-    features = {f.value for f in Feature}
     missing = []
     for marker in request.node.iter_markers("sdk_requires"):
         for name in map(str, marker.args):
-            if name in capabilities:
-                if not dialect.has(Capability(name)):
-                    missing.append(f"dialect {dialect.name!r} does not declare capability "
-                                   f"{name}")
-            elif name in features:
-                if Feature(name) not in harness.features:
-                    missing.append(f"harness {type(harness).__name__} lacks feature {name}")
-            elif not dialect.implements(name):
+            kind = requirement_kind(name)
+            if kind == "capability" and not dialect.has(Capability(name)):
+                missing.append(f"dialect {dialect.name!r} has no capability {name}")
+            elif kind == "feature" and Feature(name) not in harness.features:
+                missing.append(f"harness {type(harness).__name__} lacks feature {name}")
+            elif kind == "hook" and not dialect.implements(name):
                 missing.append(f"dialect {dialect.name!r} does not implement hook {name}")
     return missing
 

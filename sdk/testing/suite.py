@@ -25,6 +25,7 @@ from ..algorithm import Phase, PhaseHooks, SyncOptions, SyncRunner, SyncState, c
 from ..config import ConnectionConfig
 from ..dialects import Dialect
 from ..errors import RetriableError
+from ..hookspecs import CAPABILITY_HOOKS
 from ..types import Capability, ChangeEvent, Heartbeat, Key, Offset, Row, SnapshotSplit
 from .harness import Feature, Harness
 from .kit import (
@@ -37,18 +38,15 @@ from .kit import (
     check_visible_between,
     key_histories,
     load_dialect,
+    requirement_kind,
 )
 
-requires = pytest.mark.sdk_requires
 
-#: Hooks a capability promises.
-CAPABILITY_HOOKS = {
-    Capability.ATOMIC_SNAPSHOT: ("begin_snapshot", "end_snapshot"),
-    Capability.APPLY: ("create_table", "apply_changes"),
-    Capability.ACKNOWLEDGE: ("acknowledge_offset",),
-    Capability.EARLIEST: ("earliest_offset",),
-    Capability.TIMESTAMP: ("offset_at_time",),
-}
+def requires(*names: str) -> pytest.MarkDecorator:
+    """``pytest.mark.sdk_requires(*names)``, refused at import when a name is a typo."""
+    for name in names:
+        requirement_kind(name)
+    return pytest.mark.sdk_requires(*names)
 
 
 def _changes(items: Sequence[ChangeEvent | Heartbeat]) -> list[ChangeEvent]:
@@ -191,6 +189,7 @@ class TestReadRange:
         assert kit.rows(items) == []
         assert kit.splits(items, 10) == [SnapshotSplit(items.table, 0, None, None)]
 
+    @requires("table_stats")
     def test_table_stats_give_the_key_ends(self, kit: Kit) -> None:
         pairs = kit.pairs([("m", 5, "x"), ("c", 9, "x"), ("z", -1, "x"), ("c", 2, "x")])
         stats = kit.dialect.table_stats(kit.conn, pairs)
