@@ -1,18 +1,16 @@
-"""Shared fixtures: a captured SQLite database, and the database servers' URLs."""
+"""Shared fixtures: a captured SQLite database, the database servers, a Spark session.
+Plain helpers shared by test modules live in the ``helpers`` package."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import sqlite3
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.servers import MYSQL_ADMIN_URL, MYSQL_URL, POSTGRES_ADMIN_URL, POSTGRES_URL
 
 from sdk import Dialect, TableSchema, get_dialect
 from sdk.config import ConnectionConfig
@@ -56,17 +54,6 @@ def cdc_autoregistered() -> bool:
     return any(m.name == "pyspark_cdc" for m in pkgutil.iter_modules())
 
 
-def server_url(name: str, default: str) -> str:
-    """A test server's URL: ``SDK_TEST_<NAME>_URL`` or the one scripts/services.sh sets up."""
-    return os.environ.get(f"SDK_TEST_{name.upper()}_URL", default)
-
-
-MYSQL_URL = server_url("mysql", "mysql://sdk_cdc:sdk_cdc@127.0.0.1:3306/sdk_test")
-MYSQL_ADMIN_URL = server_url("mysql_admin", "mysql://root@127.0.0.1:3306/sdk_test")
-POSTGRES_URL = server_url("postgres", "postgresql://sdk_cdc:sdk_cdc@127.0.0.1:5432/sdk_test")
-POSTGRES_ADMIN_URL = server_url("postgres_admin", "postgresql://postgres@127.0.0.1:5432/sdk_test")
-
-
 def require_server(name: str, url: str, probe: Callable[[], object]) -> str:
     """Return ``url`` once ``probe`` reaches the server; skip with the reason if it cannot,
     except under CI, where the MySQL and PostgreSQL servers must be there and a miss fails."""
@@ -97,12 +84,6 @@ def mysql_admin() -> Iterator[Any]:
     conn = probe()
     yield conn
     conn.close()
-
-
-def with_query(url: str, **params: str) -> str:
-    """``url`` with more query parameters (it may have some already)."""
-    extra = "&".join(f"{k}={v}" for k, v in params.items())
-    return f"{url}{'&' if '?' in url else '?'}{extra}"
 
 
 _POSTGRES: dict[str, str] = {}
@@ -200,148 +181,3 @@ def spark() -> Iterator[Any]:
         register(session)  # an editable install hides pyspark_cdc from PySpark's module scan
     yield session
     session.stop()
-
-
-def sync_to_mirror_while(spark: Any, url: str, tables: str, work: Path, mirror: Any,
-                         write: Callable[[threading.Event], None]) -> None:
-    """Stream ``tables`` of ``url`` into ``mirror`` (Trigger.AvailableNow) twice while ``write``
-    runs in a thread until told to stop, then once more after it stopped."""
-    def run() -> None:
-        query = (spark.readStream.format("cdc").option("url", url).option("tables", tables)
-                 .option("stateDir", str(work / "st")).option("snapshot.split.size", "500")
-                 .load().writeStream.foreachBatch(mirror)
-                 .option("checkpointLocation", str(work / "ck"))
-                 .trigger(availableNow=True).start())
-        query.awaitTermination(300)
-        assert query.exception() is None, query.exception()
-
-    stop = threading.Event()
-    thread = threading.Thread(target=write, args=(stop,))
-    thread.start()
-    try:
-        run()
-        run()
-    finally:
-        stop.set()
-        thread.join()
-    run()
-
-
-class FreezingProxy:
-    """A TCP proxy to the server whose open connections can be frozen: bytes stop flowing both
-    ways while the sockets stay open, as when a network path drops without a reset. Connections
-    made after a freeze flow normally."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.generation = 0
-        self.closed = False
-        self.refusing = False
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.refusing:
-                client.close()
-                continue
-            server = socket.create_connection(self.target)
-            self.sockets += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b, self.generation),
-                                 daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, generation: int) -> None:
-        try:
-            while data := src.recv(65536):
-                while generation != self.generation and not self.closed:
-                    time.sleep(0.05)  # frozen: hold these bytes and read no more
-                if self.closed:
-                    return
-                dst.sendall(data)
-        except OSError:
-            pass
-
-    def freeze(self) -> None:
-        self.generation += 1
-
-    def down(self) -> None:
-        """The server drops out: every open connection is reset and new ones are refused
-        (accepted, then closed at once) until :meth:`up`."""
-        self.refusing = True
-        for sock in self.sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-        self.sockets = []
-
-    def up(self) -> None:
-        self.refusing = False
-
-    def close(self) -> None:
-        self.closed = True
-        self.listener.close()
-        for sock in self.sockets:
-            sock.close()
-
-
-def sync_through_an_outage(spark: Any, proxy: FreezingProxy, url: str, tables: str,
-                           tmp_path: Path, execute: Callable[[str, tuple[Any, ...]], None],
-                           table_sql: str, caplog: pytest.LogCaptureFixture) -> None:
-    """``run_sync`` to caught-up from ``url`` (through ``proxy``) into a SQLite mirror and a
-    change log under ``tmp_path``; once the first rows are in, the proxy resets and refuses
-    every connection for 4 s while ``execute`` (an administrator's, not proxied) updates and
-    deletes rows of ``table_sql`` (ids 1-400, column ``v``). Checks the sync restarted from its
-    checkpoint and logged each snapshot row and each change once."""
-    from sdk.spark.sync import run_sync
-
-    outage = threading.Event()
-
-    def report(progress: dict[str, Any]) -> None:
-        if progress.get("rows", 0) and not outage.is_set():
-            outage.set()
-            proxy.down()
-            for i in range(1, 401, 8):  # the source goes on meanwhile
-                execute(f"UPDATE {table_sql} SET v = v + 1 WHERE id = %s", (i,))
-            execute(f"DELETE FROM {table_sql} WHERE id > %s", (390,))
-            threading.Timer(4, proxy.up).start()
-
-    with caplog.at_level("WARNING", logger="sdk.spark.sync"):
-        run_sync(url, f"sqlite:///{tmp_path}/mirror.db", tables, str(tmp_path / "ck"),
-                 "caught-up", {"snapshot.split.size": "20", "snapshot.splits-per-batch": "1"},
-                 report=report, report_seconds=0.1, changes=str(tmp_path / "changes"),
-                 retry_seconds=120)
-    assert outage.is_set()
-    assert "restarting from the checkpoint" in caplog.text
-    log = spark.read.parquet(str(tmp_path / "changes")).collect()
-    snapshot = [r.id for r in log if r._op == "r"]
-    assert sorted(snapshot) == sorted(set(snapshot))
-    changes = [(r._offset, r._op, r.id) for r in log if r._op != "r"]
-    assert len(changes) == len(set(changes))
-
-
-def source_and_mirror(dialect_name: str, config: ConnectionConfig, table: Any,
-                      mirror: Path) -> tuple[dict[Any, Any], dict[Any, Any]]:
-    """The rows of ``table`` in the source (one whole-table ``read_range``) and in the SQLite
-    mirror file ``mirror``, each by key."""
-    from sdk import SnapshotSplit
-    from sdk_sqlite import read_target
-
-    dialect = get_dialect(dialect_name)
-    conn = dialect.connect(config)
-    target = get_dialect("sqlite").connect(ConnectionConfig.from_url(f"sqlite:///{mirror}"))
-    try:
-        schema = dialect.describe_table(conn, table)
-        whole = SnapshotSplit(schema.table, 0, None, None)
-        source = {schema.key_of(r): r for b in dialect.read_range(conn, schema, whole, 1000)
-                  for r in b}
-        return source, read_target(target, schema)
-    finally:
-        target.close()
-        conn.close()

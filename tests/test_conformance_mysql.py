@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import MYSQL_ADMIN_URL
+from helpers.servers import MYSQL_ADMIN_URL
 
 from sdk import ConnectionConfig, TableId
 from sdk.testing import Feature, GoldenColumn, Harness

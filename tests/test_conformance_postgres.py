@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from conftest import with_query
+from helpers.servers import with_query
 
 from sdk import TableId
 from sdk.testing import Feature, GoldenColumn, Harness

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FreezingProxy
+from helpers.proxy import FreezingProxy
 
 from sdk import (
     ChangeEvent,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import sync_to_mirror_while
+from helpers.spark import sync_to_mirror_while
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 from sdk.spark.mirror import Mirror
@@ -66,7 +66,8 @@ def test_sync_restarts_when_the_source_drops_out(spark: Any, mysql_admin: Any, m
     in the middle of the snapshot, while the source keeps changing: the failed run restarts
     from its checkpoint once the source is back, and the mirror ends equal to the source with
     each snapshot row and each change logged once."""
-    from conftest import FreezingProxy, source_and_mirror, sync_through_an_outage
+    from helpers.proxy import FreezingProxy
+    from helpers.spark import source_and_mirror, sync_through_an_outage
 
     name = f"t_{uuid.uuid4().hex[:10]}"
     with mysql_admin.cursor() as cur:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import with_query
+from helpers.servers import with_query
 
 from sdk import (
     ChangeEvent,

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import sync_to_mirror_while, with_query
+from helpers.servers import with_query
+from helpers.spark import sync_to_mirror_while
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 from sdk.spark.mirror import Mirror
@@ -77,7 +78,8 @@ def test_sync_restarts_when_the_source_drops_out(spark: Any, postgres_admin: Any
     among them) and refuses new ones for 4 s mid-snapshot while the source changes: the sync
     restarts from its checkpoint, the splits left are read with watermarks instead of the lost
     view, and the mirror ends equal to the source with each snapshot row and change once."""
-    from conftest import FreezingProxy, source_and_mirror, sync_through_an_outage
+    from helpers.proxy import FreezingProxy
+    from helpers.spark import source_and_mirror, sync_through_an_outage
 
     config = ConnectionConfig.from_url(postgres_url)
     if not config.host or config.host.startswith("/") or "host" in config.options:

@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from conftest import with_query
+from helpers.servers import with_query
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 from sdk.algorithm import Phase, SyncOptions, SyncRunner, caught_up
