@@ -116,7 +116,10 @@ def test_log_batches_run_from_the_position_to_the_head(db: MemoryDatabase) -> No
         asked.append(position)
         return mem(12)
 
-    batch = m.next_batch(conn, state, head, 8)
+    finished = m.next_batch(conn, state, head, 8)  # the end of the snapshot: its own batch
+    assert finished is not None and finished.state.phase is Phase.LOG and not asked
+    assert not finished.splits and finished.log_from is None
+    batch = m.next_batch(conn, finished.state, head, 8)
     assert batch is not None and asked == [mem(5)]
     assert (batch.log_from, batch.state.position) == (mem(5), mem(12))
     assert not batch.state.finished  # every watermark is 5: pure-log from the start

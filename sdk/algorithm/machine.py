@@ -134,23 +134,21 @@ class PhaseMachine:
         """The next unit of work after ``state`` (whose handed-out splits must all be folded
         in), or None when there is nothing to do now. ``head(position)`` gives the log
         position the driver may read up to from ``position``; it is asked only in the log
-        phase."""
-        changed = False
+        phase. Finishing the snapshot is a batch of its own, with no work: the driver commits
+        the end of the snapshot before the first log batch."""
         if state.phase is Phase.SNAPSHOT:
             state, splits = self.hand_out(conn, state, max_splits)
             if splits:
                 return Batch(state, tuple(splits))
-            state = self.finish_snapshot(conn, state)
-            changed = True
-        if state.phase is Phase.LOG:
-            dropped = self.drop_pure(state)
-            changed = changed or dropped is not state
-            state = dropped
-            assert state.position is not None
-            end = head(state.position)
-            if self.dialect.compare_offset(end, state.position) > 0:
-                return Batch(replace(state, position=end), log_from=state.position)
-        return Batch(state) if changed else None
+            return Batch(self.finish_snapshot(conn, state))  # a step of its own
+        if state.phase is not Phase.LOG:
+            return None
+        dropped = self.drop_pure(state)
+        assert dropped.position is not None
+        end = head(dropped.position)
+        if self.dialect.compare_offset(end, dropped.position) > 0:
+            return Batch(replace(dropped, position=end), log_from=dropped.position)
+        return Batch(dropped) if dropped is not state else None
 
     def hand_out(self, conn: Connection, state: SyncState, limit: int
                  ) -> tuple[SyncState, list[SnapshotSplit]]:
