@@ -9,7 +9,6 @@ from typing import Any
 
 from .dialects import default_manager
 from .errors import SdkError
-from .types import TableId
 
 
 def cmd_dialects(args: argparse.Namespace) -> int:
@@ -25,11 +24,12 @@ def cmd_dialects(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the source dialect's preflight and print each requirement with OK or its fix."""
+    from .spec import chosen_tables
+
     dialect, config = default_manager().dialect_for_url(args.source)
     conn = dialect.connect(config)
     try:
-        tables = [TableId.parse(t) for t in args.tables] if args.tables else \
-            dialect.list_tables(conn)
+        tables = chosen_tables(dialect, conn, config, ",".join(args.tables or ["*"]))
         checks = dialect.preflight(conn, tables)
     finally:
         conn.close()
@@ -55,7 +55,7 @@ def _options(pairs: list[str]) -> dict[str, str]:
 
 def _reporter() -> Any:
     """Progress as a live block on a terminal, as plain lines otherwise."""
-    from .spark.sync import describe_progress
+    from .algorithm.progress import describe_progress
 
     interactive = sys.stdout.isatty()
     shown = [0]
@@ -72,13 +72,11 @@ def _reporter() -> Any:
     return report
 
 
-SYNC_DEFAULTS = {"target": "sqlite:///sdk-mirror.db", "tables": "*",
-                 "checkpoint": "sdk-checkpoint", "until": "never", "master": "local[2]"}
-
-
 def _sync_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Settings from ``--config FILE`` (YAML), overridden by the flags given."""
-    settings: dict[str, Any] = {}
+    from .spec import SYNC_OPTIONS, sync_settings
+
+    loaded: dict[str, Any] = {}
     if args.config:
         import yaml
 
@@ -89,40 +87,30 @@ def _sync_settings(args: argparse.Namespace) -> dict[str, Any]:
             raise SdkError(f"cannot read --config {args.config}: {exc.strerror}") from None
         except yaml.YAMLError as exc:
             raise SdkError(f"--config {args.config} is not valid YAML: {exc}") from None
-        known = {"source", "target", "tables", "checkpoint", "until", "options", "master",
-                 "target_schema", "changes", "retry_seconds"}
-        unknown = sorted(set(loaded) - known)
-        if unknown:
-            raise SdkError(f"--config {args.config}: unknown key(s) {', '.join(unknown)}; "
-                           f"known: {', '.join(sorted(known))}")
-        settings.update(loaded)
-    options = {str(k): str(v) for k, v in (settings.pop("options", None) or {}).items()}
+        if not isinstance(loaded, dict):
+            raise SdkError(f"--config {args.config} must hold a mapping of settings")
+    options = {str(k): str(v) for k, v in (loaded.pop("options", None) or {}).items()}
     options.update(_options(args.option))
-    for name in ("source", "target", "tables", "checkpoint", "until", "master",
-                 "target_schema", "changes", "retry_seconds"):
-        given = getattr(args, name)
-        if given is not None:
-            settings[name] = given
-    for name, default in SYNC_DEFAULTS.items():
-        settings.setdefault(name, default)
-    if isinstance(settings["tables"], list):
-        settings["tables"] = ",".join(settings["tables"])
-    if not settings.get("source"):
-        raise SdkError("sdk sync needs --source (or source: in --config)")
-    settings["options"] = options
-    return settings
+    if isinstance(loaded.get("tables"), list):
+        loaded["tables"] = ",".join(str(t) for t in loaded["tables"])
+    try:
+        SYNC_OPTIONS.check_names(loaded)
+    except SdkError as exc:
+        raise SdkError(f"--config {args.config}: {exc}") from None
+    flags = {o.name: getattr(args, o.attr) for o in SYNC_OPTIONS}
+    given = {**loaded, **{k: v for k, v in flags.items() if v is not None}}
+    return sync_settings(given, options)
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
     """Copy the chosen tables into the target, then follow every change, exactly once."""
-    from .spark.sync import RETRY_SECONDS, run_sync
+    from .spark.sync import run_sync
 
     s = _sync_settings(args)
     target = None if s["target"] == "none" else s["target"]
     summary = run_sync(s["source"], target, s["tables"], s["checkpoint"], s["until"],
-                       s["options"], s["master"], s.get("target_schema"), _reporter(),
-                       changes=s.get("changes"),
-                       retry_seconds=float(s.get("retry_seconds", RETRY_SECONDS)))
+                       s["options"], s["master"], s["target_schema"], _reporter(),
+                       changes=s["changes"], retry_seconds=s["retry_seconds"])
     print(f"applied {summary.rows_applied} rows in {summary.seconds:.1f} s; phase "
           f"{summary.phase}{', caught up' if summary.caught_up else ''}")
     return 0
@@ -132,8 +120,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Show a sync's phase, per-table progress and log position from its checkpoint."""
     from pathlib import Path
 
+    from .algorithm.progress import describe_progress
     from .spark.statestore import StateStore
-    from .spark.sync import describe_progress
 
     state = Path(args.checkpoint).absolute() / "state"
     progress = StateStore(str(state)).read_json("progress.json") if state.exists() else None
@@ -172,37 +160,33 @@ def cmd_new_dialect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sync_flags(sync: argparse.ArgumentParser) -> None:
+    """``sdk sync``'s flags, one per declared sync setting (``sdk.spec.SYNC_OPTIONS``)."""
+    from .spec import SYNC_OPTIONS
+
+    keys = ", ".join(o.name for o in SYNC_OPTIONS)
+    sync.add_argument("--config", help=f"a YAML file with any of: {keys}, options (a mapping "
+                                       "of --option KEY: VALUE); flags override it")
+    for option in SYNC_OPTIONS:
+        default = "" if option.default is None else f" (default: {option.default_text})"
+        sync.add_argument("--" + option.name.replace("_", "-"), dest=option.attr,
+                          help=option.help.replace("`", "'") + default)
+    sync.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                      help="a source or algorithm option, e.g. snapshot.split.size=8096 "
+                           "(docs/spark.md lists them)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sdk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("dialects", help=cmd_dialects.__doc__).set_defaults(func=cmd_dialects)
     check = sub.add_parser("check", help=cmd_check.__doc__)
     check.add_argument("--source", required=True, help="database URL, e.g. mysql://user@host/db")
-    check.add_argument("--tables", nargs="*", help="tables to check (default: all)")
+    check.add_argument("--tables", nargs="*", help="include/exclude patterns, e.g. "
+                       "'shop.*,!shop.audit_*' (default: all)")
     check.set_defaults(func=cmd_check)
     sync = sub.add_parser("sync", help=cmd_sync.__doc__)
-    sync.add_argument("--config", help="a YAML file with any of: source, target, tables, "
-                                       "checkpoint, until, options, target_schema, changes, "
-                                       "retry_seconds")
-    sync.add_argument("--source", help="source database URL")
-    sync.add_argument("--target", help="target database URL (default: "
-                                       "sqlite:///sdk-mirror.db; 'none' for no mirror)")
-    sync.add_argument("--changes", help="also keep every change as Parquet under this path "
-                                        "(any path Spark writes: local, hdfs://, s3a://)")
-    sync.add_argument("--tables", help="include/exclude patterns, e.g. 'shop.*,!shop.audit_*' "
-                                       "(default: all)")
-    sync.add_argument("--checkpoint", help="directory for the checkpoint and state (default: "
-                                           "sdk-checkpoint); rerun with it to resume")
-    sync.add_argument("--until", choices=["snapshot", "caught-up", "never"],
-                      help="when to stop (default: never)")
-    sync.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                      help="an engine option, e.g. snapshot.split.size=8096")
-    sync.add_argument("--target-schema", help="schema (database) for the target tables")
-    sync.add_argument("--master", help="Spark master (default local[2])")
-    sync.add_argument("--retry-seconds", type=float,
-                      help="once running, restart from the checkpoint after a passing fault of "
-                           "the source (lost connection, restarting server) for up to this many "
-                           "seconds of failure (default 300; 0: stop at the first)")
+    _sync_flags(sync)
     sync.set_defaults(func=cmd_sync)
     demo = sub.add_parser("demo", help=cmd_demo.__doc__)
     demo.add_argument("--rows", type=int, default=1_000_000, help="rows in the shop")

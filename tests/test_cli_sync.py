@@ -92,11 +92,15 @@ options:
         "orders"]
     config.write_text("source: x\nsurce: y\n")
     assert main(["sync", "--config", str(config)]) == 2
-    assert "unknown key(s) surce" in capsys.readouterr().err
+    assert "unknown option 'surce'; did you mean 'source'?" in capsys.readouterr().err
+    config.write_text("source: x\nuntil: later\n")
+    assert main(["sync", "--config", str(config)]) == 2
+    assert "option 'until': must be one of snapshot, caught-up, never" in \
+        capsys.readouterr().err
 
 
 def test_progress_lines_show_the_lag_in_the_log_phase() -> None:
-    from sdk.spark.sync import describe_progress
+    from sdk.algorithm.progress import describe_progress
 
     lines = describe_progress({"phase": "log", "tables": {}, "rows": 10, "rows_per_second": 5,
                                "position": '{"seq": 3}', "caught_up": False,

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from sdk import ConfigurationError
 from sdk.algorithm import StartupMode, SyncOptions
+from sdk.spec import READER_OPTIONS, SYNC_OPTIONS, parse_options, resolve, sync_settings
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def test_defaults_match_the_peers() -> None:
@@ -17,7 +25,7 @@ def test_defaults_match_the_peers() -> None:
 def test_parses_known_options_case_insensitively() -> None:
     options = SyncOptions.from_strings({
         "snapshot.split.size": "100", "EXACTLY_ONCE": "false", "startup.mode": "Latest",
-        "chunk-key.column": "shop.orders:region,id; users:email", "url": "ignored",
+        "chunk-key.column": "shop.orders:region,id; users:email",
         "startup.specific-offset": '{"dialect": "mysql", "position": {"pos": 4}}',
     })
     assert options.split_size == 100 and not options.exactly_once
@@ -42,3 +50,71 @@ def test_unknown_option_suggests_the_closest() -> None:
 def test_bad_values_name_the_option(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         SyncOptions.from_strings({name: value})
+
+
+def test_flink_cdc_names_are_accepted_as_aliases() -> None:
+    options = SyncOptions.from_strings({"scan.incremental.snapshot.chunk.size": "64",
+                                        "scan.startup.mode": "latest-offset",
+                                        "Scan.Snapshot.Fetch.Size": "32"})
+    assert (options.split_size, options.fetch_size) == (64, 32)
+    assert options.startup_mode is StartupMode.LATEST
+    with pytest.raises(ConfigurationError, match="given twice"):
+        SyncOptions.from_strings({"snapshot.split.size": "1",
+                                  "scan.incremental.snapshot.chunk.size": "2"})
+
+
+@pytest.mark.parametrize("name, error", [
+    ("heartbeat.interval.ms", r"unknown option 'heartbeat.interval.ms'$"),  # was accepted
+    ("path", r"unknown option 'path'"),  # was accepted
+    ("paralellism", r"unknown option 'paralellism'; did you mean 'parallelism'\?"),
+    ("snapshot.splits-per-bach", r"did you mean 'snapshot.splits-per-batch'\?"),
+    ("statedir", None),  # names are case-insensitive: known
+])
+def test_every_reader_option_is_known_or_an_error(name: str, error: str | None) -> None:
+    options = {"url": "sqlite:///x.db", name: "1"}
+    if error is None:
+        parse_options(options)
+        return
+    with pytest.raises(ConfigurationError, match=error):
+        parse_options(options)
+    with pytest.raises(ConfigurationError, match=error):
+        sync_settings({"source": "sqlite:///x.db"}, {name: "1"})
+
+
+def test_a_bad_option_fails_before_the_source_is_touched(tmp_path: Path) -> None:
+    db = tmp_path / "shop.db"
+    sqlite3.connect(db).execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+    before = sqlite3.connect(db).execute("SELECT count(*) FROM sqlite_master").fetchone()
+    for bad in ({"parallelism": "abc"}, {"snapshot.splits-per-batch": "0"},
+                {"envelope": "perhaps"}, {"log.poll-interval.ms": "-1"}):
+        with pytest.raises(ConfigurationError, match=next(iter(bad))):
+            resolve({"url": f"sqlite:///{db}", **bad})
+    after = sqlite3.connect(db).execute("SELECT count(*) FROM sqlite_master").fetchone()
+    assert before == after  # no change table, no trigger: capture was never prepared
+
+
+def test_source_settings_parse_to_their_types() -> None:
+    parsed = parse_options({"URL": "sqlite:///x.db", "parallelism": "3", "envelope": "TRUE",
+                            "log.poll-interval.ms": "250"})
+    assert parsed.source["parallelism"] == 3 and parsed.source["envelope"] is True
+    assert parsed.source["head_poll_seconds"] == 0.25 and parsed.tables == "*"
+    settings = sync_settings({"source": "x", "retry_seconds": "0", "target": None}, {})
+    assert settings["retry_seconds"] == 0.0 and settings["target"] == "sqlite:///sdk-mirror.db"
+
+
+def test_the_docs_carry_the_declared_options() -> None:
+    text = (DOCS / "spark.md").read_text()
+    assert READER_OPTIONS.markdown() in text
+    assert SYNC_OPTIONS.markdown() in text
+
+
+def test_sdk_status_reads_its_report_without_pyspark(tmp_path: Path) -> None:
+    state = tmp_path / "ck" / "state"
+    state.mkdir(parents=True)
+    (state / "progress.json").write_text('{"phase": "log", "tables": {}, "rows": 3}')
+    code = ("import sys; from sdk.cli import main; rc = main(['status', '--checkpoint', "
+            f"{str(tmp_path / 'ck')!r}]); assert 'pyspark' not in sys.modules, 'imported'; "
+            "sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "phase log, 3 rows" in done.stdout

@@ -14,10 +14,12 @@ import pyarrow as pa
 import pytest
 
 from sdk import ConnectionConfig, get_dialect
-from sdk.spark import progress, source
+from sdk.spark import engine_state, progress
+from sdk.spark.engine_state import EngineState
 from sdk.spark.mirror import Mirror
-from sdk.spark.source import CdcStreamReader, EngineState, resolve
+from sdk.spark.source import CdcStreamReader
 from sdk.spark.statestore import StateStore
+from sdk.spec import resolve
 from sdk_sqlite import read_target
 
 pytestmark = pytest.mark.spark
@@ -125,7 +127,7 @@ def test_finished_splits_are_stored_in_chunks_across_a_restart(
     """Drives the stream reader as Spark's loop does, restarting the driver midway (fresh
     caches over the same stateDir): every split is folded in once, a state names chunks
     instead of holding the splits, and the chunks left on disk are those kept states name."""
-    monkeypatch.setattr(source, "CHUNK_SPLITS", 8)
+    monkeypatch.setattr(engine_state, "CHUNK_SPLITS", 8)
     url = make_source(tmp_path, rows=1200)
     spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
                     "snapshot.split.size": "10", "snapshot.splits-per-batch": "3"})

@@ -1,19 +1,18 @@
 """The user-facing options of a sync, with the names Flink CDC and SeaTunnel users know.
 
-Options arrive as strings (Spark's ``.option(k, v)``, the CLI's ``--option k=v``); a typo gets
-the closest known name suggested, a bad value names the option and what it takes.
+Declared once in :data:`OPTIONS` (see :mod:`sdk.options`): parsing, the suggestion for a typo,
+the error for a bad value and the documentation's table all come from it.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..options import Option, OptionTable, boolean, choice, positive_float, positive_int
 
 
 class StartupMode(StrEnum):
@@ -50,48 +49,20 @@ class SyncOptions:
     log_batch_max_events: int = 100_000
 
     @classmethod
-    def from_strings(cls, options: Mapping[str, str]) -> SyncOptions:
-        """Parse string options; unknown names and bad values raise ConfigurationError."""
-        values: dict[str, Any] = {}
-        known = {name.lower(): name for name in OPTIONS}
-        for raw_name, raw in options.items():
-            name = known.get(raw_name.lower())
-            if name is None:
-                if raw_name.lower() in PASSTHROUGH:
-                    continue
-                close = difflib.get_close_matches(raw_name.lower(), list(known), n=1)
-                hint = f"; did you mean {known[close[0]]!r}?" if close else ""
-                raise ConfigurationError(f"unknown option {raw_name!r}{hint}")
-            attr, parse, _ = OPTIONS[name]
-            try:
-                values[attr] = parse(raw)
-            except (ValueError, TypeError) as exc:
-                raise ConfigurationError(f"option {name!r}: {exc}") from None
-        return cls(**values)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise ValueError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _bool(text: str) -> bool:
-    lowered = str(text).strip().lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(f"must be true or false, got {text!r}")
+    def from_strings(cls, options: Mapping[str, str],
+                     known: OptionTable | None = None) -> SyncOptions:
+        """Parse the algorithm's string options. ``known`` is the table of every option the
+        caller accepts (other layers' are skipped); a name in none of them, or a bad value,
+        raises ConfigurationError naming the option."""
+        return cls(**(known or OPTIONS).parse(options, LAYER))
 
 
 def _mode(text: str) -> StartupMode:
-    try:
-        return StartupMode(text.strip().lower())
-    except ValueError:
-        choices = ", ".join(m.value for m in StartupMode)
-        raise ValueError(f"must be one of {choices}, got {text!r}") from None
+    return StartupMode(_MODE_CHOICE(text))
+
+
+_MODE_CHOICE = choice(*(m.value for m in StartupMode),
+                      aliases={"latest-offset": "latest", "earliest-offset": "earliest"})
 
 
 def _offset_json(text: str) -> dict[str, Any]:
@@ -112,43 +83,43 @@ def _chunk_keys(text: str) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _factor(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise ValueError(f"must be a positive number, got {text!r}")
-    return value
+LAYER = "algorithm"
+_DEFAULTS = SyncOptions()
 
 
-OPTIONS: dict[str, tuple[str, Any, str]] = {
-    "snapshot.split.size": ("split_size", _positive_int,
-                            "rows per snapshot split (default 8096)"),
-    "snapshot.fetch.size": ("fetch_size", _positive_int,
-                            "rows per fetch inside a split (default 1024)"),
-    "exactly_once": ("exactly_once", _bool,
-                     "merge each split with the log window read during it, so no change is "
-                     "emitted twice (default true); false emits at least once"),
-    "startup.mode": ("startup_mode", _mode,
-                     "initial | snapshot | latest | earliest | specific-offset | timestamp"),
-    "startup.specific-offset": ("specific_offset", _offset_json,
-                                "the offset JSON to start from in specific-offset mode"),
-    "startup.timestamp-millis": ("timestamp_millis", int,
-                                 "epoch milliseconds to start from in timestamp mode"),
-    "chunk-key.column": ("chunk_key", _chunk_keys,
-                         "TABLE:COL[,COL];...: a non-null unique key to split and merge on, "
-                         "for tables without a primary key or to override it"),
-    "chunk-key.even-distribution.factor.upper-bound": (
-        "even_factor_upper", _factor,
-        "cut an integer key arithmetically only when (max-min+1)/rows is at most this "
-        "(default 1.25: the largest split is then at most 1.25x the split size)"),
-    "chunk-key.even-distribution.factor.lower-bound": (
-        "even_factor_lower", _factor, "and at least this (default 0.95)"),
-    "snapshot.atomic": ("atomic_snapshot", _bool,
-                        "use the dialect's consistent snapshot view where it has one "
-                        "(default true)"),
-    "log.batch.max-events": ("log_batch_max_events", _positive_int,
-                             "most change events in one log batch (default 100000)"),
-}
+def _option(name: str, attr: str, parse: Any, help: str, aliases: tuple[str, ...] = (),
+            shown_default: str | None = None) -> Option:
+    return Option(name, attr, parse, getattr(_DEFAULTS, attr), help, LAYER, aliases,
+                  shown_default)
 
-#: Options read by other layers (the URL, table patterns, Spark); accepted and ignored here.
-PASSTHROUGH = {"url", "tables", "statedir", "path", "checkpointlocation", "table",
-               "heartbeat.interval.ms", "parallelism", "target", "source"}
+
+OPTIONS = OptionTable(
+    _option("snapshot.split.size", "split_size", positive_int, "rows per snapshot split",
+            ("scan.incremental.snapshot.chunk.size",)),
+    _option("snapshot.fetch.size", "fetch_size", positive_int,
+            "rows per fetch inside a split", ("scan.snapshot.fetch.size",)),
+    _option("exactly_once", "exactly_once", boolean,
+            "merge each split with the log window read during it, so no change is emitted "
+            "twice; false emits at least once"),
+    _option("startup.mode", "startup_mode", _mode,
+            "`initial`, `snapshot`, `latest`, `earliest`, `specific-offset`, `timestamp` "
+            "(Flink's `latest-offset`, `earliest-offset` too)", ("scan.startup.mode",)),
+    _option("startup.specific-offset", "specific_offset", _offset_json,
+            "the offset JSON to start from in `specific-offset` mode"),
+    _option("startup.timestamp-millis", "timestamp_millis", int,
+            "epoch milliseconds to start from in `timestamp` mode",
+            ("scan.startup.timestamp-millis",)),
+    _option("chunk-key.column", "chunk_key", _chunk_keys,
+            "`TABLE:COL[,COL];...`: a non-null unique key to split and merge on, for tables "
+            "without a primary key or to override it", shown_default="primary key"),
+    _option("chunk-key.even-distribution.factor.upper-bound", "even_factor_upper",
+            positive_float, "cut an integer key arithmetically only when (max-min+1)/rows is "
+            "at most this (the largest split is then at most this times the split size)"),
+    _option("chunk-key.even-distribution.factor.lower-bound", "even_factor_lower",
+            positive_float, "and at least this"),
+    _option("snapshot.atomic", "atomic_snapshot", boolean,
+            "use the dialect's consistent snapshot view where it has one"),
+    _option("log.batch.max-events", "log_batch_max_events", positive_int,
+            "most change events in one log batch of the in-process runner"),
+)
+"""The algorithm's options (Flink CDC and SeaTunnel names; Flink CDC's ``scan.*`` accepted)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..codec import dumps
@@ -50,3 +51,31 @@ def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | No
     if caught_up is not None:
         report["caught_up"] = caught_up
     return report
+
+
+def describe_progress(progress: Mapping[str, Any]) -> list[str]:
+    """Progress as plain lines: per table splits, rows and state; then the log position."""
+    lines = []
+    for name, table in sorted(progress.get("tables", {}).items()):
+        state = "snapshot done" if table.get("snapshot_done") else "snapshot"
+        lines.append(f"{name}: {table['splits_done']}/{table['splits_estimated']} splits, "
+                     f"{table['rows']} rows, {state}")
+    phase = progress.get("phase", "starting")
+    summary = f"phase {phase}, {progress.get('rows', 0)} rows, " \
+              f"{progress.get('rows_per_second', 0):,.0f} rows/s"
+    tables = progress.get("tables", {}).values()
+    done = sum(t["splits_done"] for t in tables)
+    estimated = sum(t["splits_estimated"] for t in tables)
+    if phase == "snapshot" and done and estimated > done:
+        elapsed = progress.get("updated_at", 0) - progress.get("started_at", 0)
+        summary += f", ETA {elapsed * (estimated - done) / done:.0f} s"
+    if "applied" in progress:
+        summary += f", applied {progress['applied']} ({progress['applied_per_second']:,.0f}/s)"
+    if progress.get("position"):
+        summary += f", log at {progress['position']}"
+        if "caught_up" in progress:
+            summary += ", caught up" if progress["caught_up"] else ", catching up"
+    if progress.get("lag_seconds") is not None:
+        summary += f", lag {progress['lag_seconds']:.1f} s"
+    lines.append(summary)
+    return lines

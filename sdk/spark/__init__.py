@@ -1,21 +1,21 @@
 """The Spark engine: the only part of sdk that imports pyspark.
 
 ``format("cdc")`` is registered automatically (the ``pyspark_cdc`` module); :func:`register`
-does it by hand for a session that cannot see installed modules.
+does it by hand for a session that cannot see installed modules. Importing this package does
+not import pyspark: the state store and the progress report are read without a Spark session
+(``sdk status``); the data source is imported on first use.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .envelope import split_tables
-from .source import CdcDataSource
-
 
 def register(spark: Any) -> None:
     """Register the ``cdc`` format on ``spark`` explicitly."""
-    spark.dataSource.register(CdcDataSource)
+    from .source import CdcDataSource
 
+    spark.dataSource.register(CdcDataSource)
 
 
 def progress(state_dir: str) -> dict[str, Any] | None:
@@ -25,6 +25,19 @@ def progress(state_dir: str) -> dict[str, Any] | None:
 
     report: dict[str, Any] | None = StateStore(state_dir).read_json("progress.json")
     return report
+
+
+def __getattr__(name: str) -> Any:
+    """``CdcDataSource`` and ``split_tables`` import pyspark: loaded when first asked for."""
+    if name == "CdcDataSource":
+        from .source import CdcDataSource
+
+        return CdcDataSource
+    if name == "split_tables":
+        from .envelope import split_tables
+
+        return split_tables
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["CdcDataSource", "progress", "register", "split_tables"]

@@ -18,13 +18,10 @@ splits, then the log, exactly once across crashes:
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import pyarrow as pa
@@ -37,115 +34,27 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from ..algorithm import (
-    Batch,
-    IncrementalFilter,
-    Phase,
-    PhaseMachine,
-    SharedView,
-    SyncOptions,
-    SyncState,
-    choose_key,
-    read_split,
-)
+from ..algorithm import Batch, Phase, PhaseMachine, SharedView, SyncState
 from ..algorithm.progress import progress_of
 from ..codec import dumps
-from ..config import ConnectionConfig
-from ..dialects import Dialect, default_manager, get_dialect
-from ..errors import ConfigurationError, PreflightError
-from ..tables import parse_patterns, select_tables
-from ..types import (
-    ChangeEvent,
-    Connection,
-    FinishedSplit,
-    Offset,
-    SnapshotSplit,
-    TableId,
-    TableSchema,
-)
-from .arrow import TableBatcher, envelope_batch, envelope_schema, event_rows
+from ..errors import ConfigurationError
+from ..spec import SourceSpec, resolve
+from ..types import Connection, FinishedSplit, Offset
+from .arrow import TableBatcher, envelope_schema
+from .engine_state import ChunkCache, EngineState
+from .reads import LogPartition, SplitPartition, read_log, read_splits
 from .statestore import StateStore
 
 log = logging.getLogger(__name__)
 
-BATCH_ROWS = 50_000
 OFFSET_VERSION = 1
 
 
-@dataclass
-class SourceSpec:
-    """Everything a reader needs, resolved once on the driver and shipped to tasks."""
-
-    dialect: str
-    config: ConnectionConfig
-    tables: list[TableSchema]
-    options: SyncOptions
-    envelope: bool
-    state_dir: str | None
-    splits_per_batch: int
-    parallelism: int
-    head_poll_seconds: float
-
-    @property
-    def dialect_obj(self) -> Dialect:
-        return get_dialect(self.dialect)
-
-    def connect(self) -> Connection:
-        return self.dialect_obj.connect(self.config)
-
-    def table_map(self) -> dict[Any, TableSchema]:
-        return {t.table: t for t in self.tables}
-
-    def spark_schema(self) -> StructType:
-        if self.envelope:
-            return envelope_schema()[0]
-        return TableBatcher(self.tables[0]).spark_schema
-
-
-_ENGINE_OPTIONS = {"url", "tables", "statedir", "envelope", "snapshot.splits-per-batch",
-                   "parallelism", "log.poll-interval.ms"}
-
-
-def resolve(options: dict[str, str]) -> SourceSpec:
-    """Parse the reader options, discover the tables, check and prepare the source."""
-    opts = {k.lower(): v for k, v in options.items()}
-    if "url" not in opts:
-        raise ConfigurationError('the cdc source needs option("url", "<database URL>")')
-    dialect, config = default_manager().dialect_for_url(opts["url"])
-    sync_options = SyncOptions.from_strings(
-        {k: v for k, v in opts.items() if k not in _ENGINE_OPTIONS})
-    with dialect.passing_faults():
-        schemas = _discover(dialect, config, opts, sync_options)
-    envelope = opts.get("envelope", "false").lower() == "true" or len(schemas) > 1
-    return SourceSpec(
-        dialect=dialect.name, config=config, tables=schemas, options=sync_options,
-        envelope=envelope, state_dir=opts.get("statedir"),
-        splits_per_batch=int(opts.get("snapshot.splits-per-batch", "8")),
-        parallelism=int(opts.get("parallelism", "8")),
-        head_poll_seconds=int(opts.get("log.poll-interval.ms", "500")) / 1000)
-
-
-def _discover(dialect: Dialect, config: ConnectionConfig, opts: dict[str, str],
-              sync_options: SyncOptions) -> list[TableSchema]:
-    """The chosen tables' schemas, their capture prepared and the source's preflight passed."""
-    conn = dialect.connect(config)
-    try:
-        available = dialect.list_tables(conn)
-        chosen = select_tables(available, parse_patterns(opts.get("tables", "*")))
-        if not chosen:
-            raise ConfigurationError(f"no tables to capture in {config.masked_url}")
-        schemas = [choose_key(dialect.describe_table(conn, t), sync_options) for t in chosen]
-        dialect.prepare_capture(conn, schemas)
-        checks = dialect.preflight(conn, chosen)
-        for advice in (r for r in checks if not r.ok and not r.required):
-            log.warning("%s: %s", config.masked_url, advice)
-        missing = [r for r in checks if not r.ok and r.required]
-        if missing:
-            raise PreflightError(f"{config.masked_url} is not ready for change capture:\n"
-                                 + "\n".join(str(r) for r in missing))
-    finally:
-        conn.close()
-    return schemas
+def spark_schema(spec: SourceSpec) -> StructType:
+    """The output's Spark schema: the envelope, or the one table's columns."""
+    if spec.envelope:
+        return envelope_schema()[0]
+    return TableBatcher(spec.tables[0]).spark_schema
 
 
 class CdcDataSource(DataSource):
@@ -163,7 +72,7 @@ class CdcDataSource(DataSource):
         return spec
 
     def schema(self) -> StructType:
-        return self._spec().spark_schema()
+        return spark_schema(self._spec())
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return CdcBatchReader(self._spec())
@@ -177,64 +86,7 @@ class CdcDataSource(DataSource):
         return CdcStreamReader(spec)
 
 
-# --- reading splits and log ranges (executor side) -------------------------------------------
-
-
-@dataclass
-class SplitPartition(InputPartition):
-    """Snapshot splits for one task; ``stage`` names where their output is staged, if
-    anywhere."""
-
-    splits: list[tuple[int, SnapshotSplit]]
-    stage: str | None = None
-    view_token: str | None = None
-    """A shared snapshot view the splits join (see :class:`sdk.algorithm.SharedView`)."""
-
-    def __post_init__(self) -> None:
-        super().__init__(None)
-
-
-@dataclass
-class LogPartition(InputPartition):
-    """The log range of one micro-batch: ``state`` names the state file of its end offset."""
-
-    state: str
-
-    def __post_init__(self) -> None:
-        super().__init__(None)
-
-
-def _split_output(spec: SourceSpec, schema: TableSchema, rows: list[Any], watermark: Offset
-                  ) -> list[pa.RecordBatch]:
-    out = []
-    for start in range(0, max(len(rows), 1), BATCH_ROWS):
-        chunk = rows[start:start + BATCH_ROWS]
-        if spec.envelope:
-            events = [ChangeEvent(schema.table, "r", schema.key_of(r), r, watermark)
-                      for r in chunk]
-            out.append(envelope_batch(spec.table_map(), events, 0))
-        else:
-            out.append(TableBatcher(schema).snapshot_batch(chunk, dumps(watermark.to_json())))
-    return [b for b in out if b.num_rows]
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a task turns rows into Arrow batches.
-
-    A task holds up to a split's rows or a batch's events (acyclic tuples and events, freed by
-    reference counting); with the collector on, each of its passes walks all of them again, so
-    the cost grows with what is held. Measured on 100k log changes: 0.44x of the dialect's raw
-    stream with it on, 1.0x paused. Cycles made meanwhile are collected when it resumes.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+# --- the readers (driver side) ----------------------------------------------------------------
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -248,89 +100,6 @@ def _passing_faults(method: F) -> F:
         with self.spec.dialect_obj.passing_faults():
             return method(self, *args, **kwargs)
     return cast(F, wrapper)
-
-
-def read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.RecordBatch]:
-    """Read a partition's splits, staging each split's output first when ``stage`` is set."""
-    with gc_paused(), spec.dialect_obj.passing_faults():
-        yield from _read_splits(spec, partition)
-
-
-def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.RecordBatch]:
-    store = StateStore(spec.state_dir) if partition.stage and spec.state_dir else None
-    dialect = spec.dialect_obj
-    conn: Connection | None = None
-    try:
-        for table_index, split in partition.splits:
-            schema = spec.tables[table_index]
-            name = f"{table_index}-{split.index}"
-            if store is not None and partition.stage is not None:
-                staged = store.read_json("batches", partition.stage, f"{name}.json")
-                if staged is not None:
-                    table = store.read_arrow("batches", partition.stage, f"{name}.arrow")
-                    assert table is not None, f"stage of split {split.split_id} lost its rows"
-                    yield from table.to_batches(BATCH_ROWS)
-                    continue
-            if conn is None:
-                conn = dialect.connect(spec.config)
-            result = read_split(dialect, conn, schema, split, spec.options,
-                                view_token=partition.view_token)
-            batches = _split_output(spec, schema, result.rows, result.watermark)
-            if store is not None and partition.stage is not None:
-                arrow_schema = (envelope_schema()[1] if spec.envelope
-                                else TableBatcher(schema).arrow_schema)
-                store.write_arrow(pa.Table.from_batches(batches, schema=arrow_schema),
-                                  "batches", partition.stage, f"{name}.arrow")
-                done = FinishedSplit(split, result.watermark, len(result.rows))
-                store.write_json(done.to_json(), "batches", partition.stage, f"{name}.json")
-            yield from batches
-    finally:
-        if conn is not None:
-            conn.close()
-
-
-def read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
-    """Read one micro-batch's log range and emit what the incremental filter lets through."""
-    with gc_paused(), spec.dialect_obj.passing_faults():
-        yield from _read_log(spec, partition)
-
-
-def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
-    assert spec.state_dir
-    engine = EngineState.load(StateStore(spec.state_dir), partition.state)
-    dialect = spec.dialect_obj
-    flt = IncrementalFilter(engine.sync.finished, dialect.compare_offset)
-    assert engine.log_from is not None and engine.sync.position is not None
-    conn = dialect.connect(spec.config)
-    tables = spec.table_map()
-    batchers = {t: TableBatcher(s) for t, s in tables.items()}
-    seq = 0
-    pending: list[ChangeEvent] = []
-
-    def flush() -> pa.RecordBatch:
-        nonlocal seq
-        if spec.envelope:
-            batch = envelope_batch(tables, pending, seq)
-        else:
-            batcher = batchers[spec.tables[0].table]
-            rows, ops, offsets, stamps = event_rows(batcher, pending)
-            batch = batcher.batch(rows, ops, offsets, stamps, seq)
-        seq += batch.num_rows
-        pending.clear()
-        return batch
-
-    try:
-        for item in dialect.stream_log(conn, spec.tables, engine.log_from, engine.sync.position):
-            if isinstance(item, ChangeEvent):
-                routed = flt.route(item)
-                if routed is not None:
-                    pending.append(routed)
-                    if len(pending) >= BATCH_ROWS:
-                        yield flush()
-        if pending:
-            yield flush()
-    finally:
-        conn.close()
 
 
 class CdcBatchReader(DataSourceReader):
@@ -355,87 +124,6 @@ class CdcBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitPartition)
         yield from read_splits(self.spec, partition)
-
-
-# --- the streaming reader (driver side) -------------------------------------------------------
-
-
-CHUNK_SPLITS = 256
-"""Finished splits per stored chunk. A state names its chunks instead of holding the splits,
-so a micro-batch writes only the chunk its new splits land in: the bytes stored per batch stay
-flat however many splits a snapshot has finished (with them inline, a snapshot of n splits wrote
-O(n^2) bytes: 40 MiB for 2,000 splits, growing with the square)."""
-
-ChunkCache = dict[tuple[TableId, int], tuple[tuple[FinishedSplit, ...], str]]
-"""(table, chunk number) -> the chunk's splits and digest, as last stored by this process."""
-
-
-@dataclass
-class EngineState:
-    """What an offset stands for: the sync state, the splits handed out in the batch that ends
-    here (their watermarks are not folded in yet), and the log range this batch reads."""
-
-    sync: SyncState
-    inflight: list[tuple[int, SnapshotSplit]] = field(default_factory=list)
-    log_from: Offset | None = None
-    seq: int = 0
-
-    def save(self, store: StateStore, chunks: ChunkCache | None = None) -> str:
-        """Store under ``<seq>-<content hash>``; the name is what the offset carries. The
-        finished splits go to content-addressed chunks of ``CHUNK_SPLITS``; ``chunks`` skips
-        re-encoding those this process stored already (a finished table only grows)."""
-        cache: ChunkCache = {} if chunks is None else chunks
-        finished = []
-        for table, splits in self.sync.finished.items():
-            digests = []
-            for number, at in enumerate(range(0, len(splits), CHUNK_SPLITS)):
-                chunk = splits[at:at + CHUNK_SPLITS]
-                known = cache.get((table, number))
-                if known is None or known[0] != chunk:
-                    known = (chunk, store.put_content([f.to_json() for f in chunk], "chunks"))
-                    cache[(table, number)] = known
-                digests.append(known[1])
-            finished.append(digests)
-        content = {"sync": self.sync.to_json(finished=False), "finished": finished,
-                   "inflight": [[i, s.to_json()] for i, s in self.inflight],
-                   "log_from": self.log_from.to_json() if self.log_from else None}
-        digest = store.put_content(content, "content")
-        name = f"{self.seq:012d}-{digest}"
-        if store.read_bytes("states", f"{name}.json") is None:
-            store.write_json({"content": digest}, "states", f"{name}.json")
-        return name
-
-    @classmethod
-    def load(cls, store: StateStore, name: str) -> EngineState:
-        pointer = store.read_json("states", f"{name}.json")
-        if pointer is None:
-            raise ConfigurationError(f"state {name} is missing from {store.uri}: the stateDir "
-                                     "does not belong to this checkpoint")
-        data = store.read_json("content", f"{pointer['content']}.json")
-        sync = data["sync"]
-        if "finished" in data:  # else: a state stored with its finished splits inline
-            sync["finished"] = [[split for digest in digests
-                                 for split in _read_chunk(store, digest)]
-                                for digests in data["finished"]]
-        return cls(SyncState.from_json(sync),
-                   [(i, SnapshotSplit.from_json(s)) for i, s in data["inflight"]],
-                   Offset.from_json(data["log_from"]) if data["log_from"] else None,
-                   int(name.split("-", 1)[0]))
-
-    @staticmethod
-    def chunks_of(store: StateStore, content: str) -> list[str]:
-        """The chunks a stored content names (none for one with its splits inline)."""
-        data = store.read_json("content", f"{content}.json")
-        return [d for digests in (data or {}).get("finished", []) for d in digests]
-
-
-def _read_chunk(store: StateStore, digest: str) -> list[dict[str, Any]]:
-    data = store.read_json("chunks", f"{digest}.json")
-    if data is None:
-        raise ConfigurationError(f"chunk {digest} of the finished splits is missing from "
-                                 f"{store.uri}: was the stateDir cleaned?")
-    assert isinstance(data, list)
-    return data
 
 
 class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

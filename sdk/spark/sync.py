@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..spec import UNTIL, resolve
 from .mirror import Mirror
-from .source import resolve
 from .statestore import StateStore
 
-UNTIL = ("snapshot", "caught-up", "never")
 RETRY_SECONDS = 300.0
 TRANSIENT = ("RetriableError",)
 """What marks a failure as passing, in the text of the exception Spark reports (the Python
@@ -215,31 +214,3 @@ def run_sync(source: str, target: str | None, tables: str = "*",
     return SyncSummary(applied, time.monotonic() - started,
                        progress.get("phase", "snapshot"), bool(progress.get("caught_up")),
                        mirror.lag_seconds if mirror is not None else None)
-
-
-def describe_progress(progress: Mapping[str, Any]) -> list[str]:
-    """Progress as plain lines: per table splits, rows and state; then the log position."""
-    lines = []
-    for name, table in sorted(progress.get("tables", {}).items()):
-        state = "snapshot done" if table.get("snapshot_done") else "snapshot"
-        lines.append(f"{name}: {table['splits_done']}/{table['splits_estimated']} splits, "
-                     f"{table['rows']} rows, {state}")
-    phase = progress.get("phase", "starting")
-    summary = f"phase {phase}, {progress.get('rows', 0)} rows, " \
-              f"{progress.get('rows_per_second', 0):,.0f} rows/s"
-    tables = progress.get("tables", {}).values()
-    done = sum(t["splits_done"] for t in tables)
-    estimated = sum(t["splits_estimated"] for t in tables)
-    if phase == "snapshot" and done and estimated > done:
-        elapsed = progress.get("updated_at", 0) - progress.get("started_at", 0)
-        summary += f", ETA {elapsed * (estimated - done) / done:.0f} s"
-    if "applied" in progress:
-        summary += f", applied {progress['applied']} ({progress['applied_per_second']:,.0f}/s)"
-    if progress.get("position"):
-        summary += f", log at {progress['position']}"
-        if "caught_up" in progress:
-            summary += ", caught up" if progress["caught_up"] else ", catching up"
-    if progress.get("lag_seconds") is not None:
-        summary += f", lag {progress['lag_seconds']:.1f} s"
-    lines.append(summary)
-    return lines

@@ -1,0 +1,185 @@
+"""What a sync reads and how it runs: the source and ``sdk sync`` options, parsed and checked,
+then the tables resolved and the source prepared. No Spark here (``sdk check`` and
+``sdk status`` use it without starting one).
+
+Every option is checked before anything touches the source: a bad ``parallelism=abc`` fails
+before a replication slot or a trigger is created.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .algorithm import SyncOptions, choose_key
+from .algorithm.options import OPTIONS as ALGORITHM_OPTIONS
+from .config import ConnectionConfig
+from .dialects import Dialect, default_manager, get_dialect
+from .errors import ConfigurationError, PreflightError
+from .options import Option, OptionTable, boolean, choice, positive_int, text
+from .tables import parse_patterns, select_tables
+from .types import Connection, TableId, TableSchema
+
+log = logging.getLogger(__name__)
+
+
+def _milliseconds(value: str) -> float:
+    return positive_int(value) / 1000
+
+
+def _seconds(value: str) -> float:
+    seconds = float(value)
+    if seconds < 0:
+        raise ValueError(f"must be 0 or more seconds, got {value!r}")
+    return seconds
+
+
+SOURCE_OPTIONS = OptionTable(
+    Option("url", "url", text, None, "source database URL (`?password_env=` / "
+           "`?password_file=` keep the password out of it)", "source", (), "required"),
+    Option("tables", "tables", text, "*", "include/exclude patterns, e.g. "
+           "`shop.*, !shop.audit_*`", "source", (), "all"),
+    Option("stateDir", "state_dir", text, None, "where split stages, state files and "
+           "progress live (storage the driver and executors share)", "source", (),
+           "required for streams"),
+    Option("envelope", "envelope", boolean, False, "force the multi-table envelope for one "
+           "table", "source"),
+    Option("snapshot.splits-per-batch", "splits_per_batch", positive_int, 8,
+           "splits in one snapshot micro-batch", "source"),
+    Option("parallelism", "parallelism", positive_int, 8,
+           "tasks of a batch (`spark.read`) snapshot", "source"),
+    Option("log.poll-interval.ms", "head_poll_seconds", _milliseconds, 0.5,
+           "how often an idle stream asks the source for its log head (milliseconds)",
+           "source", (), "500"),
+)
+"""Options of the ``cdc`` source itself (the rest are the algorithm's)."""
+
+READER_OPTIONS = SOURCE_OPTIONS + ALGORITHM_OPTIONS
+"""Everything ``format("cdc")`` and ``sdk sync --option`` accept."""
+
+UNTIL = ("snapshot", "caught-up", "never")
+
+SYNC_OPTIONS = OptionTable(
+    Option("source", "source", text, None, "source database URL", "sync", (), "required"),
+    Option("target", "target", text, "sqlite:///sdk-mirror.db",
+           "target database URL to mirror into; `none` for no mirror", "sync"),
+    Option("changes", "changes", text, None, "also keep every change as Parquet under this "
+           "path (any path Spark writes: local, hdfs://, s3a://)", "sync"),
+    Option("tables", "tables", text, "*", "include/exclude patterns, e.g. "
+           "`shop.*,!shop.audit_*`", "sync", (), "all"),
+    Option("checkpoint", "checkpoint", text, "sdk-checkpoint", "directory for the checkpoint "
+           "and state; run again with it to resume", "sync"),
+    Option("until", "until", choice(*UNTIL), "never", "when to stop: `snapshot`, "
+           "`caught-up` or `never` (follow until Ctrl-C / SIGTERM)", "sync"),
+    Option("target_schema", "target_schema", text, None, "schema (database) for the target "
+           "tables", "sync"),
+    Option("master", "master", text, "local[2]", "Spark master", "sync"),
+    Option("retry_seconds", "retry_seconds", _seconds, 300.0, "once running, restart from "
+           "the checkpoint after a passing fault of the source or target for up to this many "
+           "seconds of failure (0: stop at the first)", "sync"),
+)
+"""``sdk sync``'s settings: each is a ``--flag`` (``_`` written ``-``) and a YAML key; the
+source and algorithm options go in ``--option KEY=VALUE`` / the YAML ``options`` mapping."""
+
+
+@dataclass
+class SourceSpec:
+    """Everything a reader needs, resolved once on the driver and shipped to tasks."""
+
+    dialect: str
+    config: ConnectionConfig
+    tables: list[TableSchema]
+    options: SyncOptions
+    envelope: bool
+    state_dir: str | None
+    splits_per_batch: int
+    parallelism: int
+    head_poll_seconds: float
+
+    @property
+    def dialect_obj(self) -> Dialect:
+        return get_dialect(self.dialect)
+
+    def connect(self) -> Connection:
+        return self.dialect_obj.connect(self.config)
+
+    def table_map(self) -> dict[Any, TableSchema]:
+        return {t.table: t for t in self.tables}
+
+
+@dataclass
+class ParsedOptions:
+    """The reader options checked, before anything touches the source."""
+
+    dialect: Dialect
+    config: ConnectionConfig
+    tables: str
+    options: SyncOptions
+    source: dict[str, Any]
+
+
+def parse_options(options: Mapping[str, str]) -> ParsedOptions:
+    """Check every reader option (names, values, the URL and its dialect); no side effect."""
+    if not any(name.lower() == "url" for name in options):
+        raise ConfigurationError('the cdc source needs option("url", "<database URL>")')
+    source = {**SOURCE_OPTIONS.defaults(), **READER_OPTIONS.parse(options, "source")}
+    sync_options = SyncOptions.from_strings(options, READER_OPTIONS)
+    dialect, config = default_manager().dialect_for_url(source["url"])
+    return ParsedOptions(dialect, config, source["tables"], sync_options, source)
+
+
+def resolve(options: Mapping[str, str]) -> SourceSpec:
+    """Parse the reader options, discover the tables, check and prepare the source."""
+    parsed = parse_options(options)
+    dialect, config = parsed.dialect, parsed.config
+    with dialect.passing_faults():
+        schemas = discover(dialect, config, parsed.tables, parsed.options)
+    source = parsed.source
+    return SourceSpec(
+        dialect=dialect.name, config=config, tables=schemas, options=parsed.options,
+        envelope=source["envelope"] or len(schemas) > 1, state_dir=source["state_dir"],
+        splits_per_batch=source["splits_per_batch"], parallelism=source["parallelism"],
+        head_poll_seconds=source["head_poll_seconds"])
+
+
+def chosen_tables(dialect: Dialect, conn: Connection, config: ConnectionConfig,
+                  patterns: str) -> list[TableId]:
+    """The source's tables that ``patterns`` select; none is an error."""
+    chosen = select_tables(dialect.list_tables(conn), parse_patterns(patterns))
+    if not chosen:
+        raise ConfigurationError(f"{patterns!r} matches no table in {config.masked_url}")
+    return chosen
+
+
+def discover(dialect: Dialect, config: ConnectionConfig, patterns: str,
+             sync_options: SyncOptions) -> list[TableSchema]:
+    """The chosen tables' schemas, their capture prepared and the source's preflight passed.
+    Keys are chosen before capture is prepared, so a table without one changes nothing."""
+    conn = dialect.connect(config)
+    try:
+        chosen = chosen_tables(dialect, conn, config, patterns)
+        schemas = [choose_key(dialect.describe_table(conn, t), sync_options) for t in chosen]
+        dialect.prepare_capture(conn, schemas)
+        checks = dialect.preflight(conn, chosen)
+        for advice in (r for r in checks if not r.ok and not r.required):
+            log.warning("%s: %s", config.masked_url, advice)
+        missing = [r for r in checks if not r.ok and r.required]
+        if missing:
+            raise PreflightError(f"{config.masked_url} is not ready for change capture:\n"
+                                 + "\n".join(str(r) for r in missing))
+    finally:
+        conn.close()
+    return schemas
+
+
+def sync_settings(values: Mapping[str, Any], options: Mapping[str, str]) -> dict[str, Any]:
+    """``sdk sync``'s settings: ``values`` (YAML keys or flags; None: not given) over their
+    defaults, and the reader ``options`` with every name checked."""
+    given = {k: str(v) for k, v in values.items() if v is not None}
+    settings = {**SYNC_OPTIONS.defaults(), **SYNC_OPTIONS.parse(given)}
+    READER_OPTIONS.check_names(options)
+    if not settings["source"]:
+        raise ConfigurationError("sdk sync needs --source (or source: in --config)")
+    return {**settings, "options": dict(options)}
