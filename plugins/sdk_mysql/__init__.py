@@ -38,7 +38,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import change_runs, check_target_columns
+from sdk.apply import check_target_columns
 from sdk.sql import lexicographic_range
 
 from . import _target
@@ -501,26 +501,20 @@ def create_table(conn: MySqlConnection, table: TableSchema) -> None:
     check_target_columns(existing, table)
     conn.query(f"CREATE DATABASE IF NOT EXISTS {q(table.table.schema)}")
     conn.query(_target.create_sql(table, _table(table.table), q))
-    conn.query(f"CREATE TABLE IF NOT EXISTS {q(table.table.schema)}.{_target.APPLIED} "
-               "(tbl VARCHAR(191), batch_id VARCHAR(191), PRIMARY KEY (tbl, batch_id))")
+    conn.query(_target.ledger(q(table.table.schema)).create_sql())
 
 
 @hookimpl
 def apply_changes(conn: MySqlConnection, table: TableSchema, events: Sequence[ChangeEvent],
                   batch_id: str) -> bool:
-    applied = f"{q(table.table.schema)}.{_target.APPLIED}"
     delete, upsert = _target.statements(table, _table(table.table), q)
     conn.raw.begin()
     try:
         with conn.raw.cursor() as cur:
-            if not cur.execute(f"INSERT IGNORE INTO {applied} VALUES (%s, %s)",
-                               (table.table.name, batch_id)):
-                conn.raw.rollback()
-                return False  # this batch was applied before: a replay
-            for kind, rows in change_runs(events, _target.value):
-                cur.executemany(delete if kind == "delete" else upsert, rows)
+            done = _target.ledger(q(table.table.schema)).apply(cur, table, events, batch_id,
+                                                               delete, upsert, _target.value)
         conn.raw.commit()
-        return True
+        return done
     except BaseException:
         conn.raw.rollback()
         raise

@@ -11,10 +11,9 @@ import datetime as dt
 from typing import Any
 
 from sdk import Column, LogicalType, TableSchema
-from sdk.apply import LEDGER, Ledger
+from sdk.apply import Ledger
 
 L = LogicalType
-APPLIED = LEDGER  # the shared ledger's name, as the dialect's hooks spell it
 
 _TYPES = {
     L.BOOLEAN: "TINYINT(1)", L.INT8: "TINYINT", L.INT16: "SMALLINT", L.INT32: "INT",

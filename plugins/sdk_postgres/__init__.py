@@ -29,7 +29,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sdk import (
-    Capability,
     ChangeEvent,
     ConfigurationError,
     ConnectionConfig,
@@ -74,9 +73,7 @@ of the system's two hours, so a read waiting on it fails and is retried."""
 def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="PostgreSQL (logical replication, pgoutput)", drivers=("psycopg",),
-        extra="postgres", url_schemes=("postgres", "postgresql"),
-        capabilities=frozenset({Capability.ACKNOWLEDGE, Capability.EARLIEST,
-                                Capability.APPLY, Capability.ATOMIC_SNAPSHOT}))
+        extra="postgres", url_schemes=("postgres", "postgresql"))
 
 
 def _int_option(config: ConnectionConfig, name: str, default: int) -> int:
