@@ -106,6 +106,10 @@ def test_the_docs_carry_the_declared_options() -> None:
     text = (DOCS / "spark.md").read_text()
     assert READER_OPTIONS.markdown() in text
     assert SYNC_OPTIONS.markdown() in text
+    readme = " ".join((DOCS.parent / "README.md").read_text().split())
+    keys = readme[readme.index("sdk sync --config sync.yaml` (keys"):].split(";")[0]
+    assert sorted(k for k in keys.split("`")[2::2]) == sorted(
+        [o.name for o in SYNC_OPTIONS] + ["options"])
 
 
 def test_sdk_status_reads_its_report_without_pyspark(tmp_path: Path) -> None:
