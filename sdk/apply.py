@@ -75,11 +75,13 @@ class Ledger:
     where the ledger lives, its column type, the placeholder and the insert-if-absent form."""
 
     schema: str = ""
-    """The quoted schema holding the ledger; empty for the connection's default."""
+    """The quoted schema holding the ledger (as in a statement without parameters); empty for
+    the connection's default."""
     text_type: str = "TEXT"
     """The SQL type of both columns (one the database can index as a key)."""
     param: str = "%s"
-    """The driver's placeholder (``%s`` or ``?``)."""
+    """The driver's placeholder (``%s`` or ``?``). With ``%s`` (psycopg, pymysql) the driver
+    reads every ``%`` of a statement with parameters, so the claim doubles those of the name."""
     insert_ignore: bool = False
     """Claim with MySQL's ``INSERT IGNORE``, not ``ON CONFLICT DO NOTHING`` (PostgreSQL, SQLite)."""
 
@@ -96,9 +98,10 @@ class Ledger:
     def claim_sql(self) -> str:
         """The insert of a batch's row that does nothing (0 rows) when the row exists."""
         values = f"VALUES ({self.param}, {self.param})"
+        name = self.name.replace("%", "%%") if self.param == "%s" else self.name
         if self.insert_ignore:
-            return f"INSERT IGNORE INTO {self.name} {values}"
-        return f"INSERT INTO {self.name} {values} ON CONFLICT DO NOTHING"
+            return f"INSERT IGNORE INTO {name} {values}"
+        return f"INSERT INTO {name} {values} ON CONFLICT DO NOTHING"
 
     def apply(self, cursor: Cursor, table: TableSchema, events: Sequence[ChangeEvent],
               batch_id: str, delete: str, upsert: str,

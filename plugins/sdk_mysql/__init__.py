@@ -12,7 +12,7 @@ the raw position and the window is not closed (see docs/dialects/mysql.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,12 +90,21 @@ class MySqlConnection:
 
 
 def q(name: str) -> str:
-    """Quote an identifier with backticks."""
+    """Quote an identifier with backticks (an inner one doubled): for statements run without
+    parameters, and for the statements messages show."""
     return "`" + name.replace("`", "``") + "`"
 
 
-def _table(table: TableId) -> str:
-    return f"{q(table.schema)}.{q(table.name)}"
+def qp(name: str) -> str:
+    """An identifier quoted for a statement run with parameters: pymysql formats such a
+    statement with ``%``, so a ``%`` in the name is doubled."""
+    return q(name).replace("%", "%%")
+
+
+def _table(table: TableId, params: bool = False) -> str:
+    """A table's quoted ``schema.name``; ``params``: for a statement run with parameters."""
+    quote = qp if params else q
+    return f"{quote(table.schema)}.{quote(table.name)}"
 
 
 @hookimpl
@@ -271,19 +280,20 @@ def describe_table(conn: MySqlConnection, table: TableId) -> TableSchema:
     return TableSchema(table, tuple(columns), primary, unique)
 
 
-def _key_expressions(table: TableSchema) -> list[str]:
-    """Key columns as SQL; text with a non-binary collation compares under its binary twin, so
-    the database and Python agree on key order (docs/design.md, 'Keys and half-open ranges': keys
-    compare as Python tuples)."""
+def _key_expressions(table: TableSchema, quote: Callable[[str], str] = qp) -> list[str]:
+    """Key columns as SQL, quoted with ``quote`` (:func:`qp` for statements with parameters);
+    text with a non-binary collation compares under its binary twin, so the database and
+    Python agree on key order (docs/design.md, 'Keys and half-open ranges': keys compare as
+    Python tuples)."""
     out = []
     by_name = {c.name: c for c in table.columns}
     for name in table.key:
         column = by_name[name]
         _, _, collation = column.source_type.partition(" COLLATE ")
         if column.type is LogicalType.STRING and collation and not collation.endswith("_bin"):
-            out.append(f"{q(name)} COLLATE {collation.split('_')[0]}_bin")
+            out.append(f"{quote(name)} COLLATE {collation.split('_')[0]}_bin")
         else:
-            out.append(q(name))
+            out.append(quote(name))
     return out
 
 
@@ -309,8 +319,8 @@ def _normalized_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]]) -> lis
 
 @hookimpl
 def table_stats(conn: MySqlConnection, table: TableSchema) -> TableStats:
-    keys = ", ".join(_key_expressions(table))
-    desc = ", ".join(f"{k} DESC" for k in _key_expressions(table))
+    keys = ", ".join(_key_expressions(table, q))  # these two statements have no parameters
+    desc = ", ".join(f"{k} DESC" for k in _key_expressions(table, q))
     names = ", ".join(q(k) for k in table.key)
     first = conn.query(f"SELECT {names} FROM {_table(table.table)} ORDER BY {keys} LIMIT 1")
     last = conn.query(f"SELECT {names} FROM {_table(table.table)} ORDER BY {desc} LIMIT 1")
@@ -326,8 +336,8 @@ def table_stats(conn: MySqlConnection, table: TableSchema) -> TableStats:
 def next_boundary(conn: MySqlConnection, table: TableSchema, start: Key | None, size: int
                   ) -> Key | None:
     where, args = _key_range(table, start, None)
-    names = ", ".join(q(k) for k in table.key)
-    rows = conn.query(f"SELECT {names} FROM {_table(table.table)} WHERE {where} ORDER BY "
+    names = ", ".join(qp(k) for k in table.key)
+    rows = conn.query(f"SELECT {names} FROM {_table(table.table, True)} WHERE {where} ORDER BY "
                       f"{', '.join(_key_expressions(table))} LIMIT 1 OFFSET %s", [*args, size])
     return tuple(rows[0]) if rows else None
 
@@ -423,9 +433,9 @@ def read_range(conn: MySqlConnection, table: TableSchema, split: SnapshotSplit,
     import pymysql.cursors
 
     where, args = _key_range(table, split.start, split.end)
-    columns = ", ".join(q(c) for c in table.column_names)
-    with conn.raw.cursor(pymysql.cursors.SSCursor) as cur:
-        cur.execute(f"SELECT {columns} FROM {_table(table.table)} WHERE {where}", args)
+    columns = ", ".join(qp(c) for c in table.column_names)
+    with conn.raw.cursor(pymysql.cursors.SSCursor) as cur:  # args: formatted even when empty
+        cur.execute(f"SELECT {columns} FROM {_table(table.table, True)} WHERE {where}", args)
         while batch := cur.fetchmany(fetch_size):
             yield _normalized_rows(table, batch)
 
@@ -507,7 +517,7 @@ def create_table(conn: MySqlConnection, table: TableSchema) -> None:
 @hookimpl
 def apply_changes(conn: MySqlConnection, table: TableSchema, events: Sequence[ChangeEvent],
                   batch_id: str) -> bool:
-    delete, upsert = _target.statements(table, _table(table.table), q)
+    delete, upsert = _target.statements(table, _table(table.table, True), qp)
     conn.raw.begin()
     try:
         with conn.raw.cursor() as cur:

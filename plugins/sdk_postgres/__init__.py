@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sdk import (
@@ -50,8 +50,8 @@ from sdk import (
 from sdk.apply import check_target_columns
 from sdk.sql import row_range
 
-from . import _snapshot, _target
-from ._connection import PgConnection, q, qualified
+from . import _capture, _snapshot, _target
+from ._connection import PgConnection, q, qp, qualified
 from ._offsets import NAME, compare, lsn_int, lsn_text, make_offset, parts
 from ._stream import check_slot, read_changes
 from ._types import TEXT_TYPES, kind_of, logical_column
@@ -159,21 +159,13 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
                     "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf()",
                     required=False),
     ]
-    published = {(s, t) for s, t in conn.query(
-        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
-        (conn.publication,))}
+    pub = _capture.publication(conn)
+    partitioned = False
     for table in tables:
-        identity = conn.query(
-            "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
-            "AND i.indisprimary) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s", (table.schema, table.name))
-        ident, has_pk = identity[0] if identity else ("n", False)
-        ok = ident == "f" or (ident == "d" and has_pk) or ident == "i"
-        checks.append(Requirement(
-            f"replica identity of {table}", ok,
-            "no primary key and no replica identity: adding it to a publication would make "
-            "the application's UPDATE and DELETE fail" if not ok else "",
-            f"ALTER TABLE {qualified(table)} REPLICA IDENTITY FULL (or add a primary key)"))
+        found = _capture.captured(conn, table)
+        checks.extend(_capture.table_requirements(pub, table, found))
+        identity_ok = found is not None and _capture.identity_problem(found) is None
+        partitioned = partitioned or (found is not None and found.partitioned)
         toastable = conn.query(
             "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND "
@@ -182,45 +174,36 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
             "ORDER BY a.attnum", (table.schema, table.name))
         # variable-length columns that may be moved out of line: storage extended/external,
         # with no declared length small enough to keep them inline (varchar(n): typmod n+4)
-        if toastable and ok:
+        if toastable and identity_ok and found is not None:
+            full = all(r.identity == "f" for r in found.relations)
             columns = ", ".join(name for (name,) in toastable)
             checks.append(Requirement(
-                f"before images for the TOAST-able columns of {table}", ident == "f",
+                f"before images for the TOAST-able columns of {table}", full,
                 f"columns {columns} can be stored out of line (TOAST); an update that leaves "
                 "such a value unchanged does not log it, and the sync stops rather than write "
-                "NULL" if ident != "f" else "",
-                f"ALTER TABLE {qualified(table)} REPLICA IDENTITY FULL", required=False))
+                "NULL" if not full else "",
+                "; ".join(f"ALTER TABLE {qualified(r.table)} REPLICA IDENTITY FULL"
+                          for r in found.relations if r.identity != "f"), required=False))
         (can_select,) = conn.query("SELECT has_table_privilege(%s, 'SELECT')",
                                    (qualified(table),))[0]
         checks.append(Requirement(f"SELECT on {table}", can_select, "",
                                   f"GRANT SELECT ON {qualified(table)} TO {q(user)}"))
-        checks.append(Requirement(
-            f"{table} in publication {conn.publication}", (table.schema, table.name) in published,
-            "", f"CREATE PUBLICATION {q(conn.publication)} FOR TABLE {qualified(table)} (or ALTER "
-                f"PUBLICATION {q(conn.publication)} ADD TABLE {qualified(table)}), as the table's "
-                "owner"))
+    if partitioned:
+        checks.append(_capture.partition_root_requirement(pub))
     return checks
 
 
 @hookimpl
 def prepare_capture(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
-    """Create the publication (or add missing tables) and the slot, when allowed to."""
+    """Create the publication (or add missing tables) and the slot, when allowed to. A chosen
+    key the log cannot identify is refused first; the slot is created last, and only when
+    preflight passes, so a refused run leaves no slot pinning WAL."""
     import psycopg
 
-    names = ", ".join(qualified(t.table) for t in tables)
-    exists = conn.query("SELECT 1 FROM pg_publication WHERE pubname = %s", (conn.publication,))
-    published = {(s, t) for s, t in conn.query(
-        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
-        (conn.publication,))}
-    missing = [t for t in tables if (t.table.schema, t.table.name) not in published]
-    try:
-        if not exists:
-            conn.query(f"CREATE PUBLICATION {q(conn.publication)} FOR TABLE {names}")
-        elif missing:
-            conn.query(f"ALTER PUBLICATION {q(conn.publication)} ADD TABLE "
-                       + ", ".join(qualified(t.table) for t in missing))
-    except psycopg.errors.InsufficientPrivilege:
-        pass  # preflight names the statement the tables' owner must run
+    _capture.check_keys(conn, tables)
+    _capture.publish(conn, tables)
+    if any(not r.ok and r.required for r in preflight(conn, [t.table for t in tables])):
+        return  # refused: the engine's preflight lists the fixes
     if not conn.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (conn.slot,)):
         with contextlib.suppress(psycopg.errors.DuplicateObject):
             conn.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
@@ -246,10 +229,14 @@ def drop_capture(conn: PgConnection) -> None:
 
 @hookimpl
 def list_tables(conn: PgConnection) -> list[TableId]:
+    """Tables and partitioned tables; partitions are captured through their root, so they are
+    not listed."""
     return [TableId(s, t) for s, t in conn.query(
-        "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = "
+        "SELECT table_schema, table_name FROM information_schema.tables t WHERE table_type = "
         "'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema') "
-        "ORDER BY 1, 2")]
+        "AND NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON "
+        "n.oid = c.relnamespace WHERE n.nspname = t.table_schema AND "
+        "c.relname = t.table_name AND c.relispartition) ORDER BY 1, 2")]
 
 
 @hookimpl
@@ -280,53 +267,55 @@ def describe_table(conn: PgConnection, table: TableId) -> TableSchema:
 
 
 def _select_list(table: TableSchema) -> str:
-    """Columns as the snapshot selects them: types carried as text are cast, so the snapshot
-    and the log both give the server's text form."""
+    """Columns as the snapshot selects them (in a statement with parameters): types carried as
+    text are cast, so the snapshot and the log both give the server's text form."""
     out = []
     for column in table.columns:
         if kind_of(column) in TEXT_TYPES:
-            out.append(f"{q(column.name)}::text")
+            out.append(f"{qp(column.name)}::text")
         else:
-            out.append(q(column.name))
+            out.append(qp(column.name))
     return ", ".join(out)
 
 
-def _key_sql(table: TableSchema) -> str:
-    """Key columns in binary (``C``) order for text, matching Python's string order."""
+def _key_sql(table: TableSchema, quote: Callable[[str], str] = qp) -> list[str]:
+    """Key columns in binary (``C``) order for text, matching Python's string order, each
+    quoted with ``quote`` (:func:`qp` for statements with parameters)."""
     by_name = {c.name: c for c in table.columns}
     parts = []
     for name in table.key:
         kind = kind_of(by_name[name])
-        parts.append(f'{q(name)} COLLATE "C"' if kind in ("text", "varchar", "bpchar")
-                     else q(name))
-    return ", ".join(parts)
+        parts.append(f'{quote(name)} COLLATE "C"' if kind in ("text", "varchar", "bpchar")
+                     else quote(name))
+    return parts
 
 
 @hookimpl
 def table_stats(conn: PgConnection, table: TableSchema) -> TableStats:
-    keys = _key_sql(table)
+    keys = _key_sql(table, q)  # these two statements have no parameters
+    order, desc = ", ".join(keys), ", ".join(f"{k} DESC" for k in keys)
     names = ", ".join(q(k) for k in table.key)
-    desc = ", ".join(f"{k} DESC" for k in keys.split(", "))
-    first = conn.query(f"SELECT {names} FROM {qualified(table.table)} ORDER BY {keys} LIMIT 1")
+    first = conn.query(f"SELECT {names} FROM {qualified(table.table)} ORDER BY {order} LIMIT 1")
     last = conn.query(f"SELECT {names} FROM {qualified(table.table)} ORDER BY {desc} LIMIT 1")
-    estimate = conn.query("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                          (qualified(table.table),))
+    estimate = conn.query(  # a partitioned table's rows are its partitions'
+        "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_partition_tree(%s::regclass) t "
+        "JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf", (qualified(table.table),))
     rows = max(int(estimate[0][0]), 0) if estimate else 0
     return TableStats(tuple(first[0]) if first else None, tuple(last[0]) if last else None,
                       rows)
 
 
 def _range(table: TableSchema, start: Key | None, end: Key | None) -> tuple[str, list[Any]]:
-    return row_range(_key_sql(table).split(", "), start, end)
+    return row_range(_key_sql(table), start, end)
 
 
 @hookimpl
 def next_boundary(conn: PgConnection, table: TableSchema, start: Key | None, size: int
                   ) -> Key | None:
     where, args = _range(table, start, None)
-    names = ", ".join(q(k) for k in table.key)
-    rows = conn.query(f"SELECT {names} FROM {qualified(table.table)} WHERE {where} "
-                      f"ORDER BY {_key_sql(table)} LIMIT 1 OFFSET %s", [*args, size])
+    names = ", ".join(qp(k) for k in table.key)
+    rows = conn.query(f"SELECT {names} FROM {qualified(table.table, params=True)} WHERE {where} "
+                      f"ORDER BY {', '.join(_key_sql(table))} LIMIT 1 OFFSET %s", [*args, size])
     return tuple(rows[0]) if rows else None
 
 
@@ -364,8 +353,8 @@ def read_range(conn: PgConnection, table: TableSchema, split: SnapshotSplit, fet
     where, args = _range(table, split.start, split.end)
     with conn.raw.transaction(), conn.raw.cursor(name="sdk_split") as cur:
         cur.itersize = fetch_size
-        cur.execute(f"SELECT {_select_list(table)} FROM {qualified(table.table)} WHERE {where}",
-                    args)
+        cur.execute(f"SELECT {_select_list(table)} FROM {qualified(table.table, params=True)} "
+                    f"WHERE {where}", args)
         while batch := cur.fetchmany(fetch_size):
             yield batch
 
@@ -464,7 +453,7 @@ def create_table(conn: PgConnection, table: TableSchema) -> None:
 @hookimpl
 def apply_changes(conn: PgConnection, table: TableSchema, events: Sequence[ChangeEvent],
                   batch_id: str) -> bool:
-    delete, upsert = _target.statements(table, qualified(table.table), q)
+    delete, upsert = _target.statements(table, qualified(table.table, params=True), qp)
     with conn.raw.transaction(), conn.raw.cursor() as cur:
         return _target.ledger(q(table.table.schema)).apply(cur, table, events, batch_id,
                                                            delete, upsert)

@@ -45,10 +45,19 @@ class PgConnection:
 
 
 def q(name: str) -> str:
-    """An identifier, quoted."""
+    """An identifier, quoted (an inner ``"`` doubled): for statements run without parameters,
+    and for the statements messages show."""
     return '"' + name.replace('"', '""') + '"'
 
 
-def qualified(table: TableId) -> str:
-    """A table's quoted ``schema.name``."""
-    return f"{q(table.schema)}.{q(table.name)}"
+def qp(name: str) -> str:
+    """An identifier quoted for a statement run with parameters: psycopg then reads every
+    ``%`` of the text as a placeholder's, so a ``%`` in the name is doubled (``sql.Identifier``
+    does not do this either)."""
+    return q(name).replace("%", "%%")
+
+
+def qualified(table: TableId, params: bool = False) -> str:
+    """A table's quoted ``schema.name``; ``params``: for a statement run with parameters."""
+    quote = qp if params else q
+    return f"{quote(table.schema)}.{quote(table.name)}"
