@@ -118,13 +118,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Show a sync's phase, per-table progress and log position from its checkpoint."""
-    from pathlib import Path
-
     from .algorithm.progress import describe_progress
     from .spark.statestore import StateStore
+    from .spec import checkpoint_paths
 
-    state = Path(args.checkpoint).absolute() / "state"
-    progress = StateStore(str(state)).read_json("progress.json") if state.exists() else None
+    state_dir, _ = checkpoint_paths(args.checkpoint)
+    progress = StateStore(state_dir, create=False).read_json("progress.json")
     if progress is None:
         print(f"no sync has run with checkpoint {args.checkpoint}")
         return 1

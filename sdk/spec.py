@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .algorithm import SyncOptions, choose_key
@@ -84,6 +85,17 @@ SYNC_OPTIONS = OptionTable(
 source and algorithm options go in ``--option KEY=VALUE`` / the YAML ``options`` mapping."""
 
 
+def checkpoint_paths(checkpoint: str) -> tuple[str, str]:
+    """``sdk sync``'s state directory and Spark checkpoint under ``checkpoint``: a local path
+    (made absolute) or a URI the state store and Spark both take (``file://``, ``s3a://``,
+    ``hdfs://``), kept as it is."""
+    if "://" in checkpoint:
+        base = checkpoint.rstrip("/")
+        return f"{base}/state", f"{base}/checkpoint"
+    root = Path(checkpoint).absolute()
+    return str(root / "state"), str(root / "checkpoint")
+
+
 @dataclass
 class SourceSpec:
     """Everything a reader needs, resolved once on the driver and shipped to tasks."""
@@ -97,6 +109,8 @@ class SourceSpec:
     splits_per_batch: int
     parallelism: int
     head_poll_seconds: float
+    envelope_forced: bool = False
+    """``envelope=true`` was given (else the envelope is used for more than one table)."""
 
     @property
     def dialect_obj(self) -> Dialect:
@@ -105,8 +119,15 @@ class SourceSpec:
     def connect(self) -> Connection:
         return self.dialect_obj.connect(self.config)
 
-    def table_map(self) -> dict[Any, TableSchema]:
+    def table_map(self) -> dict[TableId, TableSchema]:
         return {t.table: t for t in self.tables}
+
+    def schema_of(self, table: TableId) -> TableSchema:
+        """The schema of ``table``, looked up by identity (never by position)."""
+        for schema in self.tables:
+            if schema.table == table:
+                return schema
+        raise ConfigurationError(f"table {table} is not among this source's tables")
 
 
 @dataclass
@@ -141,7 +162,7 @@ def resolve(options: Mapping[str, str]) -> SourceSpec:
         dialect=dialect.name, config=config, tables=schemas, options=parsed.options,
         envelope=source["envelope"] or len(schemas) > 1, state_dir=source["state_dir"],
         splits_per_batch=source["splits_per_batch"], parallelism=source["parallelism"],
-        head_poll_seconds=source["head_poll_seconds"])
+        head_poll_seconds=source["head_poll_seconds"], envelope_forced=source["envelope"])
 
 
 def chosen_tables(dialect: Dialect, conn: Connection, config: ConnectionConfig,

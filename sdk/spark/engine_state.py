@@ -8,13 +8,19 @@ read states without a Spark session).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import logging
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..algorithm import SyncState
+from ..codec import dumps
 from ..errors import ConfigurationError
+from ..spec import SourceSpec
 from ..types import FinishedSplit, Offset, SnapshotSplit, TableId
 from .statestore import StateStore
+
+log = logging.getLogger(__name__)
 
 CHUNK_SPLITS = 256
 """Finished splits per stored chunk. A state names its chunks instead of holding the splits,
@@ -32,7 +38,7 @@ class EngineState:
     here (their watermarks are not folded in yet), and the log range this batch reads."""
 
     sync: SyncState
-    inflight: list[tuple[int, SnapshotSplit]] = field(default_factory=list)
+    inflight: list[SnapshotSplit] = field(default_factory=list)
     log_from: Offset | None = None
     seq: int = 0
 
@@ -53,7 +59,7 @@ class EngineState:
                 digests.append(known[1])
             finished.append(digests)
         content = {"sync": self.sync.to_json(finished=False), "finished": finished,
-                   "inflight": [[i, s.to_json()] for i, s in self.inflight],
+                   "inflight": [s.to_json() for s in self.inflight],
                    "log_from": self.log_from.to_json() if self.log_from else None}
         digest = store.put_content(content, "content")
         name = f"{self.seq:012d}-{digest}"
@@ -74,7 +80,7 @@ class EngineState:
                                  for split in _read_chunk(store, digest)]
                                 for digests in data["finished"]]
         return cls(SyncState.from_json(sync),
-                   [(i, SnapshotSplit.from_json(s)) for i, s in data["inflight"]],
+                   [SnapshotSplit.from_json(_split_of(s)) for s in data["inflight"]],
                    Offset.from_json(data["log_from"]) if data["log_from"] else None,
                    int(name.split("-", 1)[0]))
 
@@ -92,3 +98,48 @@ def _read_chunk(store: StateStore, digest: str) -> list[dict[str, Any]]:
                                  f"{store.uri}: was the stateDir cleaned?")
     assert isinstance(data, list)
     return data
+
+
+def _split_of(item: Any) -> Any:
+    """An in-flight split as stored: its JSON, or (before tables were named by identity) a
+    ``[table position, split]`` pair whose position is ignored (the split names its table)."""
+    return item[1] if isinstance(item, list) else item
+
+
+def stage_name(split: SnapshotSplit) -> str:
+    """The file name a split's output is staged under in its batch: the split's table by
+    identity (a digest of its name, safe for any characters) and the split's number, so a
+    replay after the table list changed finds the same stage."""
+    digest = hashlib.sha256(dumps(split.table.to_json()).encode()).hexdigest()[:16]
+    return f"{digest}-{split.index}"
+
+
+def latest(store: StateStore) -> EngineState | None:
+    """The newest state stored, or None for a new state directory."""
+    names = sorted(n.removesuffix(".json") for n in store.list_dir("states"))
+    return EngineState.load(store, names[-1]) if names else None
+
+
+def checkpointed(spec: SourceSpec) -> SourceSpec:
+    """``spec`` restricted to the tables its state directory already syncs, in their order:
+    a table that newly matches the patterns is left out (with a warning) so a restart reads
+    and replays exactly what it did before; a synced table no longer found is an error."""
+    if not spec.state_dir:
+        return spec
+    state = latest(StateStore(spec.state_dir))
+    if state is None:
+        return spec
+    resolved = spec.table_map()
+    synced = list(state.sync.tables)
+    gone = [str(t) for t in synced if t not in resolved]
+    if gone:
+        raise ConfigurationError(
+            f"the sync in {spec.state_dir} captures {', '.join(gone)}, which the source no "
+            "longer has or the table patterns no longer select: restore the table or the "
+            "patterns, or start a new sync with a new checkpoint")
+    new = [str(t) for t in resolved if t not in state.sync.tables]
+    if new:
+        log.warning("%s: not captured by this sync, which started without them (start a new "
+                    "checkpoint to capture them)", ", ".join(new))
+    return replace(spec, tables=[resolved[t] for t in synced],
+                   envelope=spec.envelope_forced or len(synced) > 1)

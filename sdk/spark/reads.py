@@ -17,7 +17,7 @@ from ..codec import dumps
 from ..spec import SourceSpec
 from ..types import ChangeEvent, Connection, FinishedSplit, Offset, SnapshotSplit, TableSchema
 from .arrow import TableBatcher, envelope_batch, envelope_schema, event_rows
-from .engine_state import EngineState
+from .engine_state import EngineState, stage_name
 from .statestore import StateStore
 
 BATCH_ROWS = 50_000
@@ -28,7 +28,7 @@ class SplitPartition(InputPartition):
     """Snapshot splits for one task; ``stage`` names where their output is staged, if
     anywhere."""
 
-    splits: list[tuple[int, SnapshotSplit]]
+    splits: list[SnapshotSplit]
     stage: str | None = None
     view_token: str | None = None
     """A shared snapshot view the splits join (see :class:`sdk.algorithm.SharedView`)."""
@@ -91,9 +91,9 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
     dialect = spec.dialect_obj
     conn: Connection | None = None
     try:
-        for table_index, split in partition.splits:
-            schema = spec.tables[table_index]
-            name = f"{table_index}-{split.index}"
+        for split in partition.splits:
+            schema = spec.schema_of(split.table)
+            name = stage_name(split)
             if store is not None and partition.stage is not None:
                 staged = store.read_json("batches", partition.stage, f"{name}.json")
                 if staged is not None:

@@ -41,7 +41,7 @@ from ..errors import ConfigurationError
 from ..spec import SourceSpec, resolve
 from ..types import Connection, FinishedSplit, Offset
 from .arrow import TableBatcher, envelope_schema
-from .engine_state import ChunkCache, EngineState
+from .engine_state import ChunkCache, EngineState, checkpointed, stage_name
 from .reads import LogPartition, SplitPartition, read_log, read_splits
 from .statestore import StateStore
 
@@ -67,7 +67,7 @@ class CdcDataSource(DataSource):
     def _spec(self) -> SourceSpec:
         spec = getattr(self, "_resolved", None)
         if spec is None:
-            spec = resolve(dict(self.options))
+            spec = checkpointed(resolve(dict(self.options)))
             self._resolved = spec
         return spec
 
@@ -111,13 +111,12 @@ class CdcBatchReader(DataSourceReader):
     @_passing_faults
     def partitions(self) -> Sequence[InputPartition]:
         spec = self.spec
-        index_of = {t.table: i for i, t in enumerate(spec.tables)}
         conn = spec.connect()
         try:
             every = PhaseMachine(spec.dialect_obj, spec.options).all_splits(conn, spec.tables)
         finally:
             conn.close()
-        splits = [(index_of[s.table], s) for s in every]
+        splits = list(every)
         groups = max(1, min(spec.parallelism, len(splits)))
         return [SplitPartition(splits[i::groups]) for i in range(groups)]
 
@@ -249,15 +248,14 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             batch = Batch(sync)
         if batch.state.phase is not Phase.SNAPSHOT:
             self._close_view()
-        index_of = {t.table: i for i, t in enumerate(self.spec.tables)}
-        inflight = [(index_of[s.table], s) for s in batch.splits]
-        return self._offset(EngineState(batch.state, inflight, batch.log_from, engine.seq + 1))
+        return self._offset(EngineState(batch.state, list(batch.splits), batch.log_from,
+                                        engine.seq + 1))
 
     def _staged(self, name: str, engine: EngineState) -> list[FinishedSplit]:
         """The watermarks the split tasks of batch ``name`` staged."""
         done = []
-        for table_index, split in engine.inflight:
-            data = self.store.read_json("batches", name, f"{table_index}-{split.index}.json")
+        for split in engine.inflight:
+            data = self.store.read_json("batches", name, f"{stage_name(split)}.json")
             if data is None:
                 raise ConfigurationError(f"the watermark of split {split.split_id} is missing "
                                          f"from {self.store.uri}: was the stateDir cleaned?")

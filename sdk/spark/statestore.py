@@ -22,14 +22,16 @@ from ..codec import dumps
 class StateStore:
     """Reads and writes files under one root directory."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, create: bool = True) -> None:
+        """``create=False`` only reads: a missing root then reads as empty."""
         if "://" in root:
             self.fs, self.root = pafs.FileSystem.from_uri(root)
         else:
             import os
 
             self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(root)
-        self.fs.create_dir(self.root, recursive=True)
+        if create:
+            self.fs.create_dir(self.root, recursive=True)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"uri": self.uri}

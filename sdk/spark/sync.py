@@ -16,11 +16,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..spec import UNTIL, resolve
+from ..spec import UNTIL, checkpoint_paths, resolve
+from .engine_state import checkpointed
 from .mirror import Mirror
 from .statestore import StateStore
 
@@ -124,13 +124,13 @@ def run_sync(source: str, target: str | None, tables: str = "*",
     """
     if until not in UNTIL:
         raise ConfigurationError(f"--until takes one of {', '.join(UNTIL)}, not {until!r}")
-    root = Path(checkpoint).absolute()
-    state_dir = str(root / "state")
+    state_dir, spark_checkpoint = checkpoint_paths(checkpoint)
     reader_options = {"url": source, "tables": tables, "stateDir": state_dir,
                       **(options or {})}
     if target is None and changes is None:
         raise ConfigurationError("give a --target to mirror into, a --changes path, or both")
-    spec = resolve(reader_options)  # checks options, tables and the source before Spark runs
+    # checks options, tables and the source before Spark runs; a resumed sync keeps its tables
+    spec = checkpointed(resolve(reader_options))
     mirror = Mirror(target, spec.tables, envelope=spec.envelope, target_schema=target_schema) \
         if target is not None else None
     change_log = ChangeLog(changes) if changes is not None else None
@@ -152,7 +152,7 @@ def run_sync(source: str, target: str | None, tables: str = "*",
     def start_query() -> Any:
         stream = spark.readStream.format("cdc").options(**reader_options).load()
         writer = stream.writeStream.foreachBatch(each_batch) \
-            .option("checkpointLocation", str(root / "checkpoint"))
+            .option("checkpointLocation", spark_checkpoint)
         if until == "caught-up":
             return writer.trigger(availableNow=True).start()
         return writer.trigger(processingTime="1 second").start()
