@@ -82,15 +82,19 @@ def _values(table: TableSchema, relation: pgo.Relation, plan: Plan, data: list[A
     for i, load in plan:
         raw = data[i] if i < len(data) else None
         if raw is pgo.UNCHANGED:
-            raw = old[i] if old is not None and i < len(old) else pgo.UNCHANGED
+            # a TOASTed value is never NULL: a NULL "before" is a key-only old row labelled
+            # whole (a partition whose identity is not its FULL root's)
+            raw = old[i] if old is not None and i < len(old) and old[i] is not None \
+                else pgo.UNCHANGED
             if raw is pgo.UNCHANGED:
                 name = relation.columns[i][0]
                 raise FatalSyncError(
                     f"an update of {table.table} left the TOASTed column {name!r} unchanged, "
                     "and PostgreSQL logs no value for it without a before image: run ALTER "
-                    f"TABLE {qualified(table.table)} REPLICA IDENTITY FULL so updates log the "
-                    "whole old row, then take a new snapshot (restart the sync with a new "
-                    "--checkpoint directory, startup.mode=initial)")
+                    f"TABLE {qualified(table.table)} REPLICA IDENTITY FULL (and on each of "
+                    "its partitions, if partitioned) so updates log the whole old row, then "
+                    "take a new snapshot (restart the sync with a new --checkpoint directory, "
+                    "startup.mode=initial)")
         out.append(None if raw is None else load(raw))
     return tuple(out)
 
@@ -129,6 +133,8 @@ def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
     runs the whole decoding, so a busy slot shows up before anything is yielded."""
     import psycopg
 
+    # publication_names is a list of identifiers (folded to lower case unless quoted), so the
+    # name goes quoted: a publication named ``MyPub`` or ``a,b`` is found as created
     deadline = time.monotonic() + conn.wait_seconds
     while True:
         try:
@@ -136,7 +142,7 @@ def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
                 cursor.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, "
                                "%s::pg_lsn, NULL, 'proto_version', '1', "
                                "'publication_names', %s)",
-                               (conn.slot, lsn_text(end), conn.publication))
+                               (conn.slot, lsn_text(end), q(conn.publication)))
                 rows = cursor.fetchmany(PEEK_CHUNK)
                 while rows:
                     yield rows
