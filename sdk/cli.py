@@ -23,14 +23,26 @@ def cmd_dialects(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Run the source dialect's preflight and print each requirement with OK or its fix."""
+    """Run the source dialect's preflight and print each requirement with OK or its fix: what
+    ``sdk sync`` would find (what it sets up itself, such as a publication, counts as OK)."""
+    from .algorithm import SyncOptions, choose_key
+    from .errors import MissingKeyError
     from .spec import chosen_tables
+    from .types import Requirement
 
     dialect, config = default_manager().dialect_for_url(args.source)
     conn = dialect.connect(config)
     try:
         tables = chosen_tables(dialect, conn, config, ",".join(args.tables or ["*"]))
         checks = dialect.preflight(conn, tables)
+        for table in tables:  # the key sync splits on, with the default options
+            try:
+                key = choose_key(dialect.describe_table(conn, table), SyncOptions()).key
+                checks.append(Requirement(f"key of {table}", True, ", ".join(key)))
+            except MissingKeyError as exc:
+                checks.append(Requirement(
+                    f"key of {table}", False, "sdk sync refuses the table unless "
+                    "chunk-key.column names its key", str(exc), required=False))
     finally:
         conn.close()
     print(f"{config.masked_url} ({dialect.name}):")

@@ -188,7 +188,7 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
                                    (qualified(table),))[0]
         checks.append(Requirement(f"SELECT on {table}", can_select, "",
                                   f"GRANT SELECT ON {qualified(table)} TO {q(user)}"))
-    if partitioned:
+    if partitioned and pub.exists:
         checks.append(_capture.partition_root_requirement(pub))
     return checks
 
@@ -298,8 +298,9 @@ def table_stats(conn: PgConnection, table: TableSchema) -> TableStats:
     first = conn.query(f"SELECT {names} FROM {qualified(table.table)} ORDER BY {order} LIMIT 1")
     last = conn.query(f"SELECT {names} FROM {qualified(table.table)} ORDER BY {desc} LIMIT 1")
     estimate = conn.query(  # a partitioned table's rows are its partitions'
-        "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_partition_tree(%s::regclass) t "
-        "JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf", (qualified(table.table),))
+        "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_class c WHERE "
+        "c.relkind <> 'p' AND c.oid IN (SELECT %s::regclass UNION SELECT relid FROM "
+        "pg_partition_tree(%s::regclass))", (qualified(table.table),) * 2)
     rows = max(int(estimate[0][0]), 0) if estimate else 0
     return TableStats(tuple(first[0]) if first else None, tuple(last[0]) if last else None,
                       rows)

@@ -31,22 +31,41 @@ _INTEGER_TYPES = {LogicalType.INT8, LogicalType.INT16, LogicalType.INT32, Logica
 def choose_key(schema: TableSchema, options: SyncOptions) -> TableSchema:
     """Set ``schema.key``: the user's ``chunk-key.column`` for the table, else the primary key.
 
-    The chosen columns must be the primary key or a non-null unique key, since they also
-    identify rows when merging. A table with neither is refused with the two ways out.
+    The key splits the table and identifies rows when merging and mirroring. A chosen key that
+    is the primary key or a non-null unique key is safe. Other NOT NULL columns are accepted
+    as the user's assertion that their values are unique (nothing enforces it, so rows sharing
+    a value would be taken for one row: a warning says so); the dialect checks that the log's
+    old rows carry them. A key that may be NULL, or a table with no key at all, is refused.
     """
     chosen = options.chunk_key.get(str(schema.table)) or options.chunk_key.get(schema.table.name)
     if chosen:
         candidates = [schema.primary_key, *schema.unique_keys]
-        if tuple(chosen) not in candidates:
-            keys = " or ".join(", ".join(k) for k in candidates if k) or "none"
+        if tuple(chosen) in candidates:
+            return replace(schema, key=tuple(chosen))
+        keys = " or ".join(", ".join(k) for k in candidates if k) or "none"
+        where = (f"chunk-key.column for table {schema.table} is ({', '.join(chosen)}), which "
+                 f"is not its primary key or a non-null unique key (it has: {keys})")
+        by_name = {c.name: c for c in schema.columns}
+        unknown = [c for c in chosen if c not in by_name]
+        if unknown:
+            raise ConfigurationError(f"{where}, and the table has no column "
+                                     f"{', '.join(map(repr, unknown))}")
+        nullable = [c for c in chosen if by_name[c].nullable]
+        if nullable:
             raise ConfigurationError(
-                f"chunk-key.column for table {schema.table} is ({', '.join(chosen)}), which is "
-                f"not its primary key or a non-null unique key (it has: {keys})")
+                f"{where}, and {', '.join(nullable)} may be NULL: a NULL key neither splits "
+                "nor identifies a row; declare the column(s) NOT NULL (or choose others)")
+        log.warning(
+            "%s: its values are trusted to be unique, since no constraint makes them so. Rows "
+            "sharing a value would be one row to the sync (merged in the snapshot, overwriting "
+            "each other in the mirror): exactly-once holds only while they are unique", where)
         return replace(schema, key=tuple(chosen))
     if schema.primary_key:
         return replace(schema, key=schema.primary_key)
     hint = (f"; or choose its unique key: chunk-key.column={schema.table}:"
-            f"{','.join(schema.unique_keys[0])}" if schema.unique_keys else "")
+            f"{','.join(schema.unique_keys[0])}" if schema.unique_keys else
+            f"; or name NOT NULL columns whose values are unique: chunk-key.column="
+            f"{schema.table}:COLUMN (see the caveats of chunk-key.column)")
     raise MissingKeyError(
         f"table {schema.table} has no primary key and no chosen unique key to split and merge "
         f"on: add a primary key{hint}, or exclude the table")

@@ -110,8 +110,11 @@ OPTIONS = OptionTable(
             "epoch milliseconds to start from in `timestamp` mode",
             ("scan.startup.timestamp-millis",)),
     _option("chunk-key.column", "chunk_key", _chunk_keys,
-            "`TABLE:COL[,COL];...`: a non-null unique key to split and merge on, for tables "
-            "without a primary key or to override it", shown_default="primary key"),
+            "`TABLE:COL[,COL];...`: the key to split and merge on, for tables without a "
+            "primary key or to override it: a non-null unique key, or NOT NULL columns whose "
+            "values you assert are unique (nothing enforces it: rows sharing a value become "
+            "one row, so exactly-once holds only while they are unique; PostgreSQL needs "
+            "`REPLICA IDENTITY FULL` for them)", shown_default="primary key"),
     _option("chunk-key.even-distribution.factor.upper-bound", "even_factor_upper",
             positive_float, "cut an integer key arithmetically only when (max-min+1)/rows is "
             "at most this (the largest split is then at most this times the split size)"),

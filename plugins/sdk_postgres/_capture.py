@@ -1,0 +1,244 @@
+"""What capture needs of each table, checked before anything is created: the publication
+(which tables it holds, which ones the sync may add itself, partitions published through their
+root) and the replica identity (the old rows the log carries, partitions included).
+
+Preflight and ``sdk check`` report what ``sdk sync`` would do: a table the sync's role may add
+to the publication itself is OK ("will be added by sdk sync"); only one it cannot add is missing,
+with the statement its owner must run.
+
+A partitioned table is captured as one table: the publication is created with
+``publish_via_partition_root = true`` (PostgreSQL 13+), so pgoutput reports every partition's
+changes under the root, and an UPDATE that moves a row to another partition arrives as a delete
+of the old key and an insert of the new one. Each partition keeps its own replica identity
+(``ALTER TABLE parent REPLICA IDENTITY`` does not reach the partitions), yet pgoutput labels
+their old rows with the root's: a partition under DEFAULT below a FULL root would hand key-only
+old rows over as whole ones, so the root and every partition must agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sdk import PreflightError, Requirement, TableId, TableSchema
+
+from ._connection import PgConnection, q, qualified
+
+VIA_ROOT = "publish_via_partition_root = true"
+IDENTITY_NAMES = {"d": "DEFAULT", "f": "FULL", "i": "USING INDEX", "n": "NOTHING"}
+
+
+@dataclass(frozen=True)
+class Publication:
+    """The sync's publication as this role sees it."""
+
+    name: str
+    exists: bool
+    via_root: bool
+    """Partitions are published through their root (``publish_via_partition_root``)."""
+    mine: bool
+    """This role may alter it (owns it, or is a superuser), or may create it when missing."""
+    owner: str
+
+    def sql_for(self, table: Captured) -> str:
+        """The statement that puts ``table`` in the publication."""
+        name, target = q(self.name), qualified(table.table)
+        if self.exists:
+            return f"ALTER PUBLICATION {name} ADD TABLE {target}"
+        return f"CREATE PUBLICATION {name} FOR TABLE {target}" + (
+            f" WITH ({VIA_ROOT})" if table.partitioned else "")
+
+
+@dataclass(frozen=True)
+class Relation:
+    """One relation of a captured table's partition tree: the table itself, or a partition."""
+
+    table: TableId
+    identity: str
+    """``relreplident``: d (default), f (full), i (index), n (nothing)."""
+    primary_key: tuple[str, ...]
+    identity_index: tuple[str, ...]
+    """The columns of the replica identity index (identity ``i``)."""
+    leaf: bool
+
+    def old_key_columns(self) -> set[str] | None:
+        """The columns the log's old rows carry; None for the whole row."""
+        if self.identity == "f":
+            return None
+        if self.identity == "i":
+            return set(self.identity_index)
+        return set(self.primary_key) if self.identity == "d" else set()
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A captured table: its owner, whether it is in the publication, its partition tree."""
+
+    table: TableId
+    owner: str
+    owned: bool
+    published: bool
+    partitioned: bool
+    relations: tuple[Relation, ...]
+    """The table first, then its leaf partitions (a plain table: itself only)."""
+
+
+def publication(conn: PgConnection) -> Publication:
+    """The publication named in the URL, and what this role may do with it."""
+    rows = conn.query(
+        "SELECT coalesce((to_jsonb(p) ->> 'pubviaroot')::bool, false), "
+        "pg_has_role(p.pubowner, 'USAGE'), p.pubowner::regrole::text FROM pg_publication p "
+        "WHERE p.pubname = %s", (conn.publication,))
+    if rows:
+        via_root, mine, owner = rows[0]
+        return Publication(conn.publication, True, via_root, mine, owner)
+    (create,) = conn.query("SELECT has_database_privilege(current_database(), 'CREATE')")[0]
+    return Publication(conn.publication, False, False, create, "")
+
+
+def captured(conn: PgConnection, table: TableId) -> Captured | None:
+    """``table`` as capture sees it; None when it does not exist."""
+    rows = conn.query(
+        "SELECT c.relowner::regrole::text, pg_has_role(c.relowner, 'USAGE'), c.relkind = 'p', "
+        "EXISTS (SELECT 1 FROM pg_publication_tables t WHERE t.pubname = %s AND "
+        "t.schemaname = n.nspname AND t.tablename = c.relname) OR EXISTS (SELECT 1 FROM "
+        "pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid WHERE "
+        "p.pubname = %s AND r.prrelid = c.oid) FROM pg_class c JOIN pg_namespace n ON "
+        "n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+        (conn.publication, conn.publication, table.schema, table.name))
+    if not rows:
+        return None
+    owner, owned, partitioned, published = rows[0]
+    tree = conn.query(
+        "SELECT n.nspname, c.relname, c.relreplident, t.isleaf, "
+        "coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_index i "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+        "WHERE i.indrelid = c.oid AND i.indisprimary), '{}'), "
+        "coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_index i "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+        "WHERE i.indrelid = c.oid AND i.indisreplident), '{}') "
+        "FROM (SELECT c.oid AS relid, 0 AS level, c.relkind <> 'p' AS isleaf FROM pg_class c "
+        "WHERE c.oid = %s::regclass UNION SELECT relid, level, isleaf "
+        "FROM pg_partition_tree(%s::regclass) WHERE level > 0) t "
+        "JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "ORDER BY t.level, n.nspname, c.relname", (qualified(table),) * 2)
+    relations = tuple(Relation(TableId(s, name), ident, tuple(pk), tuple(index), leaf)
+                      for s, name, ident, leaf, pk, index in tree)
+    root, leaves = relations[0], tuple(r for r in relations[1:] if r.leaf)
+    if partitioned and not published and leaves:
+        # a publication FOR ALL TABLES or IN SCHEMA without publish_via_partition_root lists
+        # the partitions, not the root: the root is in it when every partition is
+        names = {(s, t) for s, t in conn.query(
+            "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+            (conn.publication,))}
+        published = all((r.table.schema, r.table.name) in names for r in leaves)
+    return Captured(table, owner, owned, published, partitioned, (root, *leaves))
+
+
+def identity_problem(table: Captured) -> tuple[str, str] | None:
+    """Why the log's old rows of ``table`` cannot identify its rows, and the fix; None if
+    they can. Every relation needs an identity, and partitions need the root's kind."""
+    root = table.relations[0]
+    usable = [r for r in table.relations if r.identity == "f" or r.identity == "i" or
+              (r.identity == "d" and r.primary_key)]
+    if len(usable) < len(table.relations):
+        bad = [r for r in table.relations if r not in usable]
+        names = ", ".join(str(r.table) for r in bad)
+        return (f"{names}: no primary key and no replica identity: adding it to a publication "
+                "would make the application's UPDATE and DELETE fail",
+                "; ".join(f"ALTER TABLE {qualified(r.table)} REPLICA IDENTITY FULL"
+                          for r in bad) + " (or add a primary key)")
+    if root.identity == "f":
+        bad = [r for r in table.relations[1:] if r.identity != "f"]
+        if bad:
+            names = ", ".join(f"{r.table} ({IDENTITY_NAMES[r.identity]})" for r in bad)
+            return (f"{table.table} has REPLICA IDENTITY FULL but its partitions {names} do "
+                    "not (a partition does not take its parent's): pgoutput would label their "
+                    "key-only old rows as whole rows",
+                    "; ".join(f"ALTER TABLE {qualified(r.table)} REPLICA IDENTITY FULL"
+                              for r in bad) + " (and for each partition added later)")
+    return None
+
+
+def table_requirements(pub: Publication, table: TableId, found: Captured | None
+                       ) -> list[Requirement]:
+    """The replica identity and publication checks of ``table`` (``found``: :func:`captured`)."""
+    if found is None:
+        return [Requirement(f"{table} exists", False, "no such table or not visible", "")]
+    problem = identity_problem(found)
+    checks = [Requirement(f"replica identity of {table}", problem is None,
+                          problem[0] if problem else "",
+                          problem[1] if problem else "")]
+    addable = found.owned and pub.mine
+    detail = "" if found.published else (
+        "will be added by sdk sync" if addable else
+        f"sdk sync cannot add it: the table belongs to role {found.owner}"
+        + (f" and the publication to role {pub.owner}" if pub.exists and not pub.mine else "")
+        + ("" if pub.exists or pub.mine else ", and this role may not create publications"))
+    owners = "the table's owner" if not pub.exists else \
+        "a role owning both the table and the publication (or a superuser)"
+    checks.append(Requirement(f"{table} in publication {pub.name}",
+                              found.published or addable, detail,
+                              f"{pub.sql_for(found)}, as {owners}"))
+    return checks
+
+
+def partition_root_requirement(pub: Publication) -> Requirement:
+    """An existing publication must publish partitions under their root's name (one that sdk
+    sync creates does: the tables' requirements show its statement)."""
+    detail = "" if pub.via_root else "will be set by sdk sync" if pub.mine else (
+        f"the publication belongs to role {pub.owner}: the partitions' changes would come "
+        "under their own names and be missed")
+    return Requirement(f"publication {pub.name} publishes partitions through their root",
+                       pub.via_root or pub.mine, detail,
+                       f"ALTER PUBLICATION {q(pub.name)} SET ({VIA_ROOT}), as its owner")
+
+
+def check_keys(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
+    """Refuse a chosen key the log's old rows do not carry (a key other than the replica
+    identity's columns needs REPLICA IDENTITY FULL), before anything is created."""
+    problems = []
+    for schema in tables:
+        found = captured(conn, schema.table)
+        if found is None:
+            continue
+        short = [r for r in found.relations
+                 if (cols := r.old_key_columns()) is not None and not set(schema.key) <= cols]
+        if short and identity_problem(found) is None:
+            names = ", ".join(str(r.table) for r in short)
+            problems.append(
+                f"[MISSING] old key of {schema.table}: its chosen key ({', '.join(schema.key)}) "
+                f"is not in the old rows the log carries for {names} (replica identity "
+                f"{IDENTITY_NAMES[short[0].identity]})\n    fix: "
+                + "; ".join(f"ALTER TABLE {qualified(r.table)} REPLICA IDENTITY FULL"
+                            for r in short))
+    if problems:
+        raise PreflightError("the log cannot identify the rows of the chosen keys:\n"
+                             + "\n".join(problems))
+
+
+def publish(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
+    """Create the publication, add the tables missing from it and publish partitions through
+    their root, as far as this role may; preflight names what is left to the owners."""
+    import psycopg
+
+    pub = publication(conn)
+    if not pub.mine:
+        return
+    found = [c for t in tables if (c := captured(conn, t.table)) is not None]
+    missing = [c for c in found if not c.published and c.owned]
+    partitioned = any(c.partitioned for c in found)
+    try:
+        if not pub.exists:
+            if missing:  # never an empty one: its owner would stand between the tables' own
+                conn.query(f"CREATE PUBLICATION {q(pub.name)} FOR TABLE "
+                           + ", ".join(qualified(c.table) for c in missing)
+                           + (f" WITH ({VIA_ROOT})" if partitioned else ""))
+            return
+        if not pub.via_root and partitioned:
+            conn.query(f"ALTER PUBLICATION {q(pub.name)} SET ({VIA_ROOT})")
+        if missing:
+            conn.query(f"ALTER PUBLICATION {q(pub.name)} ADD TABLE "
+                       + ", ".join(qualified(c.table) for c in missing))
+    except psycopg.errors.InsufficientPrivilege:
+        pass  # preflight names the statement the owner must run
