@@ -2,7 +2,9 @@
 
 State files, offsets and the change envelope are JSON; database values are richer (Decimal,
 bytes, dates, instants). Plain JSON values stay as they are; the others become a one-key object
-whose key starts with ``$``, so a round trip gives back the same Python value and type.
+whose key starts with ``$``, so a round trip gives back the same Python value and type. A
+:class:`~sdk.temporal.WideTemporal` (a date or time Python cannot hold) takes its type's tag with
+ISO 8601 text that Spark parses to the same value (``{"$date": "-0043-03-15"}``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import math
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
+
+from .temporal import DATE, TIME, TIMESTAMP, TIMESTAMP_TZ, WideTemporal
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -36,6 +40,8 @@ def encode_value(value: Any) -> Any:
         return {"$time": value.isoformat()}
     if isinstance(value, dt.timedelta):
         return {"$timedelta": value // dt.timedelta(microseconds=1)}
+    if isinstance(value, WideTemporal):
+        return {_WIDE_TAGS[value.type]: value.isoformat()}
     if isinstance(value, (list, tuple)):
         return [encode_value(v) for v in value]
     if isinstance(value, dict):
@@ -43,13 +49,38 @@ def encode_value(value: Any) -> Any:
     raise TypeError(f"cannot encode a value of type {type(value).__name__} as JSON: {value!r}")
 
 
+_WIDE_TAGS = {DATE: "$date", TIMESTAMP: "$datetime", TIMESTAMP_TZ: "$datetime", TIME: "$time"}
+
+
+def _date(text: str) -> dt.date | WideTemporal:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return WideTemporal.parse(text, DATE)
+
+
+def _datetime(text: str) -> dt.datetime | WideTemporal:
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:  # beyond Python's years: an instant has its UTC offset
+        aware = text.endswith("Z") or text[-6:-5] in ("+", "-")
+        return WideTemporal.parse(text, TIMESTAMP_TZ if aware else TIMESTAMP)
+
+
+def _time(text: str) -> dt.time | WideTemporal:
+    try:
+        return dt.time.fromisoformat(text)
+    except ValueError:
+        return WideTemporal.parse(text, TIME)
+
+
 _DECODERS: dict[str, Callable[[Any], Any]] = {
     "$float": float,
     "$decimal": Decimal,
     "$bytes": base64.b64decode,
-    "$datetime": dt.datetime.fromisoformat,
-    "$date": dt.date.fromisoformat,
-    "$time": dt.time.fromisoformat,
+    "$datetime": _datetime,
+    "$date": _date,
+    "$time": _time,
     "$timedelta": lambda us: dt.timedelta(microseconds=us),
     "$object": lambda obj: {k: decode_value(v) for k, v in obj.items()},
 }

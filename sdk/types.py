@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any, Literal, Protocol
 
 from .codec import decode_key, encode_key
+from .temporal import WideTemporal
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
@@ -175,6 +176,8 @@ class LogicalType(StrEnum):
     """A wall-clock date and time with no zone (``datetime`` without tzinfo)."""
     TIMESTAMP_TZ = "timestamp_tz"
     """An instant (aware ``datetime`` in UTC)."""
+    # DATE, TIME, TIMESTAMP and TIMESTAMP_TZ values beyond Python's datetime (infinity, BC,
+    # years past 9999, 24:00:00) are ``sdk.temporal.WideTemporal``.
     INTERVAL = "interval"
     JSON = "json"
     """JSON document kept as its text."""
@@ -446,4 +449,5 @@ __all__ = [
     "TableId",
     "TableSchema",
     "TableStats",
+    "WideTemporal",
 ]

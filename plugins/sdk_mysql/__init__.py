@@ -75,6 +75,7 @@ class MySqlConnection:
     heartbeat_seconds: float = HEARTBEAT_SECONDS
     in_view: bool = False
     status_sql: str | None = None  # the binlog status statement this server accepts
+    out_of_range: str = "error"  # a target's values MySQL cannot hold: error or null
     _binlogs: list[str] = field(default_factory=list)
 
     def cursor(self) -> Any:
@@ -157,7 +158,8 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
         cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
         snapshot_status = cur.fetchone() is not None
     return MySqlConnection(raw, settings, config.database, snapshot_status,
-                           "mariadb" in version.lower(), heartbeat)
+                           "mariadb" in version.lower(), heartbeat,
+                           out_of_range=_target.out_of_range(config.options))
 
 
 RETRIABLE_CODES = CONNECTION_LOST | {
@@ -518,6 +520,7 @@ def create_table(conn: MySqlConnection, table: TableSchema) -> None:
 def apply_changes(conn: MySqlConnection, table: TableSchema, events: Sequence[ChangeEvent],
                   batch_id: str) -> bool:
     delete, upsert = _target.statements(table, _table(table.table, True), qp)
+    events = _target.checked(table, events, conn.out_of_range)  # before anything is written
     conn.raw.begin()
     try:
         with conn.raw.cursor() as cur:

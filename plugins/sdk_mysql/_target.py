@@ -3,15 +3,25 @@
 Instants (``timestamp_tz``) are stored as UTC in ``DATETIME(6)``, since ``TIMESTAMP`` ends in
 2038; intervals in ``TIME(6)`` (up to 838 hours either way); decimals wider than MySQL's 65
 digits, and text or binary key columns, in types MySQL can index.
+
+Values MySQL cannot hold (a NaN or infinite FLOAT/DOUBLE or DECIMAL, a date beyond years
+1..9999 or infinity, an interval past 838 hours) stop the batch before its transaction writes,
+with an error naming table, key and column; with the target URL option ``out_of_range=null``
+they are written as NULL instead (never in a key column).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
-from sdk import Column, LogicalType, TableSchema
+from sdk import ChangeEvent, Column, ConfigurationError, FatalSyncError, LogicalType, TableSchema
 from sdk.apply import Ledger
+from sdk.temporal import WideTemporal
 
 L = LogicalType
 
@@ -56,6 +66,61 @@ def value(v: Any) -> Any:
     if isinstance(v, dt.datetime) and v.tzinfo is not None:
         return v.astimezone(dt.UTC).replace(tzinfo=None)
     return v
+
+
+OUT_OF_RANGE = ("error", "null")
+"""The values of the target URL option ``out_of_range``: what to do with a value MySQL cannot
+hold."""
+_MAX_TIME = dt.timedelta(hours=838, minutes=59, seconds=59, microseconds=999999)
+
+
+def out_of_range(options: Mapping[str, str]) -> str:
+    """The ``out_of_range`` URL option, checked."""
+    choice = options.get("out_of_range", "error").lower()
+    if choice not in OUT_OF_RANGE:
+        raise ConfigurationError(f"out_of_range={choice!r}: use one of {', '.join(OUT_OF_RANGE)}")
+    return choice
+
+
+def _holds(column: Column, v: Any) -> bool:
+    """Whether the column's MySQL type (:func:`target_type`) holds ``v`` exactly."""
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, Decimal):
+        return v.is_finite() or target_type(column, False) == "LONGTEXT"
+    if isinstance(v, WideTemporal):
+        return v.type == L.TIME.value and v.units <= _MAX_TIME // dt.timedelta(microseconds=1)
+    if isinstance(v, dt.timedelta):
+        return -_MAX_TIME <= v <= _MAX_TIME
+    return True
+
+
+def checked(table: TableSchema, events: Sequence[ChangeEvent], policy: str
+            ) -> Sequence[ChangeEvent]:
+    """``events`` with every value MySQL can hold as pymysql sends it, checked before anything
+    is written: a value it cannot hold is an error naming table, key and column, or NULL when
+    ``policy`` is ``null`` (never in a key)."""
+    out: list[ChangeEvent] = []
+    for event in events:
+        if event.after is None:
+            out.append(event)
+            continue
+        row = list(event.after)
+        for i, column in enumerate(table.columns):
+            v = row[i]
+            if v is None or _holds(column, v):
+                row[i] = str(v) if isinstance(v, WideTemporal) else v
+                continue
+            if policy != "null" or column.name in table.key:
+                raise FatalSyncError(
+                    f"{table.table} key {event.key!r} column {column.name!r}: MySQL's "
+                    f"{target_type(column, column.name in table.key)} cannot hold {v}. Nothing "
+                    "of this table's batch was written. Fix: add out_of_range=null to the "
+                    "target URL to write NULL for such values (not in a key), or mirror into "
+                    "a target that holds them (PostgreSQL)")
+            row[i] = None
+        out.append(replace(event, after=tuple(row)))
+    return out
 
 
 def ledger(schema: str) -> Ledger:

@@ -5,11 +5,21 @@ psycopg's loader gives the value the engine wants (numbers, bytea, dates and tim
 ``astext`` for every other type (uuid, json, jsonb, arrays, enums, domains, network and
 geometric types...), which both the snapshot (``col::text``) and the log carry as the server's
 text, so the two paths always agree.
+
+Dates, timestamps and times Python cannot hold (``infinity``, BC, years past 9999,
+``24:00:00``), on which psycopg's loaders fail, load as :class:`sdk.temporal.WideTemporal`
+(loaders registered on ``psycopg.adapters`` when this module is imported, so the snapshot's
+cursors and the slot's decoding use them alike), and a WideTemporal is sent back in
+PostgreSQL's own text (``infinity``, ``0044-03-15 BC``).
 """
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from sdk import Column, LogicalType
+from sdk.temporal import DATE, TIME, TIMESTAMP, TIMESTAMP_TZ, WideTemporal
 
 L = LogicalType
 TEXT_TYPES = {"astext"}
@@ -40,3 +50,88 @@ def logical_column(name: str, typname: str, typtype: str, formatted: str, nullab
         return Column(name, logical, f"{typname}|{formatted}", nullable, precision, scale)
     logical = L.JSON if typname in _JSON else L.STRING
     return Column(name, logical, f"astext|{formatted}", nullable)
+
+
+_PG_TEXT = re.compile(r"(\d{4,})-(\d\d)-(\d\d)(?: (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?)?"
+                      r"(?:([+-])(\d\d)(?::(\d\d)(?::(\d\d))?)?)?( BC)?")
+
+
+def wide_value(text: str, logical: str) -> WideTemporal:
+    """A date, timestamp or time in PostgreSQL's ISO output (``DateStyle=ISO``) that Python
+    cannot hold: ``infinity``, a BC or past-9999 date, ``24:00:00``."""
+    if text in ("infinity", "-infinity") or logical == TIME:
+        return WideTemporal.parse(text, logical)
+    match = _PG_TEXT.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not a PostgreSQL {logical}: {text!r}")
+    y, mo, d, h, mi, s, frac, sign, oh, om, os, bc = match.groups()
+    year = 1 - int(y) if bc else int(y)
+    offset = 0
+    if sign:
+        offset = (int(oh) * 3600 + int(om or 0) * 60 + int(os or 0)) * (1 if sign == "+" else -1)
+    return WideTemporal.of(logical, year, int(mo), int(d), int(h or 0), int(mi or 0),
+                           int(s or 0), int((frac or "0").ljust(6, "0")), offset)
+
+
+def pg_text(value: WideTemporal) -> str:
+    """A WideTemporal as PostgreSQL reads it back exactly (UTC for an instant)."""
+    if value.infinite or value.type == TIME:
+        return str(value)
+    year, month, day, hour, minute, second, micro = value.fields()
+    text = f"{year if year > 0 else 1 - year:04d}-{month:02d}-{day:02d}"
+    if value.type != DATE:
+        text += f" {hour:02d}:{minute:02d}:{second:02d}.{micro:06d}"
+        text += "+00" if value.type == TIMESTAMP_TZ else ""
+    return text + (" BC" if year <= 0 else "")
+
+
+def _register() -> None:
+    """Wrap psycopg's text loaders of date, time, timestamp and timestamptz so a value they
+    refuse loads as a WideTemporal, and dump WideTemporal as PostgreSQL text."""
+    try:
+        import psycopg
+        from psycopg.adapt import Dumper, Loader
+        from psycopg.pq import Format
+    except ImportError:  # the dialect says so when it connects
+        return
+    adapters = psycopg.adapters
+
+    class WideDumper(Dumper):
+        """A WideTemporal as untyped text: the statement's cast or column gives its type."""
+
+        def dump(self, obj: Any) -> bytes:
+            return pg_text(obj).encode()
+
+    for name, logical in (("date", DATE), ("time", TIME), ("timestamp", TIMESTAMP),
+                          ("timestamptz", TIMESTAMP_TZ)):
+        oid = adapters.types[name].oid
+        base = adapters.get_loader(oid, Format.TEXT)
+        if base is None or getattr(base, "wide", False):
+            continue
+
+        class WideLoader(Loader):
+            """psycopg's loader, then :func:`wide_value` for what it refuses."""
+
+            wide = True
+            inner: Any = base
+            kind = logical
+
+            def __init__(self, oid: int, context: Any = None) -> None:
+                super().__init__(oid, context)
+                self._inner = self.inner(oid, context)
+
+            def load(self, data: Any) -> Any:
+                try:
+                    return self._inner.load(data)
+                except psycopg.DataError as exc:
+                    text = bytes(data).decode()
+                    try:
+                        return wide_value(text, self.kind)
+                    except ValueError as why:
+                        raise psycopg.DataError(f"{exc}; {why}") from None
+
+        adapters.register_loader(oid, WideLoader)
+    adapters.register_dumper(WideTemporal, WideDumper)
+
+
+_register()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
 from sdk import Column, Key, LogicalType, Row, TableSchema
 from sdk.sql import row_range
+from sdk.temporal import time_from_text
+from sdk.types import WideTemporal
 
 CHANGES = "_sdk_changes"
 META = "_sdk_meta"
@@ -88,13 +91,19 @@ def target_type(column: Column) -> str:
 
 
 def to_target_value(value: Any) -> Any:
-    """A Python value as something sqlite3 stores exactly (decimals and times as text)."""
+    """A Python value as something sqlite3 stores exactly (decimals and times as text). NaN
+    is stored as the text ``NaN`` (SQLite would make it NULL); dates and times beyond
+    Python's as their ISO text, or ``infinity`` / ``-infinity``."""
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
     if value is None or isinstance(value, (int, float, str, bytes)):
         return int(value) if isinstance(value, bool) else value
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, (dt.date, dt.time)):
         return value.isoformat()
+    if isinstance(value, WideTemporal):
+        return str(value)
     if isinstance(value, dt.timedelta):
         return value // dt.timedelta(microseconds=1)
     if isinstance(value, (list, dict)):
@@ -102,13 +111,24 @@ def to_target_value(value: Any) -> Any:
     raise TypeError(f"cannot store a {type(value).__name__} in SQLite: {value!r}")
 
 
+def _temporal(parse: Callable[[str], Any], logical: LogicalType) -> Callable[[str], Any]:
+    def load(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError:
+            return WideTemporal.parse(text, logical)
+    return load
+
+
 _FROM_TARGET: dict[LogicalType, Callable[[Any], Any]] = {
     LogicalType.BOOLEAN: bool,
+    LogicalType.FLOAT32: float,
+    LogicalType.FLOAT64: float,
     LogicalType.DECIMAL: Decimal,
-    LogicalType.DATE: dt.date.fromisoformat,
-    LogicalType.TIME: dt.time.fromisoformat,
-    LogicalType.TIMESTAMP: dt.datetime.fromisoformat,
-    LogicalType.TIMESTAMP_TZ: dt.datetime.fromisoformat,
+    LogicalType.DATE: _temporal(dt.date.fromisoformat, LogicalType.DATE),
+    LogicalType.TIME: time_from_text,
+    LogicalType.TIMESTAMP: _temporal(dt.datetime.fromisoformat, LogicalType.TIMESTAMP),
+    LogicalType.TIMESTAMP_TZ: _temporal(dt.datetime.fromisoformat, LogicalType.TIMESTAMP_TZ),
     LogicalType.INTERVAL: lambda us: dt.timedelta(microseconds=us),
 }
 

@@ -2,7 +2,10 @@
 
 Snapshot rows and log rows go through the same functions, so the same stored value gives the
 same Spark value in both phases. Instants are UTC; decimals wider than Spark's 38 digits (or of
-unknown precision) are kept exactly as strings; TIME is kept as its ISO text.
+unknown precision) are kept exactly as strings; TIME is kept as its ISO text. Dates and
+timestamps Python cannot hold (``sdk.temporal.WideTemporal``: infinity, BC, years past 9999)
+go in as the days or microseconds Spark stores; a value no Spark type can take (a NaN in a
+``DecimalType``) stops the read with an error naming its table, key and column.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from ..codec import dumps, encode_value
+from ..errors import FatalSyncError
+from ..temporal import WideTemporal
 from ..types import ChangeEvent, Column, LogicalType, TableSchema
 
 MAX_SPARK_DECIMAL = 38
@@ -101,7 +106,15 @@ def _as_text(value: Any) -> Any:
 def _utc(value: Any) -> Any:
     if isinstance(value, dt.datetime) and value.tzinfo is None:
         return value.replace(tzinfo=dt.UTC)
+    if isinstance(value, WideTemporal):
+        return value.units
     return value
+
+
+def _units(value: Any) -> Any:
+    """A WideTemporal as the days or microseconds Arrow and Spark store (Arrow takes them
+    mixed with dates and datetimes)."""
+    return value.units if isinstance(value, WideTemporal) else value
 
 
 def _converter(column: Column) -> Callable[[Any], Any] | None:
@@ -158,14 +171,43 @@ class TableBatcher:
             transposed = [[None if r is None else r[i] for r in rows]
                           for i in range(self._width)]
         columns = []
-        for values, convert, field in zip(transposed, self._converters, self.arrow_schema,
-                                          strict=False):
+        for index, (values, convert, field) in enumerate(zip(
+                transposed, self._converters, self.arrow_schema, strict=False)):
             if convert is not None:
                 values = [convert(v) for v in values]
-            columns.append(pa.array(values, type=field.type))
+            try:
+                columns.append(pa.array(values, type=field.type))
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                columns.append(self._column(index, values, rows))
         if not rows:
             columns = [pa.array([], type=f.type) for f in list(self.arrow_schema)[:self._width]]
         return pa.RecordBatch.from_arrays(columns + meta, schema=self.arrow_schema)
+
+    def _column(self, index: int, values: Sequence[Any],
+                rows: Sequence[Sequence[Any] | None]) -> pa.Array:
+        """Column ``index`` when Arrow refused it: WideTemporal values as their units, else
+        an error naming the first value no Spark type of the column can take."""
+        field = self.arrow_schema.field(index)
+        values = [_units(v) for v in values]
+        try:
+            return pa.array(values, type=field.type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass
+        column = self.table.columns[index]
+        for j, value in enumerate(values):
+            try:
+                pa.array([value], type=field.type)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                row = rows[j]
+                key = "?" if row is None else repr(self.table.key_of(tuple(row)))
+                raise FatalSyncError(
+                    f"{self.table.table} key {key} column {column.name!r} "
+                    f"({column.source_type}): the value {value!r} does not fit Spark's "
+                    f"{spark_type(column).simpleString()} ({exc}). Fix the value at the "
+                    "source, or change the column to a type the sync carries exactly (a "
+                    "PostgreSQL NaN needs an unconstrained numeric, which goes as text)"
+                    ) from None
+        raise AssertionError("unreachable: the column failed but no value does")
 
     def snapshot_batch(self, rows: Sequence[Sequence[Any]], watermark: str) -> pa.RecordBatch:
         """Snapshot rows: op ``r``, all at the split's watermark, ``_seq`` 0 (their keys are

@@ -9,6 +9,14 @@ Per batch: rows are spread over ``partitions`` tasks by a hash of the table and 
 keeps the last change per key (by ``_seq``) and applies its changes with the target dialect's
 ``apply_changes`` in one transaction that records ``<batch id>-<task>``. A replayed batch has the
 same rows, so the same tasks get the same keys and every ``apply_changes`` is a no-op.
+
+Dates and timestamps leave Spark as the days and microseconds it stores (``unix_date``,
+``unix_micros``), never through PySpark's own datetime conversion, which fails on years outside
+1..9999 (and on year 1 in a session time zone west of UTC): those become
+``sdk.temporal.WideTemporal``. A task turns all its rows into change events before it writes,
+and each table's changes are written in one transaction with the batch's ledger row, so a value
+the target refuses fails before that table's transaction writes, and the rerun after the fix
+skips what was committed.
 """
 
 from __future__ import annotations
@@ -24,16 +32,41 @@ from ..codec import decode_value
 from ..config import ConnectionConfig
 from ..dialects import default_manager, get_dialect
 from ..errors import ConfigurationError
+from ..temporal import date_from_days, datetime_from_micros, time_from_text
 from ..types import Capability, ChangeEvent, LogicalType, Offset, TableId, TableSchema
+
+_MICROS = dt.timedelta(microseconds=1)
+_EPOCH_NTZ = "TIMESTAMP_NTZ '1970-01-01 00:00:00'"
+
+
+def _as_units(name: str, logical: LogicalType) -> Any:
+    """The Spark column ``name`` as :func:`_from_spark` takes it: dates and timestamps as the
+    numbers Spark stores, so PySpark never builds a datetime of them."""
+    from pyspark.sql import functions as F
+
+    column = F.col(f"`{name}`")
+    if logical is LogicalType.DATE:
+        return F.unix_date(column).alias(name)
+    if logical is LogicalType.TIMESTAMP_TZ:
+        return F.unix_micros(column).alias(name)
+    if logical is LogicalType.TIMESTAMP:  # an interval from the epoch: a timedelta in Python
+        return (column - F.expr(_EPOCH_NTZ)).alias(name)
+    return column
 
 
 def _from_spark(value: Any, logical: LogicalType) -> Any:
-    """A value from a Spark Row back to the dialect's Python value: PySpark gives instants as
-    naive local datetimes and binary as bytearray."""
+    """A value from a Spark Row (selected with :func:`_as_units`) back to the dialect's Python
+    value; binary comes as bytearray."""
     if value is None:
         return None
-    if logical is LogicalType.TIMESTAMP_TZ and isinstance(value, dt.datetime):
-        return value.astimezone(dt.UTC)
+    if logical is LogicalType.DATE:
+        return date_from_days(value)
+    if logical is LogicalType.TIMESTAMP_TZ:
+        return datetime_from_micros(value, aware=True)
+    if logical is LogicalType.TIMESTAMP:
+        return datetime_from_micros(value // _MICROS, aware=False)
+    if logical is LogicalType.TIME:
+        return time_from_text(value)
     if isinstance(value, bytearray):
         return bytes(value)
     return value
@@ -75,7 +108,10 @@ class Mirror:
         if self.envelope:
             spread = df.repartition(self.partitions, F.col("table"), F.col("key"))
         else:
-            keys = [F.col(k) for k in self.tables[0].key]
+            table = self.tables[0]
+            df = df.select(*[_as_units(c.name, c.type) for c in table.columns],
+                           *[F.col(c) for c in df.columns if c not in table.column_names])
+            keys = [F.col(f"`{k}`") for k in table.key]
             spread = df.repartition(self.partitions, *keys)
         apply = _PartitionApplier(self, batch_id)
         newest: float | None = None
