@@ -40,7 +40,7 @@ def choose_key(schema: TableSchema, options: SyncOptions) -> TableSchema:
     chosen = options.chunk_key.get(str(schema.table)) or options.chunk_key.get(schema.table.name)
     if chosen:
         candidates = [schema.primary_key, *schema.unique_keys]
-        if tuple(chosen) in candidates:
+        if tuple(chosen) in candidates or schema.key == tuple(chosen):  # or chosen already
             return replace(schema, key=tuple(chosen))
         keys = " or ".join(", ".join(k) for k in candidates if k) or "none"
         where = (f"chunk-key.column for table {schema.table} is ({', '.join(chosen)}), which "
