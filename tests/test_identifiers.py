@@ -261,88 +261,72 @@ def run_cleanups() -> Iterator[list[Side]]:
             action()
 
 
-def all_targets(source_dialect: str, names: Names, postgres_admin: Any, mysql_admin: Any,
-                postgres_admin_url: str, tmp_path: Path, sides: list[Side]) -> list[Side]:
+@dataclass
+class Servers:
+    """The administrators' connections to the PostgreSQL and MariaDB test servers."""
+
+    postgres: Any
+    postgres_url: str
+    mysql: Any
+
+
+@pytest.fixture
+def servers(postgres_admin: Any, postgres_admin_url: str, mysql_admin: Any) -> Servers:
+    return Servers(postgres_admin, postgres_admin_url, mysql_admin)
+
+
+def make_source(kind: str, names: Names, servers: Servers, tmp_path: Path) -> Side:
+    """The source of ``kind`` with both tables filled and analysed (the arithmetic cut uses
+    the row estimate); a PostgreSQL source has its own slot and an awkward publication name."""
+    if kind == "postgres":
+        tag = uuid.uuid4().hex[:8]
+        url = with_query(servers.postgres_url, slot=f"sdk_id_{tag}",
+                         publication=f"Pub {tag}%\"")
+        side = postgres_side(servers.postgres, url, names.schema)
+    elif kind == "mysql":
+        side = mysql_side(servers.mysql, names.schema)
+    else:
+        side = sqlite_side(tmp_path / "source.db")
+    create_source(side, names)
+    analyze = {"postgres": "ANALYZE", "mysql": "ANALYZE TABLE"}.get(kind)
+    for table in tables_of(names) if analyze else ():
+        side.run(f"{analyze} {side.table(table)}", ())
+    return side
+
+
+def all_targets(source_kind: str, names: Names, servers: Servers, tmp_path: Path
+                ) -> list[Side]:
     """A PostgreSQL, a MariaDB and a SQLite target; one of the source's own kind mirrors into
     a schema of its own."""
-    def mirror_schema(dialect: str) -> str:
-        return names.schema + " m" if dialect == source_dialect else names.schema
+    def mirror_schema(kind: str) -> str:
+        return names.schema + " m" if kind == source_kind else names.schema
 
-    targets = [postgres_side(postgres_admin, postgres_admin_url, mirror_schema("postgres")),
-               mysql_side(mysql_admin, mirror_schema("mysql")),
-               sqlite_side(tmp_path / "mirror.db")]
-    sides.extend(targets)
-    return targets
+    return [postgres_side(servers.postgres, servers.postgres_url, mirror_schema("postgres")),
+            mysql_side(servers.mysql, mirror_schema("mysql")),
+            sqlite_side(tmp_path / "mirror.db")]
 
 
-PARAMS = pytest.mark.parametrize("names", list(NAMES.values()), ids=list(NAMES))
-
-
-@PARAMS
 @pytest.mark.postgres
 @pytest.mark.mysql
-def test_postgres_source(names: Names, postgres_admin: Any, postgres_admin_url: str,
-                         mysql_admin: Any, tmp_path: Path, run_cleanups: list[Side],
-                         caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("names", list(NAMES.values()), ids=list(NAMES))
+@pytest.mark.parametrize("kind", ["postgres", "mysql", "sqlite"])
+def test_awkward_names_end_to_end(kind: str, names: Names, servers: Servers, tmp_path: Path,
+                                  run_cleanups: list[Side],
+                                  caplog: pytest.LogCaptureFixture) -> None:
     from sdk_postgres import drop_capture
 
-    tag = uuid.uuid4().hex[:8]
-    url = with_query(postgres_admin_url, slot=f"sdk_id_{tag}", publication=f"pub {tag}%\"")
-    source = postgres_side(postgres_admin, url, names.schema)
+    source = make_source(kind, names, servers, tmp_path)
     run_cleanups.append(source)
-    create_source(source, names)
-    for table in tables_of(names):
-        source.run(f"ANALYZE {source.table(table)}", ())  # the estimate the arithmetic cut uses
-    targets = all_targets("postgres", names, postgres_admin, mysql_admin, postgres_admin_url,
-                          tmp_path, run_cleanups)
-    conn = source.dialect.connect(ConnectionConfig.from_url(url))
+    targets = all_targets(kind, names, servers, tmp_path)
+    run_cleanups.extend(targets)
+    conn: Any = source.dialect.connect(ConnectionConfig.from_url(source.url))
     try:
-        schemas = discover(source.dialect, conn, names, names.schema)
+        schemas = discover(source.dialect, conn, names, source.schema)
         source.dialect.prepare_capture(conn, schemas)
         try:
             sync_into_targets(source, schemas, names, targets, caplog)
         finally:
-            drop_capture(conn)
-    finally:
-        conn.close()
-
-
-@PARAMS
-@pytest.mark.postgres
-@pytest.mark.mysql
-def test_mariadb_source(names: Names, postgres_admin: Any, postgres_admin_url: str,
-                        mysql_admin: Any, tmp_path: Path, run_cleanups: list[Side],
-                        caplog: pytest.LogCaptureFixture) -> None:
-    source = mysql_side(mysql_admin, names.schema)
-    run_cleanups.append(source)
-    create_source(source, names)
-    for table in tables_of(names):
-        source.run(f"ANALYZE TABLE {source.table(table)}", ())
-    targets = all_targets("mysql", names, postgres_admin, mysql_admin, postgres_admin_url,
-                          tmp_path, run_cleanups)
-    conn = source.dialect.connect(ConnectionConfig.from_url(source.url))
-    try:
-        schemas = discover(source.dialect, conn, names, names.schema)
-        sync_into_targets(source, schemas, names, targets, caplog)
-    finally:
-        conn.close()
-
-
-@PARAMS
-@pytest.mark.postgres
-@pytest.mark.mysql
-def test_sqlite_source(names: Names, postgres_admin: Any, postgres_admin_url: str,
-                       mysql_admin: Any, tmp_path: Path, run_cleanups: list[Side],
-                       caplog: pytest.LogCaptureFixture) -> None:
-    source = sqlite_side(tmp_path / "source.db")
-    run_cleanups.append(source)
-    create_source(source, names)
-    targets = all_targets("sqlite", names, postgres_admin, mysql_admin, postgres_admin_url,
-                          tmp_path, run_cleanups)
-    conn = source.dialect.connect(ConnectionConfig.from_url(source.url))
-    try:
-        schemas = discover(source.dialect, conn, names, "main")
-        source.dialect.prepare_capture(conn, schemas)
-        sync_into_targets(source, schemas, names, targets, caplog)
+            if kind == "postgres":
+                drop_capture(conn)  # the slot
     finally:
         conn.close()
