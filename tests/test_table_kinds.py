@@ -20,6 +20,7 @@ from sdk import (
     ConfigurationError,
     ConnectionConfig,
     Dialect,
+    FatalSyncError,
     PreflightError,
     SnapshotSplit,
     TableId,
@@ -328,3 +329,33 @@ def test_a_chosen_key_must_be_not_null_and_is_trusted_with_a_warning(caplog: Any
         choose_key(schema, SyncOptions.from_strings({"chunk-key.column": "t:note"}))
     with pytest.raises(ConfigurationError, match="no column 'nope'"):
         choose_key(schema, SyncOptions.from_strings({"chunk-key.column": "t:nope"}))
+
+
+@pytest.mark.postgres
+def test_a_late_partition_without_full_identity_stops_rather_than_write_null(
+        pg_env: dict[str, Any], postgres_admin: Any) -> None:
+    """A partition added after the sync started has identity DEFAULT under a FULL root: its
+    key-only old row comes labelled whole, so an update that moves the key and keeps a TOASTed
+    value finds NULL in place of that value, and the sync stops instead of writing NULL."""
+    name = pg_env["make"](
+        "CREATE TABLE {name} (region text NOT NULL, id int NOT NULL, doc text, "
+        "PRIMARY KEY (region, id)) PARTITION BY LIST (region);"
+        "CREATE TABLE {name}_eu PARTITION OF {name} FOR VALUES IN ('eu');"
+        "ALTER TABLE {name} REPLICA IDENTITY FULL; ALTER TABLE {name}_eu REPLICA IDENTITY FULL")
+    postgres_admin.execute(f'ALTER TABLE "{name}" OWNER TO "{pg_env["role"]}"')
+    pg = get_dialect("postgres")
+    config = ConnectionConfig.from_url(pg_env["url"])
+    (schema,) = discover(pg, config, f"public.{name}", SyncOptions())
+    postgres_admin.execute(f'CREATE TABLE "{name}_us" PARTITION OF "{name}" FOR VALUES IN '
+                           "('us')")  # identity DEFAULT: partitions do not inherit FULL
+    conn = pg.connect(config)
+    try:
+        start = pg.current_offset(conn)
+        postgres_admin.execute(f"""INSERT INTO "{name}" SELECT 'us', 1, string_agg(md5(i::text
+            || random()::text), '') FROM generate_series(1, 4000) i""")  # ~128 kB: TOASTed
+        postgres_admin.execute(f'UPDATE "{name}" SET id = 2 WHERE id = 1')
+        end = pg.current_offset(conn)
+        with pytest.raises(FatalSyncError, match="REPLICA IDENTITY FULL"):
+            list(pg.stream_log(conn, [schema], start, end))
+    finally:
+        conn.close()
