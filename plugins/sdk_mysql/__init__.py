@@ -41,7 +41,7 @@ from sdk import (
 from sdk.apply import check_target_columns
 from sdk.sql import lexicographic_range
 
-from . import _target
+from . import _target, _visibility
 from ._binlog import CONNECTION_LOST, read_changes
 from ._offsets import (
     NAME,
@@ -76,6 +76,7 @@ class MySqlConnection:
     in_view: bool = False
     status_sql: str | None = None  # the binlog status statement this server accepts
     out_of_range: str = "error"  # a target's values MySQL cannot hold: error or null
+    closes_window: bool = False  # upstream MySQL with GTIDs: heads wait for flushed commits
     _binlogs: list[str] = field(default_factory=list)
 
     def cursor(self) -> Any:
@@ -157,9 +158,12 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
         (version,) = cur.fetchone()
         cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
         snapshot_status = cur.fetchone() is not None
-    return MySqlConnection(raw, settings, config.database, snapshot_status,
+    conn = MySqlConnection(raw, settings, config.database, snapshot_status,
                            "mariadb" in version.lower(), heartbeat,
                            out_of_range=_target.out_of_range(config.options))
+    conn.closes_window = not conn.mariadb and not snapshot_status and \
+        _visibility.gtid_mode_on(conn)
+    return conn
 
 
 RETRIABLE_CODES = CONNECTION_LOST | {
@@ -213,6 +217,13 @@ def preflight(conn: MySqlConnection, tables: Sequence[TableId]) -> list[Requirem
         "binlog retention of a day or more", seconds == 0 or seconds >= 86400,
         f"binlogs expire after {seconds} s" if seconds else "binlogs never expire",
         "SET GLOBAL binlog_expire_logs_seconds = 604800"))
+    if not conn.mariadb and not conn.snapshot_status:  # upstream MySQL: see _visibility
+        checks.append(Requirement(
+            "gtid_mode=ON (watermarks wait for flushed transactions to commit)",
+            conn.closes_window, "without GTIDs a transaction written to the binlog but not yet "
+            "committed when a split is read can be missed",
+            "SET GLOBAL enforce_gtid_consistency = ON, then gtid_mode OFF_PERMISSIVE -> "
+            "ON_PERMISSIVE -> ON", required=False))
     grants = _grants(conn)
     user = conn.settings["user"]
     for privilege, alternatives in (("REPLICATION SLAVE", {"REPLICATION SLAVE",
@@ -379,7 +390,11 @@ def _mysql_gtid(text: Any) -> str | None:
 
 
 def _status_offset(conn: MySqlConnection) -> Offset:
+    """The binlog head; on upstream MySQL with GTIDs only once every transaction below it is
+    committed and visible (see ``_visibility``), so it is a safe watermark."""
     row = _status_row(conn)
+    if conn.closes_window:
+        _visibility.wait_until_visible(conn)
     gtid = _mysql_gtid(row[4]) if not conn.mariadb and len(row) > 4 else None
     return make_offset(row[0], int(row[1]), 0, gtid)
 
