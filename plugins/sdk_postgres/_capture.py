@@ -230,7 +230,7 @@ def publish(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
     partitioned = any(c.partitioned for c in found)
     try:
         if not pub.exists:
-            if missing:  # never an empty one: its owner would stand between the tables' own
+            if missing:  # never an empty one: the tables' owners could not add to it
                 conn.query(f"CREATE PUBLICATION {q(pub.name)} FOR TABLE "
                            + ", ".join(qualified(c.table) for c in missing)
                            + (f" WITH ({VIA_ROOT})" if partitioned else ""))
