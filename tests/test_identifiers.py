@@ -384,3 +384,21 @@ def test_spark_sync_mariadb_to_postgres(spark: Any, servers: Servers, tmp_path: 
     finally:
         for action in [*target.cleanup, *source.cleanup]:
             action()
+
+
+def test_sqlserver_binds_around_percent_in_identifiers() -> None:
+    """pymssql reads ``%s``/``%d`` anywhere in a statement with arguments and has no escape:
+    the dialect binds such a statement itself, outside brackets and literals, with pymssql's
+    own quoting of each value; a statement without a ``%`` in names goes to pymssql as is."""
+    pytest.importorskip("pymssql")
+    from pymssql import _mssql
+
+    from sdk_sqlserver import statement
+
+    plain = "SELECT [a] FROM [t] WHERE [k] >= %s AND [n] = %s"
+    assert statement(plain, ["x", 1]) == (plain, ("x", 1))
+    assert statement("SELECT 1", []) == ("SELECT 1", None)
+    sql, args = statement("SELECT [k%s], '%d' FROM [s].[user%data]]] WHERE [k%s] >= %s "
+                          "AND [n] = %s", ["it's", b"\xff\x01"])
+    assert args is None and sql == b"SELECT [k%s], '%d' FROM [s].[user%data]]] WHERE [k%s] >= " \
+        + _mssql.substitute_params("%s AND [n] = %s", ("it's", b"\xff\x01"))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -72,7 +73,7 @@ class MssqlConnection:
         a result set)."""
         cur = self.raw.cursor()
         try:
-            cur.execute(sql, tuple(args) if args else None)  # None: a '%' stays as it is
+            cur.execute(*statement(sql, args))
             if not cur.description:
                 return [], []
             return [d[0] for d in cur.description], [tuple(r) for r in cur.fetchall()]
@@ -84,6 +85,45 @@ class MssqlConnection:
 
     def close(self) -> None:
         self.raw.close()
+
+
+_TOKENS = re.compile(r"\[(?:[^\]]|\]\])*\]|'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|[^\['\"]+|.",
+                     re.DOTALL)
+"""A statement's bracketed identifiers, string literals, quoted identifiers and the text
+between them."""
+
+
+def bind(sql: str, args: Sequence[Any]) -> bytes:
+    """``sql`` as the bytes pymssql sends, each ``%s`` outside identifiers and literals replaced
+    by pymssql's own literal of the next argument (raw bytes for binary values, hence bytes).
+    pymssql would read ``%s`` and ``%d`` anywhere, inside ``[user%data]`` too, and has no
+    escape for them."""
+    from pymssql import _mssql
+
+    values = list(args)
+    out: list[bytes] = []
+    for token in _TOKENS.findall(sql):
+        pieces = [token] if token[0] in "['\"" else token.split("%s")
+        out.append(pieces[0].encode())
+        for piece in pieces[1:]:
+            if not values:
+                raise ValueError(f"fewer arguments than placeholders in {sql[:200]!r}")
+            out.append(_mssql.substitute_params("%s", (values.pop(0),)))
+            out.append(piece.encode())
+    if values:
+        raise ValueError(f"more arguments than placeholders in {sql[:200]!r}")
+    return b"".join(out)
+
+
+def statement(sql: str, args: Sequence[Any]) -> tuple[str | bytes, tuple[Any, ...] | None]:
+    """What to hand ``cursor.execute``: no arguments when there are none (a ``%`` in the text
+    then stays as it is), the text bound here (:func:`bind`) when an identifier or literal
+    holds a ``%``, else the text and the arguments for pymssql to bind."""
+    if not args:
+        return sql, None
+    if any(t[0] in "['\"" and "%" in t for t in _TOKENS.findall(sql)):
+        return bind(sql, args), None
+    return sql, tuple(args)
 
 
 def _table(table: TableId) -> str:
@@ -295,7 +335,7 @@ def _key_select(table: TableSchema) -> tuple[str, str]:
 @hookimpl
 def table_stats(conn: MssqlConnection, table: TableSchema) -> TableStats:
     select, order = _key_select(table)
-    desc = ", ".join(f"{k} DESC" for k in order.split(", "))
+    desc = ", ".join(f"{key_sql(c)[0]} DESC" for c in _key_columns(table))
     convert = row_converter(tuple(_key_columns(table)))
     first = conn.rows(f"SELECT TOP 1 {select} FROM {_table(table.table)} ORDER BY {order}")
     last = conn.rows(f"SELECT TOP 1 {select} FROM {_table(table.table)} ORDER BY {desc}")
@@ -375,8 +415,8 @@ def read_range(conn: MssqlConnection, table: TableSchema, split: SnapshotSplit,
     conn.query("BEGIN TRANSACTION")
     cur = conn.raw.cursor()
     try:
-        cur.execute(f"SELECT {columns} FROM {_table(table.table)} WHERE {where}",
-                    tuple(args) if args else None)
+        cur.execute(*statement(f"SELECT {columns} FROM {_table(table.table)} WHERE {where}",
+                               args))
         while batch := cur.fetchmany(fetch_size):
             yield [convert(tuple(r)) for r in batch]
     finally:
