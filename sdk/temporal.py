@@ -113,18 +113,19 @@ class WideTemporal:
     @classmethod
     def of(cls, logical: str, year: int, month: int, day: int, hour: int = 0, minute: int = 0,
            second: int = 0, micro: int = 0, offset_seconds: int = 0) -> WideTemporal:
-        """A finite value from its fields (``offset_seconds`` east of UTC, for an instant);
-        ValueError when Spark's type cannot hold it (a timestamp after 294247-01-10)."""
+        """A value from its fields (``offset_seconds`` east of UTC, for an instant); the type's
+        limit is its infinity. ValueError when Spark's type cannot hold it (a timestamp after
+        294247-01-10)."""
         clock = ((hour * 60 + minute) * 60 + second - offset_seconds) * 1_000_000 + micro
         if logical == TIME:
             return cls(TIME, clock)
         days = days_from_civil(year, month, day)
         units = days if logical == DATE else days * DAY_MICROS + clock
         limit = _LIMIT[logical]
-        if not -limit - 1 < units < limit:
-            kind = "DateType" if logical == DATE else "TimestampType"
+        if not -limit - 1 <= units <= limit:
+            kind = "DateType" if logical == DATE else "TimestampType (years -290308 to 294247)"
             raise ValueError(f"{year:04d}-{month:02d}-{day:02d}: beyond what Spark's {kind} "
-                             "holds (years -290308 to 294247)")
+                             "holds")
         return cls(logical, units)
 
     @classmethod

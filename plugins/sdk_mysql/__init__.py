@@ -51,7 +51,7 @@ from ._offsets import (
     parts,
     position_key,
 )
-from ._types import logical_column, normalizer
+from ._types import logical_column, normalizer, select_term
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 HEARTBEAT_SECONDS = 0.5  # an open-ended stream_log's heartbeat period (option heartbeat_seconds)
@@ -450,7 +450,7 @@ def read_range(conn: MySqlConnection, table: TableSchema, split: SnapshotSplit,
     import pymysql.cursors
 
     where, args = _key_range(table, split.start, split.end)
-    columns = ", ".join(qp(c) for c in table.column_names)
+    columns = ", ".join(select_term(c, qp(c.name)) for c in table.columns)
     with conn.raw.cursor(pymysql.cursors.SSCursor) as cur:  # args: formatted even when empty
         cur.execute(f"SELECT {columns} FROM {_table(table.table, True)} WHERE {where}", args)
         while batch := cur.fetchmany(fetch_size):

@@ -4,8 +4,9 @@ pymysql (``read_range``) and python-mysql-replication (``stream_log``) return di
 values for the same stored value; :func:`normalizer` maps both to one. Differences found on
 MariaDB 10.11 (``tests/test_mysql_dialect.py`` pins each):
 
-- FLOAT: the binlog gives the float32 value, SELECT its shortest decimal text: both become the
-  float32 value.
+- FLOAT: the binlog gives the float32 value, SELECT text MariaDB rounds to 6 digits
+  (3.40282e38 for 3.402823466e38): the snapshot selects ``col * 1e0`` (the value widened to a
+  DOUBLE, exactly), and both become the float32 value.
 - BINARY(n): the binlog strips the zero padding SELECT keeps, and gives an empty value as
   ``''``: both padded bytes.
 - SET: the binlog gives a Python set (None when empty), SELECT ``'a,b'``: both the text in
@@ -14,7 +15,8 @@ MariaDB 10.11 (``tests/test_mysql_dialect.py`` pins each):
 - TIME: the binlog (python-mysql-replication 1.0.x) decodes negative values with a fraction
   wrongly (``-00:00:00.000001`` comes as ``-00:00:00.999999``): corrected here.
 - TIMESTAMP: both naive UTC (the session runs at ``+00:00``): both aware UTC instants.
-- zero dates: the binlog gives None, SELECT the text: both None.
+- zero dates: the binlog gives None (a zero TIMESTAMP: the epoch), SELECT the text: both
+  None. So do dates of year 0 or with a zero month or day, which the binlog reader drops.
 - spatial: both the internal format (4-byte SRID, then WKB): both the WKB.
 """
 
@@ -81,6 +83,12 @@ def logical_column(name: str, data_type: str, column_type: str, nullable: bool,
     return col(L.STRING)
 
 
+def select_term(column: Column, quoted: str) -> str:
+    """How the snapshot selects ``column`` (quoted as ``quoted``): a FLOAT widened to DOUBLE,
+    whose text keeps every bit (``* 1e0`` keeps -0 too), anything else as it is."""
+    return f"{quoted} * 1e0" if column.type is L.FLOAT32 else quoted
+
+
 def _float32(value: Any) -> Any:
     return struct.unpack("<f", struct.pack("<f", value))[0] if value is not None else None
 
@@ -93,11 +101,18 @@ def _bits(value: Any) -> Any:
     return value
 
 
+_ZERO_TIMESTAMP = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def _utc(value: Any) -> Any:
     if isinstance(value, str):
-        return None  # a zero TIMESTAMP
+        return None  # a zero TIMESTAMP as SELECT gives it
     if isinstance(value, dt.datetime):
-        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+        value = value.replace(tzinfo=dt.UTC) if value.tzinfo is None \
+            else value.astimezone(dt.UTC)
+        # the binlog gives a zero TIMESTAMP as the epoch, which no TIMESTAMP can hold (its
+        # range starts at 1970-01-01 00:00:01 UTC)
+        return None if value == _ZERO_TIMESTAMP else value
     return value
 
 

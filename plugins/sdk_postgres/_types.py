@@ -69,8 +69,11 @@ def wide_value(text: str, logical: str) -> WideTemporal:
     offset = 0
     if sign:
         offset = (int(oh) * 3600 + int(om or 0) * 60 + int(os or 0)) * (1 if sign == "+" else -1)
-    return WideTemporal.of(logical, year, int(mo), int(d), int(h or 0), int(mi or 0),
-                           int(s or 0), int((frac or "0").ljust(6, "0")), offset)
+    value = WideTemporal.of(logical, year, int(mo), int(d), int(h or 0), int(mi or 0),
+                            int(s or 0), int((frac or "0").ljust(6, "0")), offset)
+    if value.infinite:  # the one finite value at Spark's limit would read as infinity
+        raise ValueError(f"{text}: beyond what Spark's timestamp types hold")
+    return value
 
 
 def pg_text(value: WideTemporal) -> str:
