@@ -4,9 +4,10 @@ crash tests can SIGKILL it (driver and JVM) and start it again from its checkpoi
     python spark_child.py SOURCE_URL MIRROR_URL WORKDIR
 
 Prints ``APPLY <batch>`` before and ``APPLIED <batch>`` after each micro-batch reaches the
-mirror, so the test can time its kills. Runs until the file ``WORKDIR/stop`` appears (the test
-creates it once its writer has stopped), then until the mirror has caught up with the source's
-log head, and exits.
+mirror, so the test can time its kills; keeps what each batch delivered under
+``WORKDIR/changes`` so the test can see a change delivered twice. Runs until the file
+``WORKDIR/stop`` appears (the test creates it once its writer has stopped), then until the
+mirror has caught up with the source's log head, and exits.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ def main() -> None:
 
     def apply(df: Any, batch_id: int) -> None:
         print(f"APPLY {batch_id}", flush=True)
+        df = df.persist()
+        # what the batch delivered, for the test to count (a replay rewrites its folder)
+        df.select("table", "op", "key", "offset").write.mode("overwrite").parquet(
+            f"{work}/changes/batch_id={batch_id}")
         mirror(df, batch_id)
+        df.unpersist()
         print(f"APPLIED {batch_id}", flush=True)
 
     stream = (spark.readStream.format("cdc").option("url", source)
