@@ -361,8 +361,7 @@ def test_spark_sync_mariadb_to_postgres(spark: Any, servers: Servers, tmp_path: 
     PostgreSQL schema: the mirror equals the source."""
     from sdk.spark.sync import run_sync
 
-    # no backtick in column names: sdk/spark/mirror.py quotes them for F.col undoubled
-    names = Names("s%x.é `q`", 'user%data "x"', "k%s.é", "n %d", "v.'%'")
+    names = Names("s%x.é `q`", 'user%data "x"', "k%s.`é", "n %d", "v.'%'`")
     source = make_source("mysql", names, servers, tmp_path)
     target = postgres_side(servers.postgres, servers.postgres_url, names.schema + " m")
     try:

@@ -54,7 +54,7 @@ from . import _capture, _snapshot, _target
 from ._connection import PgConnection, q, qp, qualified
 from ._offsets import NAME, compare, lsn_int, lsn_text, make_offset, parts
 from ._stream import check_slot, read_changes
-from ._types import TEXT_TYPES, kind_of, logical_column
+from ._types import TEXT_TYPES, kind_of, logical_column, register_wide_temporals
 
 POLL_SECONDS = 0.5  # an open-ended stream_log reads up to a new watermark this often
 UNREACHABLE = ("Connection refused", "timeout expired", "timed out", "No route to host",
@@ -111,6 +111,7 @@ def connect(config: ConnectionConfig) -> PgConnection:
         if any(mark in text for mark in UNREACHABLE):  # a passing fault, maybe
             raise RetriableError(f"cannot connect to {config.masked_url}: {message}") from None
         raise ConfigurationError(f"cannot connect to {config.masked_url}: {message}") from None
+    register_wide_temporals(raw.adapters)
     return PgConnection(raw, config.options.get("slot", "sdk_slot"),
                         config.options.get("publication", "sdk_pub"),
                         float(config.options.get("wait_seconds", "60")), connect_args=args)

@@ -8,8 +8,9 @@ text, so the two paths always agree.
 
 Dates, timestamps and times Python cannot hold (``infinity``, BC, years past 9999,
 ``24:00:00``), on which psycopg's loaders fail, load as :class:`sdk.temporal.WideTemporal`
-(loaders registered on ``psycopg.adapters`` when this module is imported, so the snapshot's
-cursors and the slot's decoding use them alike), and a WideTemporal is sent back in
+(loaders registered on each of the dialect's connections by :func:`register_wide_temporals`,
+so the snapshot's cursors and the slot's decoding use them alike, and no other psycopg
+connection of the process is touched), and a WideTemporal is sent back in
 PostgreSQL's own text (``infinity``, ``0044-03-15 BC``).
 """
 
@@ -88,16 +89,13 @@ def pg_text(value: WideTemporal) -> str:
     return text + (" BC" if year <= 0 else "")
 
 
-def _register() -> None:
-    """Wrap psycopg's text loaders of date, time, timestamp and timestamptz so a value they
-    refuse loads as a WideTemporal, and dump WideTemporal as PostgreSQL text."""
-    try:
-        import psycopg
-        from psycopg.adapt import Dumper, Loader
-        from psycopg.pq import Format
-    except ImportError:  # the dialect says so when it connects
-        return
-    adapters = psycopg.adapters
+def register_wide_temporals(adapters: Any) -> None:
+    """On a connection's ``adapters``: wrap psycopg's text loaders of date, time, timestamp and
+    timestamptz so a value they refuse loads as a WideTemporal, and dump WideTemporal as
+    PostgreSQL text."""
+    import psycopg
+    from psycopg.adapt import Dumper, Loader
+    from psycopg.pq import Format
 
     class WideDumper(Dumper):
         """A WideTemporal as untyped text: the statement's cast or column gives its type."""
@@ -135,6 +133,3 @@ def _register() -> None:
 
         adapters.register_loader(oid, WideLoader)
     adapters.register_dumper(WideTemporal, WideDumper)
-
-
-_register()

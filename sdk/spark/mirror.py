@@ -39,12 +39,18 @@ _MICROS = dt.timedelta(microseconds=1)
 _EPOCH_NTZ = "TIMESTAMP_NTZ '1970-01-01 00:00:00'"
 
 
+def spark_name(name: str) -> str:
+    """A column name as Spark's column expressions take it: backquoted, inner backquotes
+    doubled (a name may hold dots, spaces or backquotes)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _as_units(name: str, logical: LogicalType) -> Any:
     """The Spark column ``name`` as :func:`_from_spark` takes it: dates and timestamps as the
     numbers Spark stores, so PySpark never builds a datetime of them."""
     from pyspark.sql import functions as F
 
-    column = F.col(f"`{name}`")
+    column = F.col(spark_name(name))
     if logical is LogicalType.DATE:
         return F.unix_date(column).alias(name)
     if logical is LogicalType.TIMESTAMP_TZ:
@@ -111,7 +117,7 @@ class Mirror:
             table = self.tables[0]
             df = df.select(*[_as_units(c.name, c.type) for c in table.columns],
                            *[F.col(c) for c in df.columns if c not in table.column_names])
-            keys = [F.col(f"`{k}`") for k in table.key]
+            keys = [F.col(spark_name(k)) for k in table.key]
             spread = df.repartition(self.partitions, *keys)
         apply = _PartitionApplier(self, batch_id)
         newest: float | None = None
