@@ -382,6 +382,7 @@ def test_leaky_current_offset_loses_the_change_and_is_caught(driver: str) -> Non
     assert replay(outcome.events)[(1,)] == (1, 10)  # the update was lost
 
 
+@pytest.mark.slow
 def test_property_suite_catches_a_leaky_dialect() -> None:
     @settings(max_examples=500, deadline=None, database=None)
     @given(scenarios(exactly_once=True, atomic=False, crashes=False))

@@ -24,6 +24,7 @@ def rows(url: str) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow
 def test_sync_resumes_from_its_checkpoint(spark: Any, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "shop.db"

@@ -12,6 +12,7 @@ from sdk.cli import main
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 
+@pytest.mark.slow
 def test_small_demo_is_verified(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--rows", "5000", "--workdir", str(tmp_path / "demo")]) == 0
     out = capsys.readouterr().out

@@ -59,6 +59,7 @@ def test_stream_from_mariadb_to_a_mirror(spark: Any, mysql_admin: Any, mysql_url
     conn.close()
 
 
+@pytest.mark.slow
 def test_sync_restarts_when_the_source_drops_out(spark: Any, mysql_admin: Any, mysql_url: str,
                                                  tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:

@@ -71,6 +71,7 @@ def test_stream_from_postgres_to_a_mirror(spark: Any, postgres_admin: Any, postg
         conn.close()
 
 
+@pytest.mark.slow
 def test_sync_restarts_when_the_source_drops_out(spark: Any, postgres_admin: Any,
                                                  postgres_url: str, tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
