@@ -15,7 +15,7 @@ from sdk.spark.sync import Retries
 
 
 def test_oracle_codes() -> None:
-    import oracledb
+    oracledb = pytest.importorskip("oracledb", reason="needs the oracle extra (oracledb)")
 
     oracle = get_dialect("oracle")
     assert oracle.is_retriable(oracledb.OperationalError(
@@ -27,7 +27,7 @@ def test_oracle_codes() -> None:
 
 
 def test_sqlserver_codes() -> None:
-    import pymssql
+    pymssql = pytest.importorskip("pymssql", reason="needs the sqlserver extra (pymssql)")
 
     sqlserver = get_dialect("sqlserver")
     assert sqlserver.is_retriable(pymssql.OperationalError(
