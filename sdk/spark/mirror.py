@@ -21,12 +21,13 @@ skips what was committed.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
+
+import pyarrow as pa
 
 from ..codec import decode_value
 from ..config import ConnectionConfig
@@ -35,7 +36,6 @@ from ..errors import ConfigurationError
 from ..temporal import date_from_days, datetime_from_micros, time_from_text
 from ..types import Capability, ChangeEvent, LogicalType, Offset, TableId, TableSchema
 
-_MICROS = dt.timedelta(microseconds=1)
 _EPOCH_NTZ = "TIMESTAMP_NTZ '1970-01-01 00:00:00'"
 
 
@@ -46,7 +46,7 @@ def spark_name(name: str) -> str:
 
 
 def _as_units(name: str, logical: LogicalType) -> Any:
-    """The Spark column ``name`` as :func:`_from_spark` takes it: dates and timestamps as the
+    """The Spark column ``name`` as :func:`_column_values` takes it: dates and timestamps as the
     numbers Spark stores, so PySpark never builds a datetime of them."""
     from pyspark.sql import functions as F
 
@@ -60,31 +60,33 @@ def _as_units(name: str, logical: LogicalType) -> Any:
     return column
 
 
-def _from_spark(value: Any, logical: LogicalType) -> Any:
-    """A value from a Spark Row (selected with :func:`_as_units`) back to the dialect's Python
-    value; binary comes as bytearray."""
-    if value is None:
-        return None
+def _column_values(column: pa.Array, logical: LogicalType) -> list[Any]:
+    """An Arrow column of a batch (selected with :func:`_as_units`) as the dialect's Python
+    values: dates and timestamps from the numbers Spark stores, times from their text, and the
+    rest as Arrow gives them (decimals, bytes, strings, numbers)."""
     if logical is LogicalType.DATE:
-        return date_from_days(value)
-    if logical is LogicalType.TIMESTAMP_TZ:
-        return datetime_from_micros(value, aware=True)
-    if logical is LogicalType.TIMESTAMP:
-        return datetime_from_micros(value // _MICROS, aware=False)
+        return [None if v is None else date_from_days(v) for v in column.to_pylist()]
+    if logical in (LogicalType.TIMESTAMP_TZ, LogicalType.TIMESTAMP):
+        aware = logical is LogicalType.TIMESTAMP_TZ
+        micros = column.cast(pa.int64()).to_pylist()  # an interval from the epoch for NTZ
+        return [None if v is None else datetime_from_micros(v, aware=aware) for v in micros]
     if logical is LogicalType.TIME:
-        return time_from_text(value)
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
+        return [None if v is None else time_from_text(v) for v in column.to_pylist()]
+    values: list[Any] = column.to_pylist()
+    return values
 
 
 class Mirror:
     """A ``foreachBatch`` function keeping target tables equal to the source tables."""
 
     def __init__(self, target_url: str, tables: Sequence[TableSchema], partitions: int = 2,
-                 envelope: bool | None = None, target_schema: str | None = None) -> None:
+                 envelope: bool | None = None, target_schema: str | None = None,
+                 shuffle: bool = True) -> None:
         """``tables`` are the source tables; each is mirrored under the same name, in
-        ``target_schema`` when given (else in the source's schema name)."""
+        ``target_schema`` when given (else in the source's schema name). ``shuffle=False``
+        applies each input partition as it is, for a stream straight from the ``cdc`` source,
+        whose batches already hold each key in one partition (a snapshot batch's splits do not
+        overlap; a log batch is one partition): no exchange of rows between tasks."""
         dialect, config = default_manager().dialect_for_url(target_url)
         if not dialect.has(Capability.APPLY):
             raise ConfigurationError(f"dialect {dialect.name!r} cannot be a sync target "
@@ -96,6 +98,7 @@ class Mirror:
                                                            t.table.name))
                         for t in self.tables}
         self.partitions = partitions
+        self.shuffle = shuffle
         self.envelope = len(self.tables) > 1 if envelope is None else envelope
         self.applied: dict[str, int] = {}
         self.lag_seconds: float | None = None
@@ -111,17 +114,18 @@ class Mirror:
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        if self.envelope:
-            spread = df.repartition(self.partitions, F.col("table"), F.col("key"))
-        else:
+        if not self.envelope:
             table = self.tables[0]
             df = df.select(*[_as_units(c.name, c.type) for c in table.columns],
-                           *[F.col(c) for c in df.columns if c not in table.column_names])
-            keys = [F.col(spark_name(k)) for k in table.key]
-            spread = df.repartition(self.partitions, *keys)
-        apply = _PartitionApplier(self, batch_id)
+                           *[F.col(spark_name(c)) for c in df.columns
+                             if c not in table.column_names])
+        if self.shuffle:
+            keys = [F.col("table"), F.col("key")] if self.envelope else \
+                [F.col(spark_name(k)) for k in self.tables[0].key]
+            df = df.repartition(self.partitions, *keys)
+        applier = _PartitionApplier(self, batch_id)
         newest: float | None = None
-        for table, applied, committed in spread.rdd.mapPartitionsWithIndex(apply).collect():
+        for table, applied, committed in df.mapInArrow(applier, _APPLIED).collect():
             self.applied[table] = self.applied.get(table, 0) + applied
             if committed is not None and (newest is None or committed > newest):
                 newest = committed
@@ -129,8 +133,12 @@ class Mirror:
             self.lag_seconds = max(0.0, time.time() - newest)
 
 
+_APPLIED = "table string, applied long, committed double"
+"""What each task reports: per table, the changes applied and the newest commit time."""
+
+
 class _PartitionApplier:
-    """Runs on executors: compact one partition's changes and apply them."""
+    """Runs on executors: compact one partition's changes (Arrow batches) and apply them."""
 
     def __init__(self, mirror: Mirror, batch_id: int) -> None:
         self.dialect_name = mirror.dialect_name
@@ -140,27 +148,31 @@ class _PartitionApplier:
         self.envelope = mirror.envelope
         self.batch_id = batch_id
 
-    def __call__(self, task: int, rows: Iterator[Any]
-                 ) -> Iterator[tuple[str, int, float | None]]:
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None, "the mirror's applier runs in a Spark task"
+        task = context.partitionId()  # stable for a batch's replay: the ledger's id
         latest: dict[tuple[TableId, tuple[Any, ...]], tuple[int, ChangeEvent]] = {}
-        newest: dict[TableId, dt.datetime] = {}  # naive local times, as Spark gives them
-        stamp = "commit_ts" if self.envelope else "_commit_ts"
-        for row in rows:
-            record = row.asDict()
-            seq, event = self._event(record)
-            committed = record[stamp]
-            if committed is not None and (event.table not in newest
-                                          or committed > newest[event.table]):
-                newest[event.table] = committed
-            slot = (event.table, event.key)
-            if slot not in latest or latest[slot][0] <= seq:
-                latest[slot] = (seq, event)
+        newest: dict[TableId, int] = {}  # commit times, microseconds since the epoch
+        for batch in batches:
+            stamps = batch.column("commit_ts" if self.envelope else "_commit_ts")
+            for (seq, event), committed in zip(self._events(batch),
+                                               stamps.cast(pa.int64()).to_pylist(),
+                                               strict=True):
+                if committed is not None and committed > newest.get(event.table, -2**63):
+                    newest[event.table] = committed
+                slot = (event.table, event.key)
+                if slot not in latest or latest[slot][0] <= seq:
+                    latest[slot] = (seq, event)
         per_table: dict[TableId, list[ChangeEvent]] = {}
-        for _, event in sorted(latest.values(), key=lambda item: item[0]):
-            per_table.setdefault(event.table, []).append(event)
+        for _, change in sorted(latest.values(), key=lambda item: item[0]):
+            per_table.setdefault(change.table, []).append(change)
         if not per_table:
             return
         dialect = get_dialect(self.dialect_name)
+        report: list[dict[str, Any]] = []
         with dialect.passing_faults():  # a target that drops out is retried like a source
             conn = dialect.connect(self.config)
             try:
@@ -168,22 +180,36 @@ class _PartitionApplier:
                     done = dialect.apply_changes(conn, self.tables[table], events,
                                                  f"{self.batch_id}-{task}")
                     last = newest.get(table)
-                    yield (str(table), len(events) if done else 0,
-                           None if last is None else last.timestamp())
+                    report.append({"table": str(table), "applied": len(events) if done else 0,
+                                   "committed": None if last is None else last / 1e6})
             finally:
                 conn.close()
+        yield pa.RecordBatch.from_pylist(report, schema=_REPORT)
 
-    def _event(self, record: dict[str, Any]) -> tuple[int, ChangeEvent]:
+    def _events(self, batch: pa.RecordBatch) -> list[tuple[int, ChangeEvent]]:
+        """A batch's rows as (sequence, change event) pairs."""
         offset = Offset("mirror")
         if self.envelope:
-            table = self.by_name[record["table"]]
-            key = tuple(decode_value(v) for v in json.loads(record["key"]))
-            row = None
-            if record["op"] != "d":  # a delete needs only its key
-                values = json.loads(record["after"])
-                row = tuple(decode_value(values[c]) for c in table.column_names)
-            return record["seq"], ChangeEvent(table.table, record["op"], key, row, offset)
+            out = []
+            columns = [batch.column(n).to_pylist() for n in ("table", "op", "key", "after",
+                                                               "seq")]
+            for name, op, key_text, after, seq in zip(*columns, strict=True):
+                table = self.by_name[name]
+                key = tuple(decode_value(v) for v in json.loads(key_text))
+                row = None
+                if op != "d":  # a delete needs only its key
+                    values = json.loads(after)
+                    row = tuple(decode_value(values[c]) for c in table.column_names)
+                out.append((seq, ChangeEvent(table.table, op, key, row, offset)))
+            return out
         table = next(iter(self.by_name.values()))
-        row = tuple(_from_spark(record[c.name], c.type) for c in table.columns)
-        return record["_seq"], ChangeEvent(table.table, record["_op"], table.key_of(row),
-                                           None if record["_op"] == "d" else row, offset)
+        values = [_column_values(batch.column(c.name), c.type) for c in table.columns]
+        ops = batch.column("_op").to_pylist()
+        seqs = batch.column("_seq").to_pylist()
+        key_of, name = table.key_of, table.table
+        return [(seq, ChangeEvent(name, op, key_of(row), None if op == "d" else row, offset))
+                for seq, op, row in zip(seqs, ops, zip(*values, strict=True), strict=True)]
+
+
+_REPORT = pa.schema([("table", pa.string()), ("applied", pa.int64()),
+                     ("committed", pa.float64())])

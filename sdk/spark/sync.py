@@ -131,7 +131,8 @@ def run_sync(source: str, target: str | None, tables: str = "*",
         raise ConfigurationError("give a --target to mirror into, a --changes path, or both")
     # checks options, tables and the source before Spark runs; a resumed sync keeps its tables
     spec = checkpointed(resolve(reader_options))
-    mirror = Mirror(target, spec.tables, envelope=spec.envelope, target_schema=target_schema) \
+    mirror = Mirror(target, spec.tables, envelope=spec.envelope, target_schema=target_schema,
+                    shuffle=False) \
         if target is not None else None
     change_log = ChangeLog(changes) if changes is not None else None
 
