@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .algorithm import SyncOptions, choose_key
+from .algorithm.machine import splits_per_batch
 from .algorithm.options import OPTIONS as ALGORITHM_OPTIONS
 from .config import ConnectionConfig
 from .dialects import Dialect, default_manager, get_dialect
@@ -47,8 +48,12 @@ SOURCE_OPTIONS = OptionTable(
            "required for streams"),
     Option("envelope", "envelope", boolean, False, "force the multi-table envelope for one "
            "table", "source"),
-    Option("snapshot.splits-per-batch", "splits_per_batch", positive_int, 8,
-           "splits in one snapshot micro-batch", "source"),
+    Option("snapshot.batch.rows", "batch_rows", positive_int, 400_000,
+           "rows a snapshot micro-batch hands out (split size x splits): each batch pays "
+           "Spark's fixed costs once, each task still holds one split", "source"),
+    Option("snapshot.splits-per-batch", "splits_per_batch", positive_int, None,
+           "splits in one snapshot micro-batch, instead of `snapshot.batch.rows`", "source", (),
+           "from `snapshot.batch.rows`"),
     Option("parallelism", "parallelism", positive_int, 8,
            "tasks of a batch (`spark.read`) snapshot", "source"),
     Option("log.poll-interval.ms", "head_poll_seconds", _milliseconds, 0.5,
@@ -76,7 +81,8 @@ SYNC_OPTIONS = OptionTable(
            "`caught-up` or `never` (follow until Ctrl-C / SIGTERM)", "sync"),
     Option("target_schema", "target_schema", text, None, "schema (database) for the target "
            "tables", "sync"),
-    Option("master", "master", text, "local[2]", "Spark master", "sync"),
+    Option("master", "master", text, "local[*]", "Spark master (`local[*]`: every core of "
+           "this machine)", "sync"),
     Option("retry_seconds", "retry_seconds", _seconds, 300.0, "once running, restart from "
            "the checkpoint after a passing fault of the source or target for up to this many "
            "seconds of failure (0: stop at the first)", "sync"),
@@ -161,7 +167,9 @@ def resolve(options: Mapping[str, str]) -> SourceSpec:
     return SourceSpec(
         dialect=dialect.name, config=config, tables=schemas, options=parsed.options,
         envelope=source["envelope"] or len(schemas) > 1, state_dir=source["state_dir"],
-        splits_per_batch=source["splits_per_batch"], parallelism=source["parallelism"],
+        splits_per_batch=source["splits_per_batch"] or
+        splits_per_batch(source["batch_rows"], parsed.options.split_size),
+        parallelism=source["parallelism"],
         head_poll_seconds=source["head_poll_seconds"], envelope_forced=source["envelope"])
 
 

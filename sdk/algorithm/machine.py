@@ -232,3 +232,9 @@ class PhaseMachine:
             self._filter_source = state.finished
         return self._filter
 
+
+def splits_per_batch(batch_rows: int, split_size: int) -> int:
+    """How many splits a snapshot batch hands out for about ``batch_rows`` rows: enough work
+    that a batch's fixed costs (planning, state, scheduling, the sink's call) stay small, while
+    each split is still read and applied by a task of its own (memory stays O(split))."""
+    return max(1, -(-batch_rows // split_size))

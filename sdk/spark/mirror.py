@@ -155,6 +155,7 @@ class _PartitionApplier:
         assert context is not None, "the mirror's applier runs in a Spark task"
         task = context.partitionId()  # stable for a batch's replay: the ledger's id
         latest: dict[tuple[TableId, tuple[Any, ...]], tuple[int, ChangeEvent]] = {}
+        reads: list[ChangeEvent] = []  # snapshot rows: distinct keys, nothing to compact
         newest: dict[TableId, int] = {}  # commit times, microseconds since the epoch
         for batch in batches:
             stamps = batch.column("commit_ts" if self.envelope else "_commit_ts")
@@ -163,10 +164,18 @@ class _PartitionApplier:
                                                strict=True):
                 if committed is not None and committed > newest.get(event.table, -2**63):
                     newest[event.table] = committed
+                if event.op == "r" and not latest:
+                    reads.append(event)
+                    continue
+                if reads:  # a change after snapshot rows: compact them all together
+                    latest.update(((e.table, e.key), (0, e)) for e in reads)
+                    reads.clear()
                 slot = (event.table, event.key)
                 if slot not in latest or latest[slot][0] <= seq:
                     latest[slot] = (seq, event)
         per_table: dict[TableId, list[ChangeEvent]] = {}
+        for change in reads:
+            per_table.setdefault(change.table, []).append(change)
         for _, change in sorted(latest.values(), key=lambda item: item[0]):
             per_table.setdefault(change.table, []).append(change)
         if not per_table:

@@ -72,13 +72,14 @@ class SyncSummary:
     """Commit-to-applied time of the newest change in the last batch that applied one."""
 
 
-def spark_session(master: str = "local[2]") -> Any:
+def spark_session(master: str = "local[*]") -> Any:
     """A Spark session for the job, with ``format("cdc")`` available."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master(master).appName("sdk sync")
              .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")  # sdk sync reports progress
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
@@ -103,7 +104,7 @@ class ChangeLog:
 
 def run_sync(source: str, target: str | None, tables: str = "*",
              checkpoint: str = "sdk-checkpoint", until: str = "never",
-             options: Mapping[str, str] | None = None, master: str = "local[2]",
+             options: Mapping[str, str] | None = None, master: str = "local[*]",
              target_schema: str | None = None,
              report: Callable[[dict[str, Any]], None] | None = None,
              report_seconds: float = 2.0, changes: str | None = None,
