@@ -1,5 +1,6 @@
 """Helpers for dialects that can be sync targets (``apply_changes``): the runs of changes to
-write, the check of an existing target table, and the ledger that makes batches idempotent."""
+write (or their net effect, for a set-based apply), the check of an existing target table, and
+the ledger that makes batches idempotent."""
 
 from __future__ import annotations
 
@@ -36,6 +37,50 @@ def change_runs(events: Sequence[ChangeEvent], convert: Callable[[Any], Any] | N
         assert event.after is not None
         add("upsert", event.after)
     return out
+
+
+@dataclass(frozen=True)
+class NetChanges:
+    """The net effect of a sequence of changes: the keys to delete and the rows to upsert.
+
+    Each key is in at most one of the two, so a target may apply them as two sets (all deletes,
+    then all upserts, in any row order) and end as if it had applied the changes one by one."""
+
+    deletes: list[tuple[Any, ...]]
+    """The key values of the rows to delete."""
+    upserts: list[tuple[Any, ...]]
+    """The rows (after images) to insert or replace by key."""
+
+    def __len__(self) -> int:
+        return len(self.deletes) + len(self.upserts)
+
+
+def net_changes(events: Sequence[ChangeEvent], convert: Callable[[Any], Any] | None = None
+                ) -> NetChanges:
+    """The last change of each key of ``events`` (in order; an update that moved its key
+    deletes the old key): what a set-based apply writes. The last change decides, so a key
+    deleted by a later move is deleted even when an earlier event upserted it, and a key
+    re-inserted after a delete is upserted. ``convert`` maps each value as in
+    :func:`change_runs`."""
+    last: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}  # key -> after image, or None
+    for event in events:
+        if event.op == "d":
+            last.pop(event.key, None)  # re-inserted at the end: the dict keeps change order
+            last[event.key] = None
+            continue
+        if event.old_key is not None:
+            last.pop(event.old_key, None)
+            last[event.old_key] = None
+        assert event.after is not None
+        last.pop(event.key, None)
+        last[event.key] = event.after
+    deletes: list[tuple[Any, ...]] = []
+    upserts: list[tuple[Any, ...]] = []
+    for key, after in last.items():
+        values = key if after is None else after
+        row = tuple(convert(v) for v in values) if convert is not None else values
+        (deletes if after is None else upserts).append(row)
+    return NetChanges(deletes, upserts)
 
 
 def check_target_columns(existing: Sequence[str], table: TableSchema) -> None:
@@ -103,14 +148,20 @@ class Ledger:
             return f"INSERT IGNORE INTO {name} {values}"
         return f"INSERT INTO {name} {values} ON CONFLICT DO NOTHING"
 
+    def claim(self, cursor: Cursor, table: TableSchema, batch_id: str) -> bool:
+        """Claim ``batch_id`` of ``table``: False when it was applied before (a replay, which
+        must write nothing). The caller writes the batch's changes after a True, in the same
+        transaction, and commits both."""
+        cursor.execute(self.claim_sql(), (table.table.name, batch_id))
+        return cursor.rowcount != 0
+
     def apply(self, cursor: Cursor, table: TableSchema, events: Sequence[ChangeEvent],
               batch_id: str, delete: str, upsert: str,
               convert: Callable[[Any], Any] | None = None) -> bool:
         """Claim ``batch_id`` of ``table`` and write ``events`` with the dialect's ``delete`` (by
         key) and ``upsert`` statements; False, having written nothing, when the batch was
         applied before. The caller runs this inside one transaction and commits it."""
-        cursor.execute(self.claim_sql(), (table.table.name, batch_id))
-        if cursor.rowcount == 0:
+        if not self.claim(cursor, table, batch_id):
             return False
         for kind, rows in change_runs(events, convert):
             cursor.executemany(delete if kind == "delete" else upsert, rows)
