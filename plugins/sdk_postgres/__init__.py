@@ -47,7 +47,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import check_target_columns
+from sdk.apply import check_target_columns, net_changes
 from sdk.sql import row_range
 
 from . import _capture, _snapshot, _target
@@ -455,10 +455,12 @@ def create_table(conn: PgConnection, table: TableSchema) -> None:
 @hookimpl
 def apply_changes(conn: PgConnection, table: TableSchema, events: Sequence[ChangeEvent],
                   batch_id: str) -> bool:
-    delete, upsert = _target.statements(table, qualified(table.table, params=True), qp)
+    """Claim the batch, then write its net changes set-based (:func:`._target.write`)."""
     with conn.raw.transaction(), conn.raw.cursor() as cur:
-        return _target.ledger(q(table.table.schema)).apply(cur, table, events, batch_id,
-                                                           delete, upsert)
+        if not _target.ledger(q(table.table.schema)).claim(cur, table, batch_id):
+            return False
+        _target.write(cur, table, qualified(table.table), net_changes(events), q, qp)
+        return True
 
 
 __all__ = ["NAME", "PgConnection", "drop_capture", "lsn_int", "lsn_text", "make_offset", "q"]

@@ -1,11 +1,20 @@
-"""PostgreSQL as a sync target: mirror tables kept with idempotent batches."""
+"""PostgreSQL as a sync target: mirror tables kept with idempotent batches.
+
+A batch is applied set-based: its net changes (:func:`sdk.apply.net_changes`) are copied
+(``COPY ... FROM STDIN``) into temporary staging tables dropped at commit, then written with one
+``DELETE ... USING`` and one ``INSERT ... SELECT ... ON CONFLICT DO UPDATE``. Fewer rows than
+:data:`BULK_ROWS` go by ``executemany`` instead, which is faster when staging costs more than
+the rows.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sdk import Column, LogicalType, TableSchema
-from sdk.apply import Ledger
+from sdk.apply import Ledger, NetChanges
 
 L = LogicalType
 
@@ -48,3 +57,86 @@ def statements(table: TableSchema, quoted: str, q: Any) -> tuple[str, str]:
 def ledger(schema: str) -> Ledger:
     """The applied-batch ledger of the mirror tables in ``schema`` (quoted)."""
     return Ledger(schema, "text")
+
+
+BULK_ROWS = 100
+"""Deletes or upserts of a batch at least this many go through a staging table, fewer by
+``executemany`` (benchmarks/target_apply.py measures both)."""
+STAGE, STAGE_KEYS = "_sdk_stage", "_sdk_stage_keys"
+"""The temporary staging tables of upserts and of deleted keys (dropped at commit)."""
+
+
+def _column_list(names: Sequence[str], q: Callable[[str], str], alias: str = "") -> str:
+    return ", ".join(f"{alias}{q(n)}" for n in names)
+
+
+def stage_sql(table: TableSchema, q: Callable[[str], str], keys_only: bool) -> tuple[str, str]:
+    """The creation of a staging table (typed like :func:`statements`' casts, so a value is
+    read as the row-by-row statements read it) and its ``COPY``; no parameters, so ``q``."""
+    columns = [c for c in table.columns if not keys_only or c.name in table.key]
+    if keys_only:  # in key order, as NetChanges.deletes holds the key values
+        by_name = {c.name: c for c in columns}
+        columns = [by_name[k] for k in table.key]
+    name = STAGE_KEYS if keys_only else STAGE
+    create = (f"CREATE TEMP TABLE {name} ("
+              + ", ".join(f"{q(c.name)} {target_type(c)}" for c in columns)
+              + ") ON COMMIT DROP")
+    copy = f"COPY pg_temp.{name} ({_column_list([c.name for c in columns], q)}) FROM STDIN"
+    return create, copy
+
+
+def merge_sql(table: TableSchema, quoted: str, q: Callable[[str], str]) -> tuple[str, str]:
+    """The set-based DELETE (of the keys staged in ``STAGE_KEYS``) and upsert (of the rows in
+    ``STAGE``) into ``quoted``, the target table; no parameters, so ``q``."""
+    match = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in table.key)
+    delete = f"DELETE FROM {quoted} AS t USING pg_temp.{STAGE_KEYS} AS s WHERE {match}"
+    names = _column_list(table.column_names, q)
+    updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in table.column_names
+                        if c not in table.key) or f"{q(table.key[0])} = EXCLUDED.{q(table.key[0])}"
+    upsert = (f"INSERT INTO {quoted} ({names}) SELECT {names} FROM pg_temp.{STAGE} ON CONFLICT "
+              f"({_column_list(table.key, q)}) DO UPDATE SET {updates}")
+    return delete, upsert
+
+
+def copy_values(table: TableSchema, rows: list[tuple[Any, ...]], keys_only: bool
+                ) -> list[tuple[Any, ...]]:
+    """``rows`` as ``COPY`` should read them. The row-by-row statements send an instant as
+    ``timestamptz`` and cast it, so a ``timestamp`` or ``date`` column gets its UTC wall time
+    (sessions run in UTC); ``COPY`` reads text, where such a column ignores the offset, so
+    instants in those columns are sent in UTC."""
+    names = list(table.key) if keys_only else list(table.column_names)
+    by_name = {c.name: c for c in table.columns}
+    wall = [i for i, n in enumerate(names) if by_name[n].type in (L.TIMESTAMP, L.DATE)]
+    if not wall:
+        return rows
+    out = []
+    for row in rows:
+        values = list(row)
+        for i in wall:
+            v = values[i]
+            if isinstance(v, dt.datetime) and v.tzinfo is not None:
+                values[i] = v.astimezone(dt.UTC)
+        out.append(tuple(values))
+    return out
+
+
+def write(cursor: Any, table: TableSchema, quoted: str, net: NetChanges,
+          q: Callable[[str], str], qp: Callable[[str], str]) -> None:
+    """Write ``net`` (a claimed batch's changes) to ``quoted`` (the target, unquoted for
+    parameters) with the psycopg ``cursor``, inside the caller's transaction: deletes first,
+    then upserts (their keys differ), each set staged and merged or, when small, by
+    ``executemany``."""
+    quoted_params = quoted.replace("%", "%%")
+    for keys_only, rows in ((True, net.deletes), (False, net.upserts)):
+        if not rows:
+            continue
+        if len(rows) < BULK_ROWS:
+            delete, upsert = statements(table, quoted_params, qp)
+            cursor.executemany(delete if keys_only else upsert, rows)
+            continue
+        create, copy = stage_sql(table, q, keys_only)
+        cursor.execute(create)
+        with cursor.copy(copy) as stream:
+            for row in copy_values(table, rows, keys_only):
+                stream.write_row(row)
+        cursor.execute(merge_sql(table, quoted, q)[0 if keys_only else 1])
