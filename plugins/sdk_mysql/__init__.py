@@ -13,7 +13,7 @@ the raw position and the window is not closed (see docs/dialects/mysql.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sdk import (
@@ -38,7 +38,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import check_target_columns
+from sdk.apply import check_target_columns, net_changes
 from sdk.sql import lexicographic_range
 
 from . import _target, _visibility
@@ -534,13 +534,16 @@ def create_table(conn: MySqlConnection, table: TableSchema) -> None:
 @hookimpl
 def apply_changes(conn: MySqlConnection, table: TableSchema, events: Sequence[ChangeEvent],
                   batch_id: str) -> bool:
-    delete, upsert = _target.statements(table, _table(table.table, True), qp)
-    events = _target.checked(table, events, conn.out_of_range)  # before anything is written
+    """Claim the batch, then write its net changes in multi-row statements
+    (:func:`._target.write`); values are checked before anything is written."""
+    net = net_changes(_target.checked(table, events, conn.out_of_range))
+    net = replace(net, deletes=[tuple(map(_target.value, k)) for k in net.deletes])
     conn.raw.begin()
     try:
         with conn.raw.cursor() as cur:
-            done = _target.ledger(q(table.table.schema)).apply(cur, table, events, batch_id,
-                                                               delete, upsert, _target.value)
+            done = _target.ledger(q(table.table.schema)).claim(cur, table, batch_id)
+            if done:
+                _target.write(cur, table, _table(table.table, True), net, qp)
         conn.raw.commit()
         return done
     except BaseException:

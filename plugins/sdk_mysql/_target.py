@@ -8,6 +8,11 @@ Values MySQL cannot hold (a NaN or infinite FLOAT/DOUBLE or DECIMAL, a date beyo
 1..9999 or infinity, an interval past 838 hours) stop the batch before its transaction writes,
 with an error naming table, key and column; with the target URL option ``out_of_range=null``
 they are written as NULL instead (never in a key column).
+
+A batch is applied set-based: its net changes (:func:`sdk.apply.net_changes`) as multi-row
+``DELETE ... WHERE key IN (...)`` statements, then multi-row ``INSERT ... ON DUPLICATE KEY
+UPDATE`` statements (pymysql's ``executemany`` joins the rows of the upsert, whose form it
+recognizes, into statements of up to ``max_stmt_length`` bytes).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from sdk import ChangeEvent, Column, ConfigurationError, FatalSyncError, LogicalType, TableSchema
-from sdk.apply import Ledger
+from sdk.apply import Ledger, NetChanges
 from sdk.temporal import WideTemporal
 
 L = LogicalType
@@ -61,6 +66,33 @@ def statements(table: TableSchema, quoted: str, q: Any) -> tuple[str, str]:
     return delete, upsert
 
 
+DELETE_CHUNK = 1000
+"""Keys per multi-row DELETE: 1000 of the longest keys MySQL indexes (191 characters or 255
+bytes each, escaped) stay below the 4 MB ``max_allowed_packet`` of older servers."""
+
+
+def delete_many_sql(table: TableSchema, quoted: str, q: Any, count: int) -> str:
+    """The DELETE of ``count`` keys in one statement (with parameters: ``quoted`` and ``q`` as
+    for :func:`statements`)."""
+    one = ", ".join(["%s"] * len(table.key))
+    if len(table.key) == 1:
+        return f"DELETE FROM {quoted} WHERE {q(table.key[0])} IN ({', '.join([one] * count)})"
+    return (f"DELETE FROM {quoted} WHERE ({', '.join(q(k) for k in table.key)}) IN ("
+            + ", ".join([f"({one})"] * count) + ")")
+
+
+def write(cursor: Any, table: TableSchema, quoted: str, net: NetChanges, q: Any) -> None:
+    """Write ``net`` (a claimed batch's changes, values as :func:`value` gives them) to
+    ``quoted`` (the target, quoted for parameters) with the pymysql ``cursor``, inside the
+    caller's transaction: deletes first, then upserts (their keys differ)."""
+    for i in range(0, len(net.deletes), DELETE_CHUNK):
+        keys = net.deletes[i:i + DELETE_CHUNK]
+        cursor.execute(delete_many_sql(table, quoted, q, len(keys)),
+                       [v for key in keys for v in key])
+    if net.upserts:
+        cursor.executemany(statements(table, quoted, q)[1], net.upserts)
+
+
 def value(v: Any) -> Any:
     """A Python value as pymysql should send it: instants as naive UTC."""
     if isinstance(v, dt.datetime) and v.tzinfo is not None:
@@ -95,21 +127,31 @@ def _holds(column: Column, v: Any) -> bool:
     return True
 
 
+_PLAIN = frozenset({type(None), bool, int, str, bytes, dt.date, dt.time})
+"""Value types that MySQL holds and pymysql sends as they are (:func:`_holds` and
+:func:`value` leave them alone), so a row of only these needs no look at each value."""
+
+
 def checked(table: TableSchema, events: Sequence[ChangeEvent], policy: str
             ) -> Sequence[ChangeEvent]:
-    """``events`` with every value MySQL can hold as pymysql sends it, checked before anything
-    is written: a value it cannot hold is an error naming table, key and column, or NULL when
-    ``policy`` is ``null`` (never in a key)."""
+    """``events`` with every value MySQL can hold as pymysql sends it (:func:`value`), checked
+    before anything is written: a value it cannot hold is an error naming table, key and
+    column, or NULL when ``policy`` is ``null`` (never in a key). Keys (``key``, ``old_key``)
+    are left to the caller's :func:`value`."""
     out: list[ChangeEvent] = []
+    plain = _PLAIN.issuperset
     for event in events:
-        if event.after is None:
+        after = event.after
+        if after is None or plain(map(type, after)):
             out.append(event)
             continue
-        row = list(event.after)
-        for i, column in enumerate(table.columns):
-            v = row[i]
-            if v is None or _holds(column, v):
-                row[i] = str(v) if isinstance(v, WideTemporal) else v
+        row = list(after)
+        for i, v in enumerate(after):
+            if type(v) in _PLAIN:
+                continue
+            column = table.columns[i]
+            if _holds(column, v):
+                row[i] = str(v) if isinstance(v, WideTemporal) else value(v)
                 continue
             if policy != "null" or column.name in table.key:
                 raise FatalSyncError(
@@ -119,7 +161,8 @@ def checked(table: TableSchema, events: Sequence[ChangeEvent], policy: str
                     "target URL to write NULL for such values (not in a key), or mirror into "
                     "a target that holds them (PostgreSQL)")
             row[i] = None
-        out.append(replace(event, after=tuple(row)))
+        changed = any(a is not b for a, b in zip(row, after, strict=True))
+        out.append(replace(event, after=tuple(row)) if changed else event)
     return out
 
 
