@@ -1,0 +1,301 @@
+"""Set-based apply (#18): a batch's net changes (``sdk.apply.net_changes``) end as the changes
+applied one by one, and the PostgreSQL (staging tables, ``COPY``) and MySQL (multi-row
+statements) targets write batches past their thresholds exactly, with key moves, deletes, awkward
+names and edge values, and a replay changes nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from helpers.servers import MYSQL_ADMIN_URL, with_query
+
+from sdk import (
+    ChangeEvent,
+    Column,
+    ConnectionConfig,
+    FatalSyncError,
+    LogicalType,
+    Offset,
+    TableId,
+    TableSchema,
+    get_dialect,
+)
+from sdk.apply import net_changes
+from sdk.temporal import WideTemporal
+from sdk_mysql import _target as mysql_target
+from sdk_postgres import _target as pg_apply
+
+L = LogicalType
+OFFSET = Offset("test")
+Model = dict[tuple[Any, ...], tuple[Any, ...]]
+
+
+def upsert(table: TableSchema, row: tuple[Any, ...], old_key: tuple[Any, ...] | None = None
+           ) -> ChangeEvent:
+    return ChangeEvent(table.table, "u" if old_key else "c", table.key_of(row), row, OFFSET,
+                       old_key=old_key)
+
+
+def delete(table: TableSchema, key: tuple[Any, ...]) -> ChangeEvent:
+    return ChangeEvent(table.table, "d", key, None, OFFSET)
+
+
+def one_by_one(state: Model, events: list[ChangeEvent]) -> Model:
+    """``state`` after ``events`` applied in order, as the contract defines them."""
+    out = dict(state)
+    for event in events:
+        if event.op == "d":
+            out.pop(event.key, None)
+            continue
+        if event.old_key is not None:
+            out.pop(event.old_key, None)
+        assert event.after is not None
+        out[event.key] = event.after
+    return out
+
+
+# --- net changes, without a database ------------------------------------------------------------
+
+NUMS = TableSchema(TableId("main", "t"), (Column("id", L.INT64, "bigint"),
+                                          Column("v", L.STRING, "text")), ("id",))
+
+
+def test_net_changes_keep_the_last_change_of_each_key() -> None:
+    t = NUMS
+    events = [upsert(t, (1, "a")), upsert(t, (2, "b"), old_key=(1,)),  # 1 inserted, moved away
+              delete(t, (3,)), upsert(t, (3, "c")),  # deleted, then inserted again
+              upsert(t, (4, "d")), delete(t, (4,)),  # inserted, then deleted
+              upsert(t, (5, "e"), old_key=(6,)), upsert(t, (6, "f"))]  # moved, old key reused
+    net = net_changes(events, str)
+    assert sorted(net.deletes) == [("1",), ("4",)]
+    assert sorted(net.upserts) == [("2", "b"), ("3", "c"), ("5", "e"), ("6", "f")]
+    assert len(net) == 6
+
+
+def test_net_changes_applied_as_two_sets_equal_the_changes_one_by_one() -> None:
+    rng = random.Random(18)
+    for _ in range(300):
+        state: Model = {(k,): (k, "old") for k in rng.sample(range(12), 6)}
+        events = []
+        for n in range(rng.randrange(1, 25)):
+            key, kind = rng.randrange(12), rng.randrange(3)
+            if kind == 0:
+                events.append(delete(NUMS, (key,)))
+            elif kind == 1:
+                events.append(upsert(NUMS, (key, f"v{n}")))
+            else:
+                events.append(upsert(NUMS, (key, f"m{n}"), old_key=(rng.randrange(12),)))
+        net = net_changes(events)
+        assert not {k for k in net.deletes} & {NUMS.key_of(r) for r in net.upserts}
+        got = {k: v for k, v in state.items() if k not in set(net.deletes)}
+        got.update({NUMS.key_of(r): r for r in net.upserts})
+        assert got == one_by_one(state, events), events
+
+
+# --- large batches with moves, deletes and replays ----------------------------------------------
+
+def awkward_table(schema: str, name: str) -> TableSchema:
+    """A composite key and names with a percent sign, quotes and a backquote."""
+    return TableSchema(TableId(schema, name), (
+        Column('k"%s', L.STRING, "text"), Column("n`o", L.INT64, "bigint"),
+        Column("v%", L.STRING, "text"), Column("amount", L.DECIMAL, "numeric(12,2)",
+                                                precision=12, scale=2),
+        Column("at", L.TIMESTAMP, "timestamp")), ('k"%s', "n`o"))
+
+
+def make_row(i: int, version: int) -> tuple[Any, ...]:
+    return (f"k{i % 7}%'\\", i, f"v{version} \t\n\\N {i}" if i % 5 else None,
+            Decimal(i * 3 + version) / 4 if i % 11 else None,
+            dt.datetime(2024, 1, 1) + dt.timedelta(seconds=i, microseconds=version))
+
+
+def batches(table: TableSchema, size: int) -> list[list[ChangeEvent]]:
+    """An initial load of ``size`` rows, then a batch of updates, deletes, key moves (to new
+    keys and onto keys deleted in the same batch) and rows inserted again."""
+    load = [upsert(table, make_row(i, 0)) for i in range(size)]
+    changes: list[ChangeEvent] = []
+    for i in range(size):
+        kind = i % 6
+        if kind == 0:
+            changes.append(delete(table, table.key_of(make_row(i, 0))))
+        elif kind == 1:  # move to a new key
+            changes.append(upsert(table, make_row(size + i, 1),
+                                  old_key=table.key_of(make_row(i, 0))))
+        elif kind == 2:  # move onto the key deleted just before (kind 0, i - 2)
+            changes.append(upsert(table, make_row(i - 2, 2), old_key=table.key_of(make_row(i, 0))))
+        elif kind == 3:
+            changes.append(upsert(table, make_row(i, 1)))
+    changes += [upsert(table, make_row(i, 3)) for i in range(0, size, 12)]  # after the delete
+    changes += [delete(table, table.key_of(make_row(size + i, 1)))  # after the move
+                for i in range(1, size, 24)]
+    return [load, changes]
+
+
+def check_batches(dialect: Any, conn: Any, table: TableSchema, read: Any, size: int) -> None:
+    """Apply :func:`batches`, each twice (the replay changes nothing), checking the rows."""
+    state: Model = {}
+    for n, events in enumerate(batches(table, size)):
+        state = one_by_one(state, events)
+        assert dialect.apply_changes(conn, table, events, f"{n}-0")
+        assert read() == state
+        assert not dialect.apply_changes(conn, table, events[:1], f"{n}-0")  # a replay
+        assert read() == state
+    assert dialect.apply_changes(conn, table, [], "empty-0")
+
+
+@pytest.fixture
+def pg_target(postgres_admin: Any, postgres_url: str) -> Iterator[tuple[Any, str]]:
+    schema = f"sdk_bulk_{uuid.uuid4().hex[:8]}"
+    postgres_admin.execute(f"CREATE SCHEMA {schema} AUTHORIZATION sdk_cdc")
+    conn = get_dialect("postgres").connect(ConnectionConfig.from_url(postgres_url))
+    try:
+        yield conn, schema
+    finally:
+        conn.close()
+        postgres_admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def pg_rows(conn: Any, table: TableSchema) -> Model:
+    from sdk_postgres import qualified
+
+    rows = conn.query(f"SELECT * FROM {qualified(table.table)}")
+    return {table.key_of(tuple(r)): tuple(r) for r in rows}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("bulk_rows", [0, 10**9], ids=["staged", "executemany"])
+def test_postgres_large_batches(pg_target: Any, monkeypatch: pytest.MonkeyPatch,
+                                bulk_rows: int) -> None:
+    conn, schema = pg_target
+    monkeypatch.setattr(pg_apply, "BULK_ROWS", bulk_rows)
+    pg = get_dialect("postgres")
+    table = awkward_table(schema, 'mirror "%s" `x`')
+    pg.create_table(conn, table)
+    check_batches(pg, conn, table, lambda: pg_rows(conn, table), 1200)
+
+
+PG_EDGE_COLUMNS = (
+    Column("id", L.INT64, "bigint"), Column("d", L.DATE, "date"),
+    Column("ts", L.TIMESTAMP, "timestamp"), Column("tz", L.TIMESTAMP_TZ, "timestamptz"),
+    Column("t", L.TIME, "time"), Column("n", L.DECIMAL, "numeric"),
+    Column("n2", L.DECIMAL, "numeric(10,2)", precision=10, scale=2),
+    Column("f8", L.FLOAT64, "float8"), Column("f4", L.FLOAT32, "float4"),
+    Column("b", L.BINARY, "bytea"), Column("i", L.INTERVAL, "interval"),
+    Column("j", L.JSON, "json"), Column("s", L.STRING, "text"), Column("ok", L.BOOLEAN, "bool"))
+W = WideTemporal
+EAST = dt.timezone(dt.timedelta(hours=5, minutes=30))
+PG_EDGE_ROWS: list[tuple[Any, ...]] = [
+    (W.infinity("date"), W.infinity("timestamp"), W.infinity("timestamp_tz"),
+     W.of("time", 0, 0, 0, 24), Decimal("Infinity"), Decimal("1.5"), math.inf, math.inf,
+     b"\x00\\x\n", dt.timedelta(days=-3, microseconds=1), '{"a": [1, "\\\\"]}', "\\N", True),
+    (W.infinity("date", -1), W.infinity("timestamp", -1), W.infinity("timestamp_tz", -1),
+     dt.time(0), Decimal("-Infinity"), None, -math.inf, -math.inf, b"", dt.timedelta(0),
+     "null", "", False),
+    (W.of("date", -43, 3, 15), W.of("timestamp", -43, 3, 15, 12, 0, 1, 500000),
+     W.of("timestamp_tz", -4712, 1, 1), dt.time(23, 59, 59, 999999), Decimal("NaN"), None,
+     math.nan, math.nan, None, None, None, "tab\there\nnewline\r", None),
+    (W.of("date", 10000, 1, 1), dt.datetime(2024, 5, 6, 7, 8, 9, 10, tzinfo=EAST),
+     dt.datetime(2024, 5, 6, 7, 8, 9, 10, tzinfo=EAST), dt.time(12, tzinfo=EAST),
+     Decimal("1e-30"), Decimal("0.01"), 1.7976931348623157e308, 3.4028234663852886e38,
+     bytes(range(256)), dt.timedelta(days=40000), "[]", "ünïcødé '\"", None),
+    (dt.date(1, 1, 1), dt.datetime(1, 1, 1), dt.datetime(1, 1, 1, tzinfo=dt.UTC),
+     dt.time(0, 0, 0, 1), Decimal(-10) ** 100, Decimal("-99999999.99"), 5e-324, -0.0, b"x",
+     dt.timedelta(hours=-1), "1", "x" * 10000, True),
+    (None,) * 13,
+]
+
+
+@pytest.mark.postgres
+def test_postgres_staged_values_equal_row_by_row_values(pg_target: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Edge values (infinities, BC and far dates, 24:00, NaN, instants with an offset into a
+    ``timestamp`` column, bytes, backslashes, tabs) land the same through the staging table as
+    through the row-by-row statements."""
+    conn, schema = pg_target
+    pg = get_dialect("postgres")
+    texts = []
+    for name, bulk_rows in (("staged", 0), ("rows", 10**9)):
+        monkeypatch.setattr(pg_apply, "BULK_ROWS", bulk_rows)
+        table = TableSchema(TableId(schema, name), PG_EDGE_COLUMNS, ("id",))
+        pg.create_table(conn, table)
+        events = [upsert(table, (i, *row)) for i, row in enumerate(PG_EDGE_ROWS)]
+        assert pg.apply_changes(conn, table, events, "1-0")
+        columns = ", ".join(f'"{c.name}"::text' for c in PG_EDGE_COLUMNS)
+        texts.append(conn.query(f'SELECT {columns} FROM {schema}."{name}" ORDER BY id'))
+    assert texts[0] == texts[1]
+    assert texts[0][3][2] == "2024-05-06 01:38:09.00001"  # the instant's UTC wall time
+    assert len(texts[0]) == len(PG_EDGE_ROWS)
+
+
+# --- MySQL --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def my_target(mysql_admin: Any) -> Iterator[tuple[Any, str]]:
+    name = f"bulk_{uuid.uuid4().hex[:8]}"
+    conn = get_dialect("mysql").connect(ConnectionConfig.from_url(MYSQL_ADMIN_URL))
+    try:
+        yield conn, name
+    finally:
+        conn.close()
+        with mysql_admin.cursor() as cur:
+            for suffix in ("", "_one", "_nan"):
+                cur.execute(f"DROP TABLE IF EXISTS `{name}{suffix}`")
+
+
+def my_rows(conn: Any, table: TableSchema) -> Model:
+    from sdk_mysql import q
+
+    rows = conn.query(f"SELECT * FROM {q(table.table.schema)}.{q(table.table.name)}")
+    return {table.key_of(tuple(r)): tuple(r) for r in rows}
+
+
+@pytest.mark.mysql
+def test_mysql_large_batches(my_target: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    conn, name = my_target
+    monkeypatch.setattr(mysql_target, "DELETE_CHUNK", 97)  # many chunks, the last one short
+    my = get_dialect("mysql")
+    table = awkward_table("sdk_test", name)
+    my.create_table(conn, table)
+    check_batches(my, conn, table, lambda: my_rows(conn, table), 1500)
+    single = TableSchema(TableId("sdk_test", f"{name}_one"), NUMS.columns, NUMS.key)
+    my.create_table(conn, single)
+    events = [upsert(single, (i, f"v{i}")) for i in range(3000)]
+    events += [delete(single, (i,)) for i in range(0, 3000, 2)]
+    events += [upsert(single, (i + 5000, "moved"), old_key=(i,)) for i in range(1, 3000, 4)]
+    assert my.apply_changes(conn, single, events, "x-0")
+    assert my_rows(conn, single) == one_by_one({}, events)
+
+
+@pytest.mark.mysql
+def test_mysql_out_of_range_in_a_large_batch(my_target: Any) -> None:
+    """A NaN in a large batch stops it before anything is written (and leaves no ledger row,
+    so a retry applies); with ``out_of_range=null`` the batch lands with NULL there."""
+    conn, name = my_target
+    my = get_dialect("mysql")
+    table = TableSchema(TableId("sdk_test", f"{name}_nan"), (
+        Column("id", L.INT64, "bigint"), Column("f", L.FLOAT64, "double"),
+        Column("at", L.TIMESTAMP_TZ, "timestamptz")), ("id",))
+    my.create_table(conn, table)
+    instant = dt.datetime(2024, 1, 1, 12, tzinfo=EAST)
+    events = [upsert(table, (i, math.nan if i == 1500 else i / 2, instant))
+              for i in range(3000)]
+    with pytest.raises(FatalSyncError, match="cannot hold nan"):
+        my.apply_changes(conn, table, events, "1-0")
+    assert my_rows(conn, table) == {}
+    lenient = my.connect(ConnectionConfig.from_url(with_query(MYSQL_ADMIN_URL,
+                                                              out_of_range="null")))
+    try:
+        assert my.apply_changes(lenient, table, events, "1-0")
+        assert not my.apply_changes(lenient, table, events, "1-0")
+    finally:
+        lenient.close()
+    rows = my_rows(conn, table)
+    assert len(rows) == 3000 and rows[(1500,)][1] is None and rows[(7,)][1] == 3.5
+    assert rows[(7,)][2] == dt.datetime(2024, 1, 1, 6, 30)  # instants as UTC
