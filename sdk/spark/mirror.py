@@ -123,9 +123,11 @@ class Mirror:
             keys = [F.col("table"), F.col("key")] if self.envelope else \
                 [F.col(spark_name(k)) for k in self.tables[0].key]
             df = df.repartition(self.partitions, *keys)
-        applier = _PartitionApplier(self, batch_id)
+        applier = _PartitionApplier(self, batch_id, df.columns)
+        # mapInArrow resolves each column by name, which fails on dots and backquotes
+        plain = df.toDF(*[f"c{i}" for i in range(len(df.columns))])
         newest: float | None = None
-        for table, applied, committed in df.mapInArrow(applier, _APPLIED).collect():
+        for table, applied, committed in plain.mapInArrow(applier, _APPLIED).collect():
             self.applied[table] = self.applied.get(table, 0) + applied
             if committed is not None and (newest is None or committed > newest):
                 newest = committed
@@ -140,7 +142,9 @@ _APPLIED = "table string, applied long, committed double"
 class _PartitionApplier:
     """Runs on executors: compact one partition's changes (Arrow batches) and apply them."""
 
-    def __init__(self, mirror: Mirror, batch_id: int) -> None:
+    def __init__(self, mirror: Mirror, batch_id: int, columns: Sequence[str]) -> None:
+        self.position = {name: i for i, name in enumerate(columns)}
+        """Where each column of the batch is (the batches carry positional names)."""
         self.dialect_name = mirror.dialect_name
         self.config: ConnectionConfig = mirror.config
         self.tables = {target.table: target for target in mirror.targets.values()}
@@ -158,7 +162,7 @@ class _PartitionApplier:
         reads: list[ChangeEvent] = []  # snapshot rows: distinct keys, nothing to compact
         newest: dict[TableId, int] = {}  # commit times, microseconds since the epoch
         for batch in batches:
-            stamps = batch.column("commit_ts" if self.envelope else "_commit_ts")
+            stamps = self._column(batch, "commit_ts" if self.envelope else "_commit_ts")
             for (seq, event), committed in zip(self._events(batch),
                                                stamps.cast(pa.int64()).to_pylist(),
                                                strict=True):
@@ -195,12 +199,15 @@ class _PartitionApplier:
                 conn.close()
         yield pa.RecordBatch.from_pylist(report, schema=_REPORT)
 
+    def _column(self, batch: pa.RecordBatch, name: str) -> pa.Array:
+        return batch.column(self.position[name])
+
     def _events(self, batch: pa.RecordBatch) -> list[tuple[int, ChangeEvent]]:
         """A batch's rows as (sequence, change event) pairs."""
         offset = Offset("mirror")
         if self.envelope:
             out = []
-            columns = [batch.column(n).to_pylist() for n in ("table", "op", "key", "after",
+            columns = [self._column(batch, n).to_pylist() for n in ("table", "op", "key", "after",
                                                                "seq")]
             for name, op, key_text, after, seq in zip(*columns, strict=True):
                 table = self.by_name[name]
@@ -212,9 +219,9 @@ class _PartitionApplier:
                 out.append((seq, ChangeEvent(table.table, op, key, row, offset)))
             return out
         table = next(iter(self.by_name.values()))
-        values = [_column_values(batch.column(c.name), c.type) for c in table.columns]
-        ops = batch.column("_op").to_pylist()
-        seqs = batch.column("_seq").to_pylist()
+        values = [_column_values(self._column(batch, c.name), c.type) for c in table.columns]
+        ops = self._column(batch, "_op").to_pylist()
+        seqs = self._column(batch, "_seq").to_pylist()
         key_of, name = table.key_of, table.table
         return [(seq, ChangeEvent(name, op, key_of(row), None if op == "d" else row, offset))
                 for seq, op, row in zip(seqs, ops, zip(*values, strict=True), strict=True)]
