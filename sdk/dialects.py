@@ -40,6 +40,7 @@ from .errors import (
     RetriableError,
     SdkError,
 )
+from .options import Option, OptionTable
 from .types import (
     Capability,
     ChangeEvent,
@@ -182,12 +183,14 @@ class DialectManager:
             info, capabilities=info.capabilities | hookspecs.capabilities_of(impls))
 
     def dialect_for_url(self, url: str) -> tuple[Dialect, ConnectionConfig]:
-        """The dialect a URL's scheme selects, and the parsed URL."""
+        """The dialect a URL's scheme selects, and the parsed URL, its options checked against
+        those the dialect declares."""
         config = ConnectionConfig.from_url(url)
-        for name in self.names:
-            if config.dialect in self.get_info(name).url_schemes:
-                return self.get(name), config
-        return self.get(config.dialect), config
+        name = next((n for n in self.names if config.dialect in self.get_info(n).url_schemes),
+                    config.dialect)
+        dialect = self.get(name)
+        check_url_options(self.get_info(name), config)
+        return dialect, config
 
     def get(self, name: str) -> Dialect:
         """The facade for dialect ``name``.
@@ -438,3 +441,15 @@ def connect(url: str) -> tuple[Dialect, Connection, ConnectionConfig]:
     """Choose the dialect from ``url``'s scheme and open a connection with it."""
     dialect, config = default_manager().dialect_for_url(url)
     return dialect, dialect.connect(config), config
+
+
+def check_url_options(info: DialectInfo, config: ConnectionConfig) -> None:
+    """Refuse a URL option the dialect does not read, naming the closest one it does."""
+    if info.url_options is None:
+        return
+    names = {name for name, _ in info.url_options}
+    for name in config.options:
+        if name not in names:  # exact: a dialect reads its options by their exact names
+            known = OptionTable(*(Option(n, n, str, None, help, "dialect")
+                                  for n, help in info.url_options))
+            raise ConfigurationError(f"{info.name} URL: {known.unknown(name)}")

@@ -398,6 +398,10 @@ class DialectInfo:
     dialect's hooks give."""
     url_schemes: tuple[str, ...] = ()
     """URL schemes that select this dialect, besides its name."""
+    url_options: tuple[tuple[str, str], ...] | None = None
+    """The URL query options the dialect reads, as (name, what it does); any other option in a
+    URL is an error naming the closest one (``password_env`` / ``password_file`` are always
+    known). None: not declared, nothing is checked."""
 
 
 @dataclass(frozen=True, slots=True)

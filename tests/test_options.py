@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sdk import ConfigurationError
+from sdk import ConfigurationError, ConnectionConfig
 from sdk.algorithm import StartupMode, SyncOptions
+from sdk.dialects import check_url_options, default_manager
 from sdk.spec import READER_OPTIONS, SYNC_OPTIONS, parse_options, resolve, sync_settings
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -122,3 +123,29 @@ def test_sdk_status_reads_its_report_without_pyspark(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "phase log, 3 rows" in done.stdout
+
+
+def test_a_misspelt_url_option_names_the_closest_the_dialect_reads(tmp_path: Path) -> None:
+    manager = default_manager()
+    with pytest.raises(ConfigurationError, match=r"sqlite URL: unknown option 'mode'"):
+        manager.dialect_for_url(f"sqlite:///{tmp_path}/x.db?mode=ro")
+    for url, typo, closest in [("postgresql://u@h/db?slto=a", "slto", "slot"),
+                               ("mysql://u@h/db?read_timout=3", "read_timout", "read_timeout"),
+                               ("sqlserver://u@h/db?exact_tme=1", "exact_tme", "exact_time")]:
+        scheme = url.split(":")[0]
+        info = manager.get_info({"postgresql": "postgres", "mysql": "mysql",
+                                 "sqlserver": "sqlserver"}[scheme])
+        with pytest.raises(ConfigurationError, match=f"unknown option '{typo}'; did you mean "
+                                                     f"'{closest}'"):
+            check_url_options(info, ConnectionConfig.from_url(url))
+    check_url_options(manager.get_info("postgres"), ConnectionConfig.from_url(
+        "postgresql://u@h/db?slot=a&keepalives_idle=5&password_env=HOME"))
+
+
+@pytest.mark.parametrize("name", ["sqlite", "mysql", "postgres", "oracle", "sqlserver"])
+def test_each_dialect_declares_its_url_options_and_documents_them(name: str) -> None:
+    info = default_manager().get_info(name)
+    assert info.url_options is not None
+    text = (DOCS / "dialects" / f"{name}.md").read_text()
+    missing = [option for option, _ in info.url_options if option not in text]
+    assert not missing, f"docs/dialects/{name}.md does not mention {missing}"

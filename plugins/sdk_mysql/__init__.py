@@ -114,7 +114,15 @@ def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="MySQL / MariaDB (binlog)", drivers=("pymysql", "pymysqlreplication"),
         extra="mysql", url_schemes=("mysql", "mariadb"),
-        capabilities=frozenset({Capability.BEFORE_IMAGES}))
+        capabilities=frozenset({Capability.BEFORE_IMAGES}),
+        url_options=(
+            ("heartbeat_seconds", "binlog heartbeat period, seconds (default 0.5)"),
+            ("read_timeout", "seconds a binlog read may hang before it is reopened (default 60; "
+                             "at least two heartbeats)"),
+            ("connect_timeout", "seconds to wait for a connection (default 10)"),
+            ("out_of_range", "as a target: a value MySQL cannot hold is an error (default) or "
+                             "null"),
+        ))
 
 
 @hookimpl

@@ -63,7 +63,14 @@ def _table(table: TableId) -> str:
 def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="Oracle (LogMiner, python-oracledb thin mode)", drivers=("oracledb",),
-        extra="oracle", url_schemes=("oracle",))
+        extra="oracle", url_schemes=("oracle",),
+        url_options=(
+            ("pdb", "the pluggable database the tables live in (a C## user in the root)"),
+            ("connect_timeout", "seconds to wait for a connection (default 10)"),
+            ("flush_table", "the flush table (default SDK_LOGMNR_FLUSH; none to disable)"),
+            ("window_scns", "SCNs of the first mining window (default 20000)"),
+            ("poll_seconds", "how often an open stream polls (default 1)"),
+        ))
 
 
 @hookimpl

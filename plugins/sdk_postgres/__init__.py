@@ -73,7 +73,16 @@ of the system's two hours, so a read waiting on it fails and is retried."""
 def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="PostgreSQL (logical replication, pgoutput)", drivers=("psycopg",),
-        extra="postgres", url_schemes=("postgres", "postgresql"))
+        extra="postgres", url_schemes=("postgres", "postgresql"),
+        url_options=(
+            ("slot", "the replication slot (default sdk_slot)"),
+            ("publication", "the publication (default sdk_pub)"),
+            ("wait_seconds", "how long a watermark waits for older transactions (default 60)"),
+            ("host", "a host or socket directory, overriding the URL's"),
+            ("connect_timeout", "seconds to wait for a connection (default 10)"),
+            *((name, f"libpq's {name} (default {default})")
+              for name, default in KEEPALIVES.items()),
+        ))
 
 
 def _int_option(config: ConnectionConfig, name: str, default: int) -> int:

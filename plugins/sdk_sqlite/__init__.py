@@ -66,6 +66,7 @@ def dialect_info() -> DialectInfo:
         title="SQLite (trigger-maintained change table)",
         drivers=("sqlite3",),
         capabilities=frozenset({Capability.BEFORE_IMAGES}),
+        url_options=(),
     )
 
 

@@ -135,7 +135,16 @@ def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="SQL Server (CDC change tables)", drivers=("pymssql",),
         extra="sqlserver", url_schemes=("sqlserver", "mssql"),
-        capabilities=frozenset({Capability.BEFORE_IMAGES}))
+        capabilities=frozenset({Capability.BEFORE_IMAGES}),
+        url_options=(
+            ("connect_timeout", "seconds to wait for a connection (default 10)"),
+            ("tds_version", "the TDS protocol version (default 7.4)"),
+            ("exact_time", "100 ns temporal columns as text (default off)"),
+            ("wait_seconds", "how long a watermark waits for open transactions (default 60)"),
+            ("capture_wait_seconds", "how long a bounded read waits for the capture job "
+                                     "(default 120)"),
+            ("poll_seconds", "how often an open stream polls (default 1)"),
+        ))
 
 
 @hookimpl
