@@ -83,8 +83,9 @@ NAME = "{name}"
 def dialect_info() -> DialectInfo:
     """Who this dialect is. List the driver's module in ``drivers`` so ``sdk dialects`` can
     say when it is missing. Capabilities follow from the optional hooks you implement; declare
-    in ``capabilities`` only those no hook shows: {declared}."""
-    return DialectInfo(name=NAME, title="{title}", drivers=())
+    in ``capabilities`` only those no hook shows: {declared}. ``url_options`` lists the URL
+    query options ``connect`` reads, as (name, help); any other is refused."""
+    return DialectInfo(name=NAME, title="{title}", drivers=(), url_options=())
 '''
 
 _TEST = '''\
