@@ -1,0 +1,795 @@
+"""End to end: ``sdk sync`` against the plain ways of copying the same table, in one run
+(issue #18's acceptance figures).
+
+    python benchmarks/e2e_sync.py [--rows 1000000] [--changes 40000] [--log-rows 100000]
+        [--source mysql|postgres|both] [--skip-log] [--repeat 1] [--sdk-option KEY=VALUE ...]
+
+Needs the servers of scripts/services.sh (SDK_TEST_MYSQL_URL / SDK_TEST_POSTGRES_URL and their
+``..._ADMIN_URL``, defaulting to the local ones), the ``mariadb`` and ``psql`` clients and the
+``sdk`` command of this environment. Every table, schema, publication, slot and checkpoint it
+makes is named after the process id and removed at the end.
+
+Snapshot case: one deterministic table (``id BIGINT PRIMARY KEY, customer_id INT, amount
+NUMERIC(12,2), status VARCHAR(16), note VARCHAR(200), created_at TIMESTAMP(6)``; NULLs in
+customer_id and note, no tabs or newlines), the same rows in MariaDB and in PostgreSQL, copied
+into a fresh PostgreSQL table by
+
+- hand-written Python: the source driver's unbuffered cursor (pymysql ``SSCursor`` / a psycopg
+  server-side cursor, 10,000 rows a fetch) into psycopg ``COPY ... FROM STDIN`` with
+  ``write_row``, into an empty table with the source's DDL (primary key included);
+- the C tools: ``mariadb --quick -B -N -e "SELECT ..." | psql -c "\\copy t FROM STDIN WITH
+  (NULL 'NULL')"`` (batch mode prints NULL as ``NULL`` and escapes backslash, tab and newline
+  as COPY's text format reads them; the data holds no string ``NULL``), and
+  ``psql -c "\\copy (SELECT ...) TO STDOUT" | psql -c "\\copy t FROM STDIN"``;
+- ``sdk sync --until snapshot`` run as a user runs it (a subprocess, fresh ``--checkpoint``,
+  fresh ``--target-schema``, default options), timed twice: the whole command, and the sync's
+  own run from the first split to the snapshot done. The latter comes from the state dir's
+  ``progress.json``, polled every 50 ms while the command runs: from its ``started_at`` (set by
+  the stream's first report, written once it has planned the table's splits, just before it
+  hands out the first ones: after the JVM, the Spark session and the query have started) to
+  the ``updated_at`` of the first report whose phase is past ``snapshot`` (written when the
+  batch holding the last split has been applied and committed). Startup is the time from
+  launching the command to ``started_at``.
+
+Log case: ``--changes`` one-row UPDATE transactions on a ``--log-rows`` table after a
+``sdk sync --until snapshot`` of it, then ``sdk sync --until caught-up`` resuming from that
+checkpoint: the whole command, and the sync's own time as its last line reports it
+("applied N rows in X s": from after the Spark session start to the query's stop). Beside it,
+the raw decoder over the same range: python-mysql-replication ``BinLogStreamReader`` from the
+binlog position before the updates to the one after (row events of the table, typed by the
+library), and for PostgreSQL ``pg_logical_slot_peek_binary_changes`` on a slot made before the
+updates, with the pgoutput messages decoded here and each new tuple typed with psycopg's
+loaders.
+
+Every rate is printed, with the ratios sdk/hand-written, sdk/C-tools and sdk/raw (rate over
+rate: below 1.0 the sdk is slower). Each target is checked against its source: row count and
+an order-independent checksum (the sum of a 60-bit md5 prefix of each row's canonical text,
+computed by each server in SQL). ``--repeat K`` runs each case K times in turn and shows the
+best with the spread (worst - best).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+MYSQL = os.environ.get("SDK_TEST_MYSQL_URL", "mysql://sdk_cdc:sdk_cdc@127.0.0.1:3306/sdk_test")
+MYSQL_ADMIN = os.environ.get("SDK_TEST_MYSQL_ADMIN_URL", "mysql://root@127.0.0.1:3306/sdk_test")
+PG = os.environ.get("SDK_TEST_POSTGRES_URL",
+                    "postgresql://sdk_cdc:sdk_cdc@127.0.0.1:5432/sdk_test")
+PG_ADMIN = os.environ.get("SDK_TEST_POSTGRES_ADMIN_URL",
+                          "postgresql://postgres@127.0.0.1:5432/sdk_test")
+TAG = str(os.getpid())
+COLUMNS = "id, customer_id, amount, status, note, created_at"
+FETCH = 10_000
+
+# the same rows from both servers: NULL customer_id every 13th row, NULL note every 7th
+MYSQL_DDL = ("(id BIGINT PRIMARY KEY, customer_id INT, amount DECIMAL(12,2), "
+             "status VARCHAR(16), note VARCHAR(200), created_at TIMESTAMP(6) NULL)")
+MYSQL_ROWS = ("SELECT seq, IF(seq % 13 = 0, NULL, seq * 7919 % 100000), "
+              "(seq * 37 % 1000000) / 100, ELT(seq % 4 + 1, 'new', 'paid', 'shipped', "
+              "'cancelled'), IF(seq % 7 = 0, NULL, CONCAT('order ', seq, ' of customer ', "
+              "seq * 7919 % 100000, ' ', REPEAT('abcdefghij', seq % 10))), "
+              "TIMESTAMP'2024-01-01 00:00:00' + INTERVAL (seq * 1000003) MICROSECOND "
+              "FROM seq_{first}_to_{last}")
+PG_DDL = ("(id BIGINT PRIMARY KEY, customer_id INT, amount NUMERIC(12,2), "
+          "status VARCHAR(16), note VARCHAR(200), created_at TIMESTAMP(6))")
+PG_ROWS = ("SELECT g, CASE WHEN g % 13 = 0 THEN NULL ELSE g * 7919 % 100000 END, "
+           "(g * 37 % 1000000) / 100.0, (ARRAY['new', 'paid', 'shipped', 'cancelled'])"
+           "[g % 4 + 1], CASE WHEN g % 7 = 0 THEN NULL ELSE 'order ' || g || ' of customer ' "
+           "|| g * 7919 % 100000 || ' ' || repeat('abcdefghij', (g % 10)::int) END, "
+           "TIMESTAMP '2024-01-01' + g * 1000003 * INTERVAL '1 microsecond' "
+           "FROM generate_series({first}::bigint, {last}) g")
+# a row's canonical text on both servers (sessions in UTC), hashed and summed
+PG_CHECKSUM = ("SELECT count(*), coalesce(sum(('x' || left(md5(concat_ws('|', id, "
+               "coalesce(customer_id::text, '~'), amount::numeric(12,2), status, "
+               "coalesce(note, '~'), to_char(created_at, 'YYYY-MM-DD HH24:MI:SS.US'))), 15))"
+               "::bit(60)::bigint), 0) FROM {table}")
+MYSQL_CHECKSUM = ("SELECT COUNT(*), COALESCE(SUM(CAST(CONV(LEFT(MD5(CONCAT_WS('|', id, "
+                  "IFNULL(customer_id, '~'), amount, status, IFNULL(note, '~'), "
+                  "DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f'))), 15), 16, 10) AS "
+                  "UNSIGNED)), 0) FROM {table}")
+
+
+def parts(url: str) -> dict[str, Any]:
+    u = urlsplit(url)
+    return {"host": u.hostname or "127.0.0.1", "port": u.port,
+            "user": unquote(u.username or ""), "password": unquote(u.password or ""),
+            "database": u.path.lstrip("/")}
+
+
+def with_query(url: str, **params: str) -> str:
+    return url + ("&" if "?" in url else "?") + "&".join(f"{k}={v}" for k, v in params.items())
+
+
+def mysql_connect(url: str, unbuffered: bool = False, multi: bool = False) -> Any:
+    import pymysql
+    import pymysql.constants.CLIENT
+    import pymysql.cursors
+
+    p = parts(url)
+    return pymysql.connect(host=p["host"], port=p["port"] or 3306, user=p["user"],
+                           password=p["password"], database=p["database"], autocommit=True,
+                           init_command="SET time_zone = '+00:00'",
+                           client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS if multi else 0,
+                           cursorclass=pymysql.cursors.SSCursor if unbuffered
+                           else pymysql.cursors.Cursor)
+
+
+def pg_connect(url: str) -> Any:
+    import psycopg
+
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute("SET TimeZone = 'UTC'")
+    return conn
+
+
+def mysql_exec(url: str, sql: str) -> list[tuple[Any, ...]]:
+    conn = mysql_connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def pg_exec(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with pg_connect(url) as conn:
+        cur = conn.execute(sql, params)
+        return list(cur.fetchall()) if cur.description else []
+
+
+def rate(count: int, seconds: list[float]) -> float:
+    return count / max(min(seconds), 1e-9)
+
+
+def line(label: str, seconds: list[float], count: int, unit: str) -> None:
+    spread = f" (spread {max(seconds) - min(seconds):.2f} s over {len(seconds)} runs)" \
+        if len(seconds) > 1 else ""
+    print(f"  {label:<66} {min(seconds):8.2f} s {rate(count, seconds):>10,.0f} {unit}{spread}",
+          flush=True)
+
+
+@dataclass
+class Cleanup:
+    """What the run made, removed at the end whatever happened."""
+
+    mysql_tables: list[str] = field(default_factory=list)
+    pg_tables: list[str] = field(default_factory=list)
+    schemas: list[str] = field(default_factory=list)
+    slots: list[str] = field(default_factory=list)
+    publications: list[str] = field(default_factory=list)
+    dirs: list[Path] = field(default_factory=list)
+
+    def run(self) -> None:
+        for table in self.mysql_tables:
+            with suppress(Exception):
+                mysql_exec(MYSQL_ADMIN, f"DROP TABLE IF EXISTS {table}")
+        for slot in self.slots:
+            with suppress(Exception):
+                pg_exec(PG_ADMIN, "SELECT pg_drop_replication_slot(slot_name) FROM "
+                        "pg_replication_slots WHERE slot_name = %s", (slot,))
+        for pub in self.publications:
+            with suppress(Exception):
+                pg_exec(PG_ADMIN, f"DROP PUBLICATION IF EXISTS {pub}")
+        for schema in self.schemas:
+            with suppress(Exception):
+                pg_exec(PG_ADMIN, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        for table in self.pg_tables:
+            with suppress(Exception):
+                pg_exec(PG_ADMIN, f"DROP TABLE IF EXISTS {table}")
+        for path in self.dirs:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class Source:
+    """One source server: how to make its table, read it by hand, pipe it with its client,
+    checksum it, and name it to ``sdk sync``."""
+
+    kind = ""
+    label = ""
+
+    def __init__(self, cleanup: Cleanup) -> None:
+        self.cleanup = cleanup
+
+    def sdk_url(self, table: str, run: str) -> str:
+        raise NotImplementedError
+
+    def pattern(self, table: str) -> str:
+        raise NotImplementedError
+
+
+class MySQLSource(Source):
+    kind, label = "mysql", "MariaDB"
+
+    def create(self, table: str, rows: int) -> None:
+        self.cleanup.mysql_tables.append(table)
+        mysql_exec(MYSQL_ADMIN, f"DROP TABLE IF EXISTS {table}")
+        mysql_exec(MYSQL_ADMIN, f"CREATE TABLE {table} {MYSQL_DDL}")
+        for first in range(1, rows + 1, 100_000):
+            last = min(first + 99_999, rows)
+            mysql_exec(MYSQL_ADMIN, f"INSERT INTO {table} (id, customer_id, amount, status, "
+                       f"note, created_at) " + MYSQL_ROWS.format(first=first, last=last))
+        mysql_exec(MYSQL_ADMIN, f"ANALYZE TABLE {table}")
+
+    def checksum(self, table: str) -> tuple[int, int]:
+        (count, total), = mysql_exec(MYSQL_ADMIN, MYSQL_CHECKSUM.format(table=table))
+        return int(count), int(total)
+
+    def hand(self, table: str, target: str) -> int:
+        source = mysql_connect(MYSQL, unbuffered=True)
+        n = 0
+        try:
+            with source.cursor() as cur, pg_connect(PG) as dest, dest.cursor() as out:
+                cur.execute(f"SELECT {COLUMNS} FROM {table}")
+                with dest.transaction(), out.copy(f"COPY {target} ({COLUMNS}) FROM STDIN") as copy:
+                    while batch := cur.fetchmany(FETCH):
+                        for row in batch:
+                            copy.write_row(row)
+                        n += len(batch)
+        finally:
+            source.close()
+        return n
+
+    def pipe(self, table: str, target: str) -> str:
+        p = parts(MYSQL)
+        select = f"SET time_zone = '+00:00'; SELECT {COLUMNS} FROM {table}"
+        load = "\\copy " + target + " FROM STDIN WITH (NULL 'NULL')"
+        return (f"MYSQL_PWD={shlex.quote(p['password'])} mariadb --quick -B -N "
+                f"-h {p['host']} -P {p['port'] or 3306} -u {shlex.quote(p['user'])} "
+                f"{shlex.quote(p['database'])} -e {shlex.quote(select)} | "
+                f"psql {shlex.quote(PG)} -X -v ON_ERROR_STOP=1 "
+                f"-c {shlex.quote(load)}")
+
+    def sdk_url(self, table: str, run: str) -> str:
+        return MYSQL
+
+    def pattern(self, table: str) -> str:
+        return f"{parts(MYSQL)['database']}.{table}"
+
+    # log case
+    def position(self) -> tuple[str, int]:
+        (file, pos, *_), = mysql_exec(MYSQL_ADMIN, "SHOW MASTER STATUS")
+        return str(file), int(pos)
+
+    def update(self, table: str, ids: list[int]) -> None:
+        conn = mysql_connect(MYSQL_ADMIN, multi=True)
+        try:
+            with conn.cursor() as cur:
+                for i in range(0, len(ids), 500):  # one-row autocommit statements, 500 a trip
+                    cur.execute("".join(f"UPDATE {table} SET amount = amount + 1, status = "
+                                        f"'updated' WHERE id = {k};" for k in ids[i:i + 500]))
+                    while cur.nextset():
+                        pass
+        finally:
+            conn.close()
+
+    def prepare_raw(self, table: str) -> None:
+        pass
+
+    def raw(self, table: str, start: tuple[str, int], end: tuple[str, int]) -> tuple[int, int]:
+        """Row changes of ``table`` and transactions seen by python-mysql-replication."""
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.event import XidEvent
+        from pymysqlreplication.row_event import (
+            DeleteRowsEvent,
+            UpdateRowsEvent,
+            WriteRowsEvent,
+        )
+
+        p = parts(MYSQL)
+        reader = BinLogStreamReader(
+            connection_settings={"host": p["host"], "port": p["port"] or 3306,
+                                 "user": p["user"], "passwd": p["password"]},
+            server_id=5000 + os.getpid() % 10_000, log_file=start[0], log_pos=start[1],
+            resume_stream=True, blocking=False, only_schemas=[p["database"]],
+            only_tables=[table],
+            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent])
+        n = xids = 0
+        try:
+            for event in reader:
+                if isinstance(event, XidEvent):
+                    xids += 1
+                else:
+                    for row in event.rows:
+                        n += len(row["after_values"]) > 0
+                if (reader.log_file, reader.log_pos) >= end:
+                    break
+        finally:
+            reader.close()
+        return n, xids
+
+
+class PostgresSource(Source):
+    kind, label = "postgres", "PostgreSQL"
+
+    def create(self, table: str, rows: int) -> None:
+        self.rows = rows
+        self.cleanup.pg_tables.append(table)
+        pg_exec(PG_ADMIN, f"DROP TABLE IF EXISTS {table}")
+        pg_exec(PG_ADMIN, f"CREATE TABLE {table} {PG_DDL}")
+        # owned by the sync's role, so that the sync makes its publication itself
+        pg_exec(PG_ADMIN, f"ALTER TABLE {table} OWNER TO {parts(PG)['user']}")
+        for first in range(1, rows + 1, 500_000):
+            last = min(first + 499_999, rows)
+            pg_exec(PG_ADMIN, f"INSERT INTO {table} ({COLUMNS}) "
+                    + PG_ROWS.format(first=first, last=last))
+        pg_exec(PG_ADMIN, f"VACUUM (ANALYZE) {table}")  # hint bits set before any timed read
+
+    def checksum(self, table: str) -> tuple[int, int]:
+        (count, total), = pg_exec(PG_ADMIN, PG_CHECKSUM.format(table=table))
+        return int(count), int(total)
+
+    def hand(self, table: str, target: str) -> int:
+        n = 0
+        with pg_connect(PG) as source, pg_connect(PG) as dest, dest.cursor() as out, \
+                source.transaction(), source.cursor(name="e2e_hand") as cur:
+            cur.itersize = FETCH
+            cur.execute(f"SELECT {COLUMNS} FROM {table}")
+            with dest.transaction(), out.copy(f"COPY {target} ({COLUMNS}) FROM STDIN") as copy:
+                while batch := cur.fetchmany(FETCH):
+                    for row in batch:
+                        copy.write_row(row)
+                    n += len(batch)
+        return n
+
+    def pipe(self, table: str, target: str) -> str:
+        unload = "\\copy (SELECT " + COLUMNS + " FROM " + table + ") TO STDOUT"
+        load = "\\copy " + target + " FROM STDIN"
+        return (f"psql {shlex.quote(PG)} -X -q -v ON_ERROR_STOP=1 -c {shlex.quote(unload)} | "
+                f"psql {shlex.quote(PG)} -X -v ON_ERROR_STOP=1 -c {shlex.quote(load)}")
+
+    def sdk_url(self, table: str, run: str) -> str:
+        slot, pub = f"e2e_{run}_{TAG}", f"e2e_pub_{table}"
+        self.cleanup.slots.append(slot)
+        if pub not in self.cleanup.publications:
+            self.cleanup.publications.append(pub)
+        return with_query(PG, slot=slot, publication=pub)
+
+    def pattern(self, table: str) -> str:
+        return f"public.{table}"
+
+    # log case
+    def position(self) -> tuple[str, int]:
+        """The WAL insert position, once flushed (the updates commit asynchronously, and
+        decoding reads flushed WAL only)."""
+        (lsn,), = pg_exec(PG_ADMIN, "SELECT pg_current_wal_insert_lsn()::text")
+        while not pg_exec(PG_ADMIN, "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn",
+                          (lsn,))[0][0]:
+            time.sleep(0.05)
+        return str(lsn), 0
+
+    def update(self, table: str, ids: list[int]) -> None:
+        with pg_connect(PG_ADMIN) as conn:
+            conn.execute("SET synchronous_commit = off")  # still one commit each, not waited on
+            # ids are k % rows + 1, k = 0 .. n-1 (as log_case makes them): one commit each
+            conn.execute(f"DO $$ BEGIN FOR k IN 0..{len(ids) - 1} LOOP UPDATE {table} SET "
+                         f"amount = amount + 1, status = 'updated' WHERE id = k % {self.rows} "
+                         "+ 1; COMMIT; END LOOP; END $$")
+
+    def prepare_raw(self, table: str) -> None:
+        """A slot of the raw reader's own, made before the updates."""
+        slot = f"e2e_raw_{TAG}"
+        self.cleanup.slots.append(slot)
+        pg_exec(PG_ADMIN, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = %s", (slot,))
+        pg_exec(PG_ADMIN, "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+
+    def raw(self, table: str, start: tuple[str, int], end: tuple[str, int]) -> tuple[int, int]:
+        """Row changes of ``table`` and transactions: a peek at the raw slot up to ``end``,
+        every pgoutput message decoded, each new tuple typed with psycopg's text loaders."""
+        from psycopg.pq import Format
+
+        n = commits = 0
+        relations: dict[int, list[int]] = {}
+        loaders: dict[int, Any] = {}
+        with pg_connect(PG_ADMIN) as conn, conn.transaction(), \
+                conn.cursor(name="e2e_raw") as cur:
+            cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, "
+                        "NULL, 'proto_version', '1', 'publication_names', %s)",
+                        (f"e2e_raw_{TAG}", end[0], f"e2e_pub_{table}"))
+            while rows := cur.fetchmany(5000):
+                for (data,) in rows:
+                    kind, values = pgoutput(bytes(data), relations)
+                    if kind == "C":
+                        commits += 1
+                    elif values is not None:
+                        oids, raw = values
+                        typed = []
+                        for oid, value in zip(oids, raw, strict=True):
+                            if oid not in loaders:
+                                loaders[oid] = conn.adapters.get_loader(oid, Format.TEXT)(
+                                    oid, conn)
+                            typed.append(None if value is None else loaders[oid].load(value))
+                        n += 1
+        return n, commits
+
+
+def pgoutput(data: bytes, relations: dict[int, list[int]]
+             ) -> tuple[str, tuple[list[int], list[bytes | None]] | None]:
+    """The least pgoutput decoding a typed reader needs: a Relation's column types, and the
+    new tuple of an Insert or Update (with the Relation's column types)."""
+    kind = chr(data[0])
+    if kind == "R":
+        relid, = struct.unpack_from(">I", data, 1)
+        pos = data.index(b"\0", 5) + 1  # namespace
+        pos = data.index(b"\0", pos) + 2  # name, replica identity
+        count, = struct.unpack_from(">h", data, pos)
+        pos += 2
+        oids = []
+        for _ in range(count):
+            pos = data.index(b"\0", pos + 1) + 1  # flags, name
+            oid, = struct.unpack_from(">I", data, pos)
+            oids.append(oid)
+            pos += 8  # type oid, type modifier
+        relations[relid] = oids
+        return kind, None
+    if kind not in ("I", "U"):
+        return kind, None
+    relid, = struct.unpack_from(">I", data, 1)
+    pos = 5
+    if kind == "U" and data[pos] in (0x4B, 0x4F):  # a key or old tuple first: skip it
+        pos = skip_tuple(data, pos + 1)
+    return kind, (relations[relid], tuple_values(data, pos + 1))
+
+
+def skip_tuple(data: bytes, pos: int) -> int:
+    count, = struct.unpack_from(">h", data, pos)
+    pos += 2
+    for _ in range(count):
+        kind = data[pos]
+        pos += 1
+        if kind == 0x74:  # 't'
+            length, = struct.unpack_from(">i", data, pos)
+            pos += 4 + length
+    return pos
+
+
+def tuple_values(data: bytes, pos: int) -> list[bytes | None]:
+    count, = struct.unpack_from(">h", data, pos)
+    pos += 2
+    values: list[bytes | None] = []
+    for _ in range(count):
+        kind = data[pos]
+        pos += 1
+        if kind == 0x74:
+            length, = struct.unpack_from(">i", data, pos)
+            values.append(data[pos + 4:pos + 4 + length])
+            pos += 4 + length
+        else:  # 'n' NULL ('u' unchanged TOAST: none in this table)
+            values.append(None)
+    return values
+
+
+def sdk_command() -> list[str]:
+    found = Path(sys.executable).with_name("sdk")
+    if found.exists():
+        return [str(found)]
+    which = shutil.which("sdk")
+    return [which] if which else [sys.executable, "-m", "sdk.cli"]
+
+
+@dataclass
+class SdkRun:
+    seconds: float
+    """The whole command."""
+    own: float | None
+    """First split to snapshot done (snapshot runs), from progress.json."""
+    startup: float | None
+    """Launch to the stream's first report."""
+    reported: float | None
+    """The seconds of the command's own last line ("applied N rows in X s")."""
+    applied: int | None
+    output: list[str]
+
+
+def run_sdk(source: Source, table: str, run: str, checkpoint: Path, schema: str, until: str,
+            options: list[str]) -> SdkRun:
+    """``sdk sync`` as a user runs it, watching its progress.json."""
+    command = [*sdk_command(), "sync", "--source", source.sdk_url(table, run), "--target", PG,
+               "--tables", source.pattern(table), "--checkpoint", str(checkpoint),
+               "--target-schema", schema, "--until", until]
+    for option in options:
+        command += ["--option", option]
+    progress = checkpoint / "state" / "progress.json"
+    log = checkpoint.with_suffix(".log")
+    before = read_progress(progress)
+    first_update = before.get("updated_at") if before else None
+    started_at = done_at = None
+    launched = time.time()
+    t0 = time.perf_counter()
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+        while process.poll() is None:
+            report = read_progress(progress)
+            if report and report.get("updated_at") != first_update:
+                if started_at is None:
+                    started_at = report["started_at"] if until == "snapshot" \
+                        else report["updated_at"]
+                if done_at is None and report.get("phase") in ("log", "done"):
+                    done_at = report["updated_at"]
+            time.sleep(0.05)
+    seconds = time.perf_counter() - t0
+    output = log.read_text().splitlines()
+    if process.returncode != 0:
+        raise SystemExit(f"sdk sync --until {until} failed with exit {process.returncode}:\n"
+                         + "\n".join(output[-30:]))
+    final = read_progress(progress) or {}
+    if until == "snapshot":
+        if started_at is None:
+            started_at = final.get("started_at")
+        if done_at is None:  # finished between two polls: the final report's time
+            done_at = final.get("updated_at")
+    reported = applied = None
+    for line in reversed(output):
+        found = re.search(r"applied (\d+) rows in ([\d.]+) s", line)
+        if found:
+            applied, reported = int(found.group(1)), float(found.group(2))
+            break
+    own = done_at - started_at if until == "snapshot" and started_at and done_at else None
+    return SdkRun(seconds, own, started_at - launched if started_at else None, reported,
+                  applied, output)
+
+
+def read_progress(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_pipe(command: str) -> int:
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"the C-tools pipe failed ({done.returncode}): {done.stderr[-2000:]}")
+    found = re.search(r"COPY (\d+)", done.stdout)
+    return int(found.group(1)) if found else -1
+
+
+def fresh_schema(cleanup: Cleanup, name: str, table: str | None = None) -> str:
+    cleanup.schemas.append(name)
+    pg_exec(PG_ADMIN, f"DROP SCHEMA IF EXISTS {name} CASCADE")
+    pg_exec(PG_ADMIN, f"CREATE SCHEMA {name} AUTHORIZATION {parts(PG)['user']}")
+    if table is not None:
+        pg_exec(PG, f"CREATE TABLE {name}.{table} {PG_DDL}")
+    return name
+
+
+def drop_schema(name: str) -> None:
+    pg_exec(PG_ADMIN, f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+def drop_slot(name: str) -> None:
+    pg_exec(PG_ADMIN, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s", (name,))
+
+
+def target_checksum(table: str) -> tuple[int, int]:
+    (count, total), = pg_exec(PG_ADMIN, PG_CHECKSUM.format(table=table))
+    return int(count), int(total)
+
+
+def snapshot_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, work: Path
+                  ) -> bool:
+    table = f"e2e_{source.kind}_{TAG}"
+    t0 = time.perf_counter()
+    source.create(table, args.rows)
+    expected = source.checksum(table)
+    print(f"\n== {source.label} -> PostgreSQL, snapshot of {args.rows:,} rows "
+          f"(source loaded in {time.perf_counter() - t0:.1f} s; count/checksum "
+          f"{expected[0]:,}/{expected[1]})", flush=True)
+    hand_s: list[float] = []
+    pipe_s: list[float] = []
+    runs: list[SdkRun] = []
+    checks: dict[str, list[bool]] = {"hand-written": [], "C tools": [], "sdk": []}
+    for k in range(args.repeat):
+        schema = fresh_schema(cleanup, f"e2e_hand_{source.kind}_{TAG}_{k}", table)
+        t = time.perf_counter()
+        n = source.hand(table, f"{schema}.{table}")
+        hand_s.append(time.perf_counter() - t)
+        checks["hand-written"].append(n == args.rows and
+                                      target_checksum(f"{schema}.{table}") == expected)
+        drop_schema(schema)
+        print(f"  [{k + 1}/{args.repeat}] hand-written {hand_s[-1]:.2f} s", flush=True)
+
+        schema = fresh_schema(cleanup, f"e2e_pipe_{source.kind}_{TAG}_{k}", table)
+        t = time.perf_counter()
+        n = run_pipe(source.pipe(table, f"{schema}.{table}"))
+        pipe_s.append(time.perf_counter() - t)
+        checks["C tools"].append(n == args.rows and
+                                 target_checksum(f"{schema}.{table}") == expected)
+        drop_schema(schema)
+        print(f"  [{k + 1}/{args.repeat}] C tools {pipe_s[-1]:.2f} s", flush=True)
+
+        schema = fresh_schema(cleanup, f"e2e_sdk_{source.kind}_{TAG}_{k}")
+        checkpoint = work / f"snap_{source.kind}_{k}"
+        run = run_sdk(source, table, f"snap_{source.kind}_{k}", checkpoint, schema,
+                      "snapshot", args.sdk_option)
+        runs.append(run)
+        checks["sdk"].append(target_checksum(f"{schema}.{table}") == expected)
+        drop_schema(schema)
+        if isinstance(source, PostgresSource):
+            drop_slot(f"e2e_snap_{source.kind}_{k}_{TAG}")
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        print(f"  [{k + 1}/{args.repeat}] sdk sync --until snapshot {run.seconds:.2f} s "
+              f"(own {run.own if run.own is None else round(run.own, 2)} s, startup "
+              f"{run.startup if run.startup is None else round(run.startup, 2)} s)",
+              flush=True)
+
+    rows = args.rows
+    whole = [r.seconds for r in runs]
+    own = [r.own for r in runs if r.own is not None]
+    startup = [r.startup for r in runs if r.startup is not None]
+    reported = [r.reported for r in runs if r.reported is not None]
+    hand_rate, pipe_rate = rate(rows, hand_s), rate(rows, pipe_s)
+    whole_rate = rate(rows, whole)
+    reader = "pymysql SSCursor" if source.kind == "mysql" else "psycopg server-side cursor"
+    tools = "mariadb -B | psql \\copy" if source.kind == "mysql" else \
+        "psql \\copy TO | psql \\copy FROM"
+    print(f"{source.label} -> PostgreSQL, {rows:,} rows, best of {args.repeat}:")
+    line(f"hand-written ({reader} -> COPY write_row)", hand_s, rows, "rows/s")
+    line(f"C tools ({tools})", pipe_s, rows, "rows/s")
+    line("sdk sync --until snapshot, whole command", whole, rows, "rows/s")
+    if own:
+        own_rate = rate(rows, own)
+        line("sdk sync, first split to snapshot done (progress.json)", own, rows, "rows/s")
+        print(f"    (launch to first split: {min(startup):.2f} s; the command's own 'applied "
+              f"... in X s' line: {min(reported) if reported else float('nan'):.1f} s)")
+    else:
+        own_rate = float("nan")
+        print("  sdk sync, first split to snapshot done: not found in progress.json")
+    print(f"  ratios (rate/rate), sdk first split to done [whole command]: "
+          f"sdk/hand-written {own_rate / hand_rate:.3f} [{whole_rate / hand_rate:.3f}], "
+          f"sdk/C-tools {own_rate / pipe_rate:.3f} [{whole_rate / pipe_rate:.3f}]")
+    ok = True
+    for what, results in checks.items():
+        good = all(results)
+        ok &= good
+        print(f"  check {what}: {'OK' if good else 'MISMATCH'} "
+              f"({sum(results)}/{len(results)} targets equal the source, count and checksum)")
+    mysql_or_pg_drop(source, table, cleanup)
+    return ok
+
+
+def mysql_or_pg_drop(source: Source, table: str, cleanup: Cleanup) -> None:
+    if isinstance(source, MySQLSource):
+        mysql_exec(MYSQL_ADMIN, f"DROP TABLE IF EXISTS {table}")
+        cleanup.mysql_tables.remove(table)
+    else:
+        pub = f"e2e_pub_{table}"
+        pg_exec(PG_ADMIN, f"DROP PUBLICATION IF EXISTS {pub}")
+        pg_exec(PG_ADMIN, f"DROP TABLE IF EXISTS {table}")
+        cleanup.pg_tables.remove(table)
+
+
+def log_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, work: Path) -> bool:
+    table = f"e2e_log_{source.kind}_{TAG}"
+    print(f"\n== {source.label} -> PostgreSQL, log phase: {args.changes:,} one-row UPDATE "
+          f"transactions on a {args.log_rows:,}-row table", flush=True)
+    ids = [k % args.log_rows + 1 for k in range(args.changes)]
+    raw_s: list[float] = []
+    runs: list[SdkRun] = []
+    ok = True
+    raw_count = raw_tx = 0
+    for k in range(args.repeat):  # each repeat: a fresh table, checkpoint and target
+        source.create(table, args.log_rows)
+        schema = fresh_schema(cleanup, f"e2e_log_{source.kind}_{TAG}_{k}")
+        checkpoint = work / f"log_{source.kind}_{k}"
+        run_name = f"log_{source.kind}_{k}"
+        snap = run_sdk(source, table, run_name, checkpoint, schema, "snapshot",
+                       args.sdk_option)
+        source.prepare_raw(table)
+        start = source.position()
+        t = time.perf_counter()
+        source.update(table, ids)
+        made = time.perf_counter() - t
+        end = source.position()
+        expected = source.checksum(table)
+        t = time.perf_counter()
+        raw_count, raw_tx = source.raw(table, start, end)
+        raw_s.append(time.perf_counter() - t)
+        run = run_sdk(source, table, run_name, checkpoint, schema, "caught-up", args.sdk_option)
+        runs.append(run)
+        equal = target_checksum(f"{schema}.{table}") == expected
+        counted = raw_count == args.changes
+        ok &= equal and counted
+        print(f"  [{k + 1}/{args.repeat}] snapshot run {snap.seconds:.1f} s; updates made in "
+              f"{made:.1f} s; raw {raw_s[-1]:.2f} s ({raw_count:,} changes, {raw_tx:,} "
+              f"transactions); sdk --until caught-up {run.seconds:.2f} s (own "
+              f"{run.reported} s, applied {run.applied}); mirror == source: {equal}",
+              flush=True)
+        drop_schema(schema)
+        if isinstance(source, PostgresSource):
+            drop_slot(f"e2e_{run_name}_{TAG}")
+            drop_slot(f"e2e_raw_{TAG}")
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        mysql_or_pg_drop(source, table, cleanup)
+
+    n = args.changes
+    whole = [r.seconds for r in runs]
+    own = [r.reported for r in runs if r.reported is not None]
+    raw_rate, whole_rate = rate(n, raw_s), rate(n, whole)
+    own_rate = rate(n, own) if own else float("nan")
+    decoder = "python-mysql-replication BinLogStreamReader" if source.kind == "mysql" else \
+        "slot peek, pgoutput decoded, psycopg loaders"
+    print(f"{source.label} -> PostgreSQL, log phase, {n:,} changes, best of {args.repeat}:")
+    line(f"raw decoder ({decoder})", raw_s, n, "changes/s")
+    line("sdk sync --until caught-up, whole command", whole, n, "changes/s")
+    if own:
+        line(f"sdk sync, own run ('applied {runs[0].applied} rows in X s')", own, n,
+             "changes/s")
+    print(f"  ratios (rate/rate): sdk/raw {own_rate / raw_rate:.3f} (whole command "
+          f"{whole_rate / raw_rate:.3f})")
+    print(f"  check: {'OK' if ok else 'MISMATCH'} (raw decoder saw {raw_count:,} of {n:,} "
+          f"changes, {raw_tx:,} commits in the range; the mirror's count and checksum equal the "
+          "source's after the updates)")
+    return ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--changes", type=int, default=40_000)
+    parser.add_argument("--log-rows", type=int, default=100_000,
+                        help="rows of the log case's table")
+    parser.add_argument("--source", choices=("mysql", "postgres", "both"), default="both")
+    parser.add_argument("--skip-log", action="store_true")
+    parser.add_argument("--skip-snapshot", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1, help="best of K (spread shown)")
+    parser.add_argument("--sdk-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed to sdk sync as --option (default: none, as a user runs it)")
+    args = parser.parse_args()
+    sources: list[Callable[[Cleanup], Source]] = []
+    if args.source in ("mysql", "both"):
+        sources.append(MySQLSource)
+    if args.source in ("postgres", "both"):
+        sources.append(PostgresSource)
+    cleanup = Cleanup()
+    work = Path(tempfile.mkdtemp(prefix="sdk-e2e-"))
+    cleanup.dirs.append(work)
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (float("nan"),) * 3
+    print(f"e2e_sync: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} "
+          f"{load[2]:.2f}; sdk command: {' '.join(sdk_command())}", flush=True)
+    t0 = time.perf_counter()
+    ok = True
+    try:
+        for make in sources:
+            source = make(cleanup)
+            if not args.skip_snapshot:
+                ok &= snapshot_case(source, args, cleanup, work)
+            if not args.skip_log:
+                ok &= log_case(source, args, cleanup, work)
+    finally:
+        cleanup.run()
+    load = os.getloadavg()
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s; load average at the end {load[0]:.2f} "
+          f"{load[1]:.2f} {load[2]:.2f}; {'all checks passed' if ok else 'CHECKS FAILED'}")
+    if not ok:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
