@@ -5,7 +5,8 @@ Use it with ``foreachBatch``::
     mirror = Mirror("sqlite:///mirror.db", source_schemas)
     stream.writeStream.foreachBatch(mirror).option("checkpointLocation", ...).start()
 
-Per batch: rows are spread over ``partitions`` tasks by a hash of the table and key, each task
+Per batch: rows are spread over ``partitions`` tasks by a hash of the table and key (or, with
+``shuffle=False``, each input partition is a task), each task reads its rows as Arrow batches,
 keeps the last change per key (by ``_seq``) and applies its changes with the target dialect's
 ``apply_changes`` in one transaction that records ``<batch id>-<task>``. A replayed batch has the
 same rows, so the same tasks get the same keys and every ``apply_changes`` is a no-op.
