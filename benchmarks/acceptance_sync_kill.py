@@ -27,15 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.dataset as ds
+from _servers import MYSQL, MYSQL_ADMIN, PG, PG_ADMIN
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
-
-MYSQL = os.environ.get("SDK_TEST_MYSQL_URL", "mysql://sdk_cdc:sdk_cdc@127.0.0.1:3306/sdk_test")
-MYSQL_ADMIN = os.environ.get("SDK_TEST_MYSQL_ADMIN_URL", "mysql://root@127.0.0.1:3306/sdk_test")
-PG = os.environ.get("SDK_TEST_POSTGRES_URL",
-                    "postgresql://sdk_cdc:sdk_cdc@127.0.0.1:5432/sdk_test")
-PG_ADMIN = os.environ.get("SDK_TEST_POSTGRES_ADMIN_URL",
-                          "postgresql://postgres@127.0.0.1:5432/sdk_test")
 
 
 def run_until(args: list[str], moment: Callable[[str], bool] | None, log: list[str]) -> float:

@@ -68,12 +68,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-MYSQL = os.environ.get("SDK_TEST_MYSQL_URL", "mysql://sdk_cdc:sdk_cdc@127.0.0.1:3306/sdk_test")
-MYSQL_ADMIN = os.environ.get("SDK_TEST_MYSQL_ADMIN_URL", "mysql://root@127.0.0.1:3306/sdk_test")
-PG = os.environ.get("SDK_TEST_POSTGRES_URL",
-                    "postgresql://sdk_cdc:sdk_cdc@127.0.0.1:5432/sdk_test")
-PG_ADMIN = os.environ.get("SDK_TEST_POSTGRES_ADMIN_URL",
-                          "postgresql://postgres@127.0.0.1:5432/sdk_test")
+from _servers import MYSQL, MYSQL_ADMIN, PG, PG_ADMIN
+
 TAG = str(os.getpid())
 COLUMNS = "id, customer_id, amount, status, note, created_at"
 FETCH = 10_000
@@ -137,6 +133,19 @@ def pg_connect(url: str) -> Any:
     conn = psycopg.connect(url, autocommit=True)
     conn.execute("SET TimeZone = 'UTC'")
     return conn
+
+
+def copy_rows(cursor: Any, dest: Any, target: str) -> int:
+    """The hand-written copy's loop: fetch from the source ``cursor``, ``COPY ... FROM STDIN``
+    with ``write_row`` into ``target`` on ``dest``, in one transaction; returns the rows."""
+    n = 0
+    with dest.transaction(), dest.cursor() as out, \
+            out.copy(f"COPY {target} ({COLUMNS}) FROM STDIN") as copy:
+        while batch := cursor.fetchmany(FETCH):
+            for row in batch:
+                copy.write_row(row)
+            n += len(batch)
+    return n
 
 
 def mysql_exec(url: str, sql: str) -> list[tuple[Any, ...]]:
@@ -234,18 +243,12 @@ class MySQLSource(Source):
 
     def hand(self, table: str, target: str) -> int:
         source = mysql_connect(MYSQL, unbuffered=True)
-        n = 0
         try:
-            with source.cursor() as cur, pg_connect(PG) as dest, dest.cursor() as out:
+            with source.cursor() as cur, pg_connect(PG) as dest:
                 cur.execute(f"SELECT {COLUMNS} FROM {table}")
-                with dest.transaction(), out.copy(f"COPY {target} ({COLUMNS}) FROM STDIN") as copy:
-                    while batch := cur.fetchmany(FETCH):
-                        for row in batch:
-                            copy.write_row(row)
-                        n += len(batch)
+                return copy_rows(cur, dest, target)
         finally:
             source.close()
-        return n
 
     def pipe(self, table: str, target: str) -> str:
         p = parts(MYSQL)
@@ -337,17 +340,11 @@ class PostgresSource(Source):
         return int(count), int(total)
 
     def hand(self, table: str, target: str) -> int:
-        n = 0
-        with pg_connect(PG) as source, pg_connect(PG) as dest, dest.cursor() as out, \
-                source.transaction(), source.cursor(name="e2e_hand") as cur:
+        with pg_connect(PG) as source, pg_connect(PG) as dest, source.transaction(), \
+                source.cursor(name="e2e_hand") as cur:
             cur.itersize = FETCH
             cur.execute(f"SELECT {COLUMNS} FROM {table}")
-            with dest.transaction(), out.copy(f"COPY {target} ({COLUMNS}) FROM STDIN") as copy:
-                while batch := cur.fetchmany(FETCH):
-                    for row in batch:
-                        copy.write_row(row)
-                    n += len(batch)
-        return n
+            return copy_rows(cur, dest, target)
 
     def pipe(self, table: str, target: str) -> str:
         unload = "\\copy (SELECT " + COLUMNS + " FROM " + table + ") TO STDOUT"

@@ -25,10 +25,8 @@ from pathlib import Path
 
 import psycopg
 import pymysql
+from _servers import MYSQL, PG, PG_ADMIN
 
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/sdk_test"
-PG_CDC = "postgresql://sdk_cdc:sdk_cdc@127.0.0.1:5432/sdk_test"
-MY_CDC = "mysql://sdk_cdc:sdk_cdc@127.0.0.1:3306/sdk_test"
 ROWS = 100_000
 
 
@@ -40,7 +38,7 @@ def mysql_source() -> tuple[str, str, Callable[[int, int, int], None]]:
         cur.execute(f"INSERT INTO log_steady SELECT seq, 0, CONCAT('n', seq) "
                     f"FROM seq_1_to_{ROWS}")
     conn.close()
-    return MY_CDC, "sdk_test.log_steady", _mysql_writer
+    return MYSQL, "sdk_test.log_steady", _mysql_writer
 
 
 def _mysql_writer(first: int, last: int, step: int) -> None:
@@ -59,7 +57,7 @@ def postgres_source() -> tuple[str, str, Callable[[int, int, int], None]]:
         conn.execute(f"INSERT INTO log_steady.t SELECT g, 0, 'n' || g "
                      f"FROM generate_series(1, {ROWS}) g")
         conn.execute("ALTER TABLE log_steady.t OWNER TO sdk_cdc")
-    return (f"{PG_CDC}?slot=log_steady&publication=log_steady", "log_steady.t",
+    return (f"{PG}?slot=log_steady&publication=log_steady", "log_steady.t",
             _postgres_writer)
 
 
@@ -88,7 +86,7 @@ def run(kind: str, changes: int, writers: int, work: Path) -> None:
     out = work / f"{kind}.out"
     with out.open("w") as log:
         sync = subprocess.Popen(
-            ["sdk", "sync", "--source", source, "--target", PG_CDC, "--tables", tables,
+            ["sdk", "sync", "--source", source, "--target", PG, "--tables", tables,
              "--target-schema", target_schema, "--checkpoint", str(work / kind)],
             stdout=log, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

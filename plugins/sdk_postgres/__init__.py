@@ -468,7 +468,8 @@ def apply_changes(conn: PgConnection, table: TableSchema, events: Sequence[Chang
     with conn.raw.transaction(), conn.raw.cursor() as cur:
         if not _target.ledger(q(table.table.schema)).claim(cur, table, batch_id):
             return False
-        _target.write(cur, table, qualified(table.table), net_changes(events), q, qp)
+        _target.write(cur, table, qualified(table.table), qualified(table.table, params=True),
+                      net_changes(events), q, qp)
         return True
 
 

@@ -120,13 +120,12 @@ def copy_values(table: TableSchema, rows: list[tuple[Any, ...]], keys_only: bool
     return out
 
 
-def write(cursor: Any, table: TableSchema, quoted: str, net: NetChanges,
+def write(cursor: Any, table: TableSchema, quoted: str, quoted_params: str, net: NetChanges,
           q: Callable[[str], str], qp: Callable[[str], str]) -> None:
-    """Write ``net`` (a claimed batch's changes) to ``quoted`` (the target, unquoted for
-    parameters) with the psycopg ``cursor``, inside the caller's transaction: deletes first,
-    then upserts (their keys differ), each set staged and merged or, when small, by
-    ``executemany``."""
-    quoted_params = quoted.replace("%", "%%")
+    """Write ``net`` (a claimed batch's changes) to the target table, named ``quoted`` in
+    statements without parameters and ``quoted_params`` in those with, using the psycopg
+    ``cursor`` inside the caller's transaction: deletes first, then upserts (their keys
+    differ), each set staged and merged or, when small, by ``executemany``."""
     for keys_only, rows in ((True, net.deletes), (False, net.upserts)):
         if not rows:
             continue
