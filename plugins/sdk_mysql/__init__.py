@@ -43,6 +43,7 @@ from sdk.sql import lexicographic_range
 
 from . import _target, _visibility
 from ._binlog import CONNECTION_LOST, read_changes
+from ._connect import open_connection
 from ._offsets import (
     NAME,
     canonical_mariadb_gtid,
@@ -150,7 +151,7 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
                 "user": config.user or "root", "password": config.password or "",
                 "read_timeout": read_timeout}
     try:
-        raw = pymysql.connect(host=settings["host"], port=settings["port"],
+        raw = open_connection(host=settings["host"], port=settings["port"],
                               user=settings["user"], password=settings["password"],
                               database=config.database, charset="utf8mb4", autocommit=True,
                               init_command="SET time_zone = '+00:00'",

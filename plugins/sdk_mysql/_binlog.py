@@ -40,6 +40,7 @@ from typing import Any
 
 from sdk import ChangeEvent, Heartbeat, Offset, OffsetExpiredError, RetriableError, TableSchema
 
+from ._connect import open_connection
 from ._offsets import NAME, MariadbGtidState, make_offset, position_key
 from ._types import fix_binlog_time, normalizer
 
@@ -131,7 +132,8 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
     reader = BinLogStreamReader(
         connection_settings=settings, server_id=random.randint(1 << 20, (1 << 31) - 1),
         log_file=start_file, log_pos=start_pos, resume_stream=True, blocking=follow,
-        slave_heartbeat=heartbeat_seconds if follow else None, only_events=events)
+        slave_heartbeat=heartbeat_seconds if follow else None, only_events=events,
+        pymysql_wrapper=open_connection)
     row_events = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
     ops = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
     state = MariadbGtidState(gtid) if gtid is not None else None
