@@ -22,6 +22,7 @@ from .dialects import Dialect, default_manager, get_dialect
 from .errors import ConfigurationError, PreflightError
 from .options import Option, OptionTable, boolean, choice, positive_int, text
 from .tables import parse_patterns, select_tables
+from .target import Target
 from .types import Connection, TableId, TableSchema
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,14 @@ SOURCE_OPTIONS = OptionTable(
            "splits in one snapshot micro-batch, instead of `snapshot.batch.rows`", "source", (),
            "from `snapshot.batch.rows`"),
     Option("parallelism", "parallelism", positive_int, 8,
-           "tasks of a batch (`spark.read`) snapshot", "source"),
+           "tasks of a snapshot batch (`spark.read`) or micro-batch (each task reads several "
+           "of its splits, one after another)", "source"),
+    Option("target", "target", text, None, "a target database URL: each task applies what it "
+           "reads there itself, exactly once (source and sink chained in one task, no rows "
+           "through Spark); the stream then carries each task's report: `table`, `applied`, "
+           "`committed`", "source", (), "none"),
+    Option("targetSchema", "target_schema", text, None, "schema (database) of the target "
+           "tables with `target`", "source", (), "the source table's"),
     Option("log.poll-interval.ms", "head_poll_seconds", _milliseconds, 0.5,
            "how often an idle stream asks the source for its log head (milliseconds)",
            "source", (), "500"),
@@ -117,6 +125,8 @@ class SourceSpec:
     head_poll_seconds: float
     envelope_forced: bool = False
     """``envelope=true`` was given (else the envelope is used for more than one table)."""
+    target: Target | None = None
+    """Where the tasks apply what they read themselves (option ``target``), if anywhere."""
 
     @property
     def dialect_obj(self) -> Dialect:
@@ -170,7 +180,9 @@ def resolve(options: Mapping[str, str]) -> SourceSpec:
         splits_per_batch=source["splits_per_batch"] or
         splits_per_batch(source["batch_rows"], parsed.options.split_size),
         parallelism=source["parallelism"],
-        head_poll_seconds=source["head_poll_seconds"], envelope_forced=source["envelope"])
+        head_poll_seconds=source["head_poll_seconds"], envelope_forced=source["envelope"],
+        target=Target.of(source["target"], schemas, source["target_schema"])
+        if source["target"] else None)
 
 
 def chosen_tables(dialect: Dialect, conn: Connection, config: ConnectionConfig,

@@ -1,13 +1,15 @@
 """A streaming sync from a SQLite source to a SQLite mirror, run as its own process so the
 crash tests can SIGKILL it (driver and JVM) and start it again from its checkpoint.
 
-    python spark_child.py SOURCE_URL MIRROR_URL WORKDIR
+    python spark_child.py SOURCE_URL MIRROR_URL WORKDIR [chained]
 
 Prints ``APPLY <batch>`` before and ``APPLIED <batch>`` after each micro-batch reaches the
 mirror, so the test can time its kills; keeps what each batch delivered under
 ``WORKDIR/changes`` so the test can see a change delivered twice. Runs until the file
 ``WORKDIR/stop`` appears (the test creates it once its writer has stopped), then until the
-mirror has caught up with the source's log head, and exits.
+mirror has caught up with the source's log head, and exits. With ``chained`` the source's
+tasks apply what they read to the mirror themselves (option ``target``) and nothing is kept
+under ``changes``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 def main() -> None:
     source, mirror_url, work = sys.argv[1:4]
+    chained = sys.argv[4:] == ["chained"]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -38,10 +41,14 @@ def main() -> None:
     conn = dialect.connect(ConnectionConfig.from_url(source))
     schemas = [dialect.describe_table(conn, t) for t in dialect.list_tables(conn)]
     conn.close()
-    mirror = Mirror(mirror_url, schemas)
+    mirror = Mirror(mirror_url, schemas)  # creates the mirror's tables either way
 
     def apply(df: Any, batch_id: int) -> None:
         print(f"APPLY {batch_id}", flush=True)
+        if chained:  # the tasks apply as they read: collecting the reports runs them
+            df.collect()
+            print(f"APPLIED {batch_id}", flush=True)
+            return
         df = df.persist()
         # what the batch delivered, for the test to count (a replay rewrites its folder)
         df.select("table", "op", "key", "offset").write.mode("overwrite").parquet(
@@ -52,7 +59,8 @@ def main() -> None:
 
     stream = (spark.readStream.format("cdc").option("url", source)
               .option("stateDir", f"{work}/state").option("snapshot.split.size", "150")
-              .option("snapshot.splits-per-batch", "2").load())
+              .option("snapshot.splits-per-batch", "2")
+              .options(**({"target": mirror_url} if chained else {})).load())
     writer = stream.writeStream.foreachBatch(apply).option("checkpointLocation", f"{work}/ck")
     query = writer.trigger(processingTime="200 milliseconds").start()
     deadline = time.monotonic() + 180

@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 
 from ..codec import dumps, encode_value
 from ..errors import FatalSyncError
-from ..temporal import WideTemporal
+from ..temporal import WideTemporal, date_from_days, datetime_from_micros, time_from_text
 from ..types import ChangeEvent, Column, LogicalType, TableSchema
 
 MAX_SPARK_DECIMAL = 38
@@ -44,6 +44,13 @@ ENVELOPE_COLUMNS = (
     ("commit_ts", T.TimestampType(), pa.timestamp("us", tz="UTC")),
     ("seq", T.LongType(), pa.int64()),
 )
+
+REPORT_ARROW = pa.schema([("table", pa.string()), ("applied", pa.int64()),
+                          ("committed", pa.float64())])
+REPORT_SPARK = T.StructType([T.StructField("table", T.StringType()),
+                             T.StructField("applied", T.LongType()),
+                             T.StructField("committed", T.DoubleType())])
+"""Arrow and Spark schemas of a task's report (:data:`sdk.target.REPORT_SCHEMA`)."""
 
 
 def _wide(column: Column) -> bool:
@@ -217,12 +224,38 @@ class TableBatcher:
                 pa.nulls(n, pa.timestamp("us", tz="UTC")), pa.repeat(pa.scalar(0), n)]
         return self._assemble(rows, meta, complete=True)
 
+    def rows_of(self, table: pa.Table) -> list[tuple[Any, ...]]:
+        """The rows of batches made here (a staged split), back as Python values (see
+        :func:`python_values`)."""
+        columns = [python_values(field, column.type)
+                   for column, field in zip(self.table.columns, table.columns, strict=False)]
+        return list(zip(*columns, strict=True)) if columns else []
+
     def key_only(self, key: Sequence[Any]) -> tuple[Any, ...]:
         """A row with only the key columns set, for a delete whose log has no before image."""
         row: list[Any] = [None] * self._width
         for index, value in zip(self.table.key_index, key, strict=True):
             row[index] = value
         return tuple(row)
+
+
+def python_values(column: pa.Array | pa.ChunkedArray, logical: LogicalType) -> list[Any]:
+    """An Arrow column as the values a dialect takes: dates and timestamps rebuilt from the
+    days and microseconds Arrow or Spark store (those past Python's range come back as
+    :class:`sdk.temporal.WideTemporal`), times from their text, and the rest as Arrow gives
+    them (decimals, bytes, strings, numbers). Dates may come as days (``unix_date``) and
+    timestamps as intervals from the epoch: both are read as the numbers they hold."""
+    if logical is LogicalType.DATE:
+        days = column.cast(pa.int32()).to_pylist()
+        return [None if v is None else date_from_days(v) for v in days]
+    if logical in (LogicalType.TIMESTAMP_TZ, LogicalType.TIMESTAMP):
+        aware = logical is LogicalType.TIMESTAMP_TZ
+        micros = column.cast(pa.int64()).to_pylist()
+        return [None if v is None else datetime_from_micros(v, aware=aware) for v in micros]
+    if logical is LogicalType.TIME:
+        return [None if v is None else time_from_text(v) for v in column.to_pylist()]
+    values: list[Any] = column.to_pylist()
+    return values
 
 
 def event_rows(batcher: TableBatcher, events: Sequence[ChangeEvent]
@@ -293,4 +326,4 @@ def envelope_batch(tables: dict[Any, TableSchema], events: Sequence[ChangeEvent]
 
 
 __all__ = ["TableBatcher", "envelope_batch", "envelope_schema", "event_rows",
-           "table_schema"]
+           "python_values", "table_schema"]

@@ -25,17 +25,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 
 from ..codec import decode_value
-from ..config import ConnectionConfig
-from ..dialects import default_manager, get_dialect
-from ..errors import ConfigurationError
-from ..temporal import date_from_days, datetime_from_micros, time_from_text
-from ..types import Capability, ChangeEvent, LogicalType, Offset, TableId, TableSchema
+from ..target import REPORT_SCHEMA, Applier, Target, add_reports
+from ..types import ChangeEvent, LogicalType, Offset, TableId, TableSchema
+from .arrow import REPORT_ARROW, python_values
 
 _EPOCH_NTZ = "TIMESTAMP_NTZ '1970-01-01 00:00:00'"
 
@@ -47,8 +44,8 @@ def spark_name(name: str) -> str:
 
 
 def _as_units(name: str, logical: LogicalType) -> Any:
-    """The Spark column ``name`` as :func:`_column_values` takes it: dates and timestamps as the
-    numbers Spark stores, so PySpark never builds a datetime of them."""
+    """The Spark column ``name`` as :func:`~sdk.spark.arrow.python_values` takes it: dates and
+    timestamps as the numbers Spark stores, so PySpark never builds a datetime of them."""
     from pyspark.sql import functions as F
 
     column = F.col(spark_name(name))
@@ -59,22 +56,6 @@ def _as_units(name: str, logical: LogicalType) -> Any:
     if logical is LogicalType.TIMESTAMP:  # an interval from the epoch: a timedelta in Python
         return (column - F.expr(_EPOCH_NTZ)).alias(name)
     return column
-
-
-def _column_values(column: pa.Array, logical: LogicalType) -> list[Any]:
-    """An Arrow column of a batch (selected with :func:`_as_units`) as the dialect's Python
-    values: dates and timestamps from the numbers Spark stores, times from their text, and the
-    rest as Arrow gives them (decimals, bytes, strings, numbers)."""
-    if logical is LogicalType.DATE:
-        return [None if v is None else date_from_days(v) for v in column.to_pylist()]
-    if logical in (LogicalType.TIMESTAMP_TZ, LogicalType.TIMESTAMP):
-        aware = logical is LogicalType.TIMESTAMP_TZ
-        micros = column.cast(pa.int64()).to_pylist()  # an interval from the epoch for NTZ
-        return [None if v is None else datetime_from_micros(v, aware=aware) for v in micros]
-    if logical is LogicalType.TIME:
-        return [None if v is None else time_from_text(v) for v in column.to_pylist()]
-    values: list[Any] = column.to_pylist()
-    return values
 
 
 class Mirror:
@@ -88,29 +69,24 @@ class Mirror:
         applies each input partition as it is, for a stream straight from the ``cdc`` source,
         whose batches already hold each key in one partition (a snapshot batch's splits do not
         overlap; a log batch is one partition): no exchange of rows between tasks."""
-        dialect, config = default_manager().dialect_for_url(target_url)
-        if not dialect.has(Capability.APPLY):
-            raise ConfigurationError(f"dialect {dialect.name!r} cannot be a sync target "
-                                     "(it does not implement apply_changes)")
-        self.dialect_name = dialect.name
-        self.config = config
+        self.target = Target.of(target_url, tables, target_schema)
         self.tables = list(tables)
-        self.targets = {t.table: replace(t, table=TableId(target_schema or t.table.schema,
-                                                           t.table.name))
-                        for t in self.tables}
         self.partitions = partitions
         self.shuffle = shuffle
         self.envelope = len(self.tables) > 1 if envelope is None else envelope
-        self.applied: dict[str, int] = {}
-        self.lag_seconds: float | None = None
+        self.tally = Tally()
+        self.target.create_tables()
+
+    @property
+    def applied(self) -> dict[str, int]:
+        """Changes applied so far, per source table name."""
+        return self.tally.applied
+
+    @property
+    def lag_seconds(self) -> float | None:
         """Seconds from the commit of the newest change the last batch applied to the end of
         that batch; None until a batch applied a change with a commit time."""
-        conn = dialect.connect(config)
-        try:
-            for table in self.targets.values():
-                dialect.create_table(conn, table)
-        finally:
-            conn.close()
+        return self.tally.lag_seconds
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -127,17 +103,21 @@ class Mirror:
         applier = _PartitionApplier(self, batch_id, df.columns)
         # mapInArrow resolves each column by name, which fails on dots and backquotes
         plain = df.toDF(*[f"c{i}" for i in range(len(df.columns))])
-        newest: float | None = None
-        for table, applied, committed in plain.mapInArrow(applier, _APPLIED).collect():
-            self.applied[table] = self.applied.get(table, 0) + applied
-            if committed is not None and (newest is None or committed > newest):
-                newest = committed
+        self.tally(plain.mapInArrow(applier, REPORT_SCHEMA), batch_id)
+
+
+class Tally:
+    """A ``foreachBatch`` step over a stream of task reports (:data:`REPORT_SCHEMA`): collects
+    them, which runs the batch, and keeps the totals and the lag."""
+
+    def __init__(self) -> None:
+        self.applied: dict[str, int] = {}
+        self.lag_seconds: float | None = None
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        newest = add_reports(self.applied, [tuple(row) for row in df.collect()])
         if newest is not None:
             self.lag_seconds = max(0.0, time.time() - newest)
-
-
-_APPLIED = "table string, applied long, committed double"
-"""What each task reports: per table, the changes applied and the newest commit time."""
 
 
 class _PartitionApplier:
@@ -146,10 +126,8 @@ class _PartitionApplier:
     def __init__(self, mirror: Mirror, batch_id: int, columns: Sequence[str]) -> None:
         self.position = {name: i for i, name in enumerate(columns)}
         """Where each column of the batch is (the batches carry positional names)."""
-        self.dialect_name = mirror.dialect_name
-        self.config: ConnectionConfig = mirror.config
-        self.tables = {target.table: target for target in mirror.targets.values()}
-        self.by_name = {str(source): target for source, target in mirror.targets.items()}
+        self.target = mirror.target
+        self.by_name = {str(t.table): t for t in mirror.tables}
         self.envelope = mirror.envelope
         self.batch_id = batch_id
 
@@ -161,14 +139,8 @@ class _PartitionApplier:
         task = context.partitionId()  # stable for a batch's replay: the ledger's id
         latest: dict[tuple[TableId, tuple[Any, ...]], tuple[int, ChangeEvent]] = {}
         reads: list[ChangeEvent] = []  # snapshot rows: distinct keys, nothing to compact
-        newest: dict[TableId, int] = {}  # commit times, microseconds since the epoch
         for batch in batches:
-            stamps = self._column(batch, "commit_ts" if self.envelope else "_commit_ts")
-            for (seq, event), committed in zip(self._events(batch),
-                                               stamps.cast(pa.int64()).to_pylist(),
-                                               strict=True):
-                if committed is not None and committed > newest.get(event.table, -2**63):
-                    newest[event.table] = committed
+            for seq, event in self._events(batch):
                 if event.op == "r" and not latest:
                     reads.append(event)
                     continue
@@ -185,20 +157,13 @@ class _PartitionApplier:
             per_table.setdefault(change.table, []).append(change)
         if not per_table:
             return
-        dialect = get_dialect(self.dialect_name)
-        report: list[dict[str, Any]] = []
-        with dialect.passing_faults():  # a target that drops out is retried like a source
-            conn = dialect.connect(self.config)
-            try:
-                for table, events in per_table.items():
-                    done = dialect.apply_changes(conn, self.tables[table], events,
-                                                 f"{self.batch_id}-{task}")
-                    last = newest.get(table)
-                    report.append({"table": str(table), "applied": len(events) if done else 0,
-                                   "committed": None if last is None else last / 1e6})
-            finally:
-                conn.close()
-        yield pa.RecordBatch.from_pylist(report, schema=_REPORT)
+        applier = Applier(self.target)
+        try:
+            for table, events in per_table.items():
+                applier.apply(table, events, f"{self.batch_id}-{task}")
+        finally:
+            applier.close()
+        yield pa.RecordBatch.from_pylist(applier.report(), schema=REPORT_ARROW)
 
     def _column(self, batch: pa.RecordBatch, name: str) -> pa.Array:
         return batch.column(self.position[name])
@@ -206,27 +171,29 @@ class _PartitionApplier:
     def _events(self, batch: pa.RecordBatch) -> list[tuple[int, ChangeEvent]]:
         """A batch's rows as (sequence, change event) pairs."""
         offset = Offset("mirror")
+        stamps = self._column(batch, "commit_ts" if self.envelope else "_commit_ts") \
+            .cast(pa.int64()).to_pylist()  # microseconds since the epoch
         if self.envelope:
             out = []
             columns = [self._column(batch, n).to_pylist() for n in ("table", "op", "key", "after",
                                                                "seq")]
-            for name, op, key_text, after, seq in zip(*columns, strict=True):
+            for name, op, key_text, after, seq, stamp in zip(*columns, stamps, strict=True):
                 table = self.by_name[name]
                 key = tuple(decode_value(v) for v in json.loads(key_text))
                 row = None
                 if op != "d":  # a delete needs only its key
                     values = json.loads(after)
                     row = tuple(decode_value(values[c]) for c in table.column_names)
-                out.append((seq, ChangeEvent(table.table, op, key, row, offset)))
+                out.append((seq, ChangeEvent(table.table, op, key, row, offset,
+                                             commit_ts=stamp)))
             return out
         table = next(iter(self.by_name.values()))
-        values = [_column_values(self._column(batch, c.name), c.type) for c in table.columns]
+        values = [python_values(self._column(batch, c.name), c.type) for c in table.columns]
         ops = self._column(batch, "_op").to_pylist()
         seqs = self._column(batch, "_seq").to_pylist()
         key_of, name = table.key_of, table.table
-        return [(seq, ChangeEvent(name, op, key_of(row), None if op == "d" else row, offset))
-                for seq, op, row in zip(seqs, ops, zip(*values, strict=True), strict=True)]
+        return [(seq, ChangeEvent(name, op, key_of(row), None if op == "d" else row, offset,
+                                  commit_ts=stamp))
+                for seq, op, row, stamp in zip(seqs, ops, zip(*values, strict=True), stamps,
+                                               strict=True)]
 
-
-_REPORT = pa.schema([("table", pa.string()), ("applied", pa.int64()),
-                     ("committed", pa.float64())])

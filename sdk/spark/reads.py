@@ -14,9 +14,19 @@ from pyspark.sql.datasource import InputPartition
 
 from ..algorithm import IncrementalFilter, read_split
 from ..codec import dumps
+from ..errors import ConfigurationError
 from ..spec import SourceSpec
-from ..types import ChangeEvent, Connection, FinishedSplit, Offset, SnapshotSplit, TableSchema
-from .arrow import TableBatcher, envelope_batch, envelope_schema, event_rows
+from ..target import Applier
+from ..types import (
+    ChangeEvent,
+    Connection,
+    FinishedSplit,
+    Offset,
+    SnapshotSplit,
+    TableId,
+    TableSchema,
+)
+from .arrow import REPORT_ARROW, TableBatcher, envelope_batch, envelope_schema, event_rows
 from .engine_state import EngineState, stage_name
 from .statestore import StateStore
 
@@ -49,16 +59,35 @@ class LogPartition(InputPartition):
 
 def _split_output(spec: SourceSpec, schema: TableSchema, rows: list[Any], watermark: Offset
                   ) -> list[pa.RecordBatch]:
+    """A split's rows as the stream's batches (the table's typed columns, or the envelope);
+    with a chained target, as the table's typed columns (what is staged)."""
     out = []
     for start in range(0, max(len(rows), 1), BATCH_ROWS):
         chunk = rows[start:start + BATCH_ROWS]
-        if spec.envelope:
+        if spec.envelope and spec.target is None:
             events = [ChangeEvent(schema.table, "r", schema.key_of(r), r, watermark)
                       for r in chunk]
             out.append(envelope_batch(spec.table_map(), events, 0))
         else:
             out.append(TableBatcher(schema).snapshot_batch(chunk, dumps(watermark.to_json())))
     return [b for b in out if b.num_rows]
+
+
+def _stage_schema(spec: SourceSpec, schema: TableSchema) -> pa.Schema:
+    if spec.envelope and spec.target is None:
+        return envelope_schema()[1]
+    return TableBatcher(schema).arrow_schema
+
+
+def split_ledger_id(stage: str, split: SnapshotSplit) -> str:
+    """The ledger id of a split applied by a chained task: its batch's state and its own id,
+    the same when the batch is replayed, new when a table is snapshotted again."""
+    return f"{stage}/{split.split_id}"
+
+
+def log_ledger_id(state: str) -> str:
+    """The ledger id of a log batch applied by a chained task."""
+    return f"log/{state}"
 
 
 @contextlib.contextmanager
@@ -90,33 +119,53 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
     store = StateStore(spec.state_dir) if partition.stage and spec.state_dir else None
     dialect = spec.dialect_obj
     conn: Connection | None = None
+    sink = Applier(spec.target) if spec.target is not None else None
+    if sink is not None and (store is None or partition.stage is None):
+        raise ConfigurationError("option target needs a stream (spark.readStream) with a "
+                                 "stateDir: each split is staged before it is applied")
     try:
         for split in partition.splits:
             schema = spec.schema_of(split.table)
             name = stage_name(split)
+            staged = None
             if store is not None and partition.stage is not None:
-                staged = store.read_json("batches", partition.stage, f"{name}.json")
-                if staged is not None:
-                    table = store.read_arrow("batches", partition.stage, f"{name}.arrow")
-                    assert table is not None, f"stage of split {split.split_id} lost its rows"
-                    yield from table.to_batches(BATCH_ROWS)
+                finished = store.read_json("batches", partition.stage, f"{name}.json")
+                if finished is not None:
+                    staged = store.read_arrow("batches", partition.stage, f"{name}.arrow")
+                    assert staged is not None, f"stage of split {split.split_id} lost its rows"
+            if staged is not None:  # a replay: the rows and watermark read the first time
+                if sink is None:
+                    yield from staged.to_batches(BATCH_ROWS)
                     continue
-            if conn is None:
-                conn = dialect.connect(spec.config)
-            result = read_split(dialect, conn, schema, split, spec.options,
-                                view_token=partition.view_token)
-            batches = _split_output(spec, schema, result.rows, result.watermark)
-            if store is not None and partition.stage is not None:
-                arrow_schema = (envelope_schema()[1] if spec.envelope
-                                else TableBatcher(schema).arrow_schema)
-                store.write_arrow(pa.Table.from_batches(batches, schema=arrow_schema),
-                                  "batches", partition.stage, f"{name}.arrow")
-                done = FinishedSplit(split, result.watermark, len(result.rows))
-                store.write_json(done.to_json(), "batches", partition.stage, f"{name}.json")
-            yield from batches
+                rows: list[Any] = TableBatcher(schema).rows_of(staged)
+                watermark = FinishedSplit.from_json(finished).watermark
+            else:
+                if conn is None:
+                    conn = dialect.connect(spec.config)
+                result = read_split(dialect, conn, schema, split, spec.options,
+                                    view_token=partition.view_token)
+                rows, watermark = result.rows, result.watermark
+                batches = _split_output(spec, schema, rows, watermark)
+                if store is not None and partition.stage is not None:
+                    store.write_arrow(pa.Table.from_batches(batches,
+                                                            schema=_stage_schema(spec, schema)),
+                                      "batches", partition.stage, f"{name}.arrow")
+                    done = FinishedSplit(split, watermark, len(rows))
+                    store.write_json(done.to_json(), "batches", partition.stage, f"{name}.json")
+                if sink is None:
+                    yield from batches
+                    continue
+            assert sink is not None and partition.stage is not None
+            key_of, table = schema.key_of, schema.table
+            sink.apply(table, [ChangeEvent(table, "r", key_of(r), r, watermark) for r in rows],
+                       split_ledger_id(partition.stage, split))
+        if sink is not None:
+            yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
     finally:
         if conn is not None:
             conn.close()
+        if sink is not None:
+            sink.close()
 
 
 def read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
@@ -126,12 +175,9 @@ def read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBat
 
 
 def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
-    assert spec.state_dir
-    engine = EngineState.load(StateStore(spec.state_dir), partition.state)
-    dialect = spec.dialect_obj
-    flt = IncrementalFilter(engine.sync.finished, dialect.compare_offset)
-    assert engine.log_from is not None and engine.sync.position is not None
-    conn = dialect.connect(spec.config)
+    if spec.target is not None:
+        yield from _apply_log(spec, partition)
+        return
     tables = spec.table_map()
     batchers = {t: TableBatcher(s) for t, s in tables.items()}
     seq = 0
@@ -149,15 +195,43 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
         pending.clear()
         return batch
 
+    for event in _log_events(spec, partition):
+        pending.append(event)
+        if len(pending) >= BATCH_ROWS:
+            yield flush()
+    if pending:
+        yield flush()
+
+
+def _apply_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
+    """A chained log batch: its changes applied per table, in log order, one transaction per
+    table recording the batch (a replay reads the same range and writes nothing)."""
+    assert spec.target is not None
+    per_table: dict[TableId, list[ChangeEvent]] = {}
+    for event in _log_events(spec, partition):
+        per_table.setdefault(event.table, []).append(event)
+    sink = Applier(spec.target)
+    try:
+        for table, events in per_table.items():
+            sink.apply(table, events, log_ledger_id(partition.state))
+    finally:
+        sink.close()
+    yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
+
+
+def _log_events(spec: SourceSpec, partition: LogPartition) -> Iterator[ChangeEvent]:
+    """The changes of a log batch's range that the incremental filter lets through."""
+    assert spec.state_dir
+    engine = EngineState.load(StateStore(spec.state_dir), partition.state)
+    dialect = spec.dialect_obj
+    flt = IncrementalFilter(engine.sync.finished, dialect.compare_offset)
+    assert engine.log_from is not None and engine.sync.position is not None
+    conn = dialect.connect(spec.config)
     try:
         for item in dialect.stream_log(conn, spec.tables, engine.log_from, engine.sync.position):
             if isinstance(item, ChangeEvent):
                 routed = flt.route(item)
                 if routed is not None:
-                    pending.append(routed)
-                    if len(pending) >= BATCH_ROWS:
-                        yield flush()
-        if pending:
-            yield flush()
+                    yield routed
     finally:
         conn.close()

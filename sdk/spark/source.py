@@ -39,8 +39,8 @@ from ..algorithm.progress import progress_of
 from ..codec import dumps
 from ..errors import ConfigurationError
 from ..spec import SourceSpec, resolve
-from ..types import Connection, FinishedSplit, Offset
-from .arrow import TableBatcher, envelope_schema
+from ..types import Connection, FinishedSplit, Offset, SnapshotSplit
+from .arrow import REPORT_SPARK, TableBatcher, envelope_schema
 from .engine_state import ChunkCache, EngineState, checkpointed, stage_name
 from .reads import LogPartition, SplitPartition, read_log, read_splits
 from .statestore import StateStore
@@ -52,6 +52,8 @@ OFFSET_VERSION = 1
 
 def spark_schema(spec: SourceSpec) -> StructType:
     """The output's Spark schema: the envelope, or the one table's columns."""
+    if spec.target is not None:
+        return REPORT_SPARK
     if spec.envelope:
         return envelope_schema()[0]
     return TableBatcher(spec.tables[0]).spark_schema
@@ -75,7 +77,11 @@ class CdcDataSource(DataSource):
         return spark_schema(self._spec())
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return CdcBatchReader(self._spec())
+        spec = self._spec()
+        if spec.target is not None:
+            raise ConfigurationError("option target applies a stream's batches exactly once: "
+                                     "use spark.readStream (with a stateDir), not spark.read")
+        return CdcBatchReader(spec)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         spec = self._spec()
@@ -83,6 +89,8 @@ class CdcDataSource(DataSource):
             raise ConfigurationError(
                 'a cdc stream needs option("stateDir", ...) on storage shared by the driver '
                 "and the executors, e.g. <checkpointLocation>/cdc-state")
+        if spec.target is not None:
+            spec.target.create_tables()
         return CdcStreamReader(spec)
 
 
@@ -102,6 +110,13 @@ def _passing_faults(method: F) -> F:
     return cast(F, wrapper)
 
 
+def task_groups(splits: Sequence[SnapshotSplit], tasks: int) -> list[list[SnapshotSplit]]:
+    """``splits`` dealt round-robin into at most ``tasks`` groups, one task each: a task pays
+    its fixed costs (a Python worker, connections, a transaction) once for several splits."""
+    groups = max(1, min(tasks, len(splits)))
+    return [list(splits[i::groups]) for i in range(groups)]
+
+
 class CdcBatchReader(DataSourceReader):
     """``spark.read``: every split of every table, each consistent as of its watermark."""
 
@@ -116,9 +131,7 @@ class CdcBatchReader(DataSourceReader):
             every = PhaseMachine(spec.dialect_obj, spec.options).all_splits(conn, spec.tables)
         finally:
             conn.close()
-        splits = list(every)
-        groups = max(1, min(spec.parallelism, len(splits)))
-        return [SplitPartition(splits[i::groups]) for i in range(groups)]
+        return [SplitPartition(group) for group in task_groups(list(every), spec.parallelism)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitPartition)
@@ -269,7 +282,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         engine = self._load(end["state"])
         if engine.inflight:
             token = self._view_token()
-            return [SplitPartition([item], end["state"], token) for item in engine.inflight]
+            return [SplitPartition(group, end["state"], token)
+                    for group in task_groups(engine.inflight, self.spec.parallelism)]
         if engine.log_from is not None:
             return [LogPartition(end["state"])]
         return []

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..spec import UNTIL, checkpoint_paths, resolve
 from .engine_state import checkpointed
-from .mirror import Mirror
+from .mirror import Mirror, Tally
 from .statestore import StateStore
 
 RETRY_SECONDS = 300.0
@@ -130,11 +130,18 @@ def run_sync(source: str, target: str | None, tables: str = "*",
                       **(options or {})}
     if target is None and changes is None:
         raise ConfigurationError("give a --target to mirror into, a --changes path, or both")
+    if target is not None and changes is None:  # chained: each task applies what it reads
+        reader_options.update({"target": target} if target_schema is None else
+                              {"target": target, "targetSchema": target_schema})
     # checks options, tables and the source before Spark runs; a resumed sync keeps its tables
     spec = checkpointed(resolve(reader_options))
-    mirror = Mirror(target, spec.tables, envelope=spec.envelope, target_schema=target_schema,
-                    shuffle=False) \
-        if target is not None else None
+    mirror: Mirror | Tally | None = None
+    if spec.target is not None:
+        spec.target.create_tables()
+        mirror = Tally()
+    elif target is not None:
+        mirror = Mirror(target, spec.tables, envelope=spec.envelope,
+                        target_schema=target_schema, shuffle=False)
     change_log = ChangeLog(changes) if changes is not None else None
 
     def each_batch(df: Any, batch_id: int) -> None:

@@ -1,0 +1,106 @@
+"""A sync target: where each source table is mirrored, and the exactly-once apply of a task's
+changes there with the target dialect's ``apply_changes``. Spark-free: the mirror sink and the
+``cdc`` source's chained writes (option ``target``) both run it in their tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .config import ConnectionConfig
+from .dialects import default_manager, get_dialect
+from .errors import ConfigurationError
+from .types import Capability, ChangeEvent, TableId, TableSchema
+
+REPORT_SCHEMA = "table string, applied long, committed double"
+"""What each task reports as a Spark DDL schema: per source table, the changes it applied and
+the commit time (seconds since the epoch) of the newest one that had a commit time."""
+
+
+@dataclass
+class Target:
+    """The target database and the target table of each source table (same name, in
+    ``target_schema`` when given, else in the source table's schema)."""
+
+    dialect_name: str
+    config: ConnectionConfig
+    tables: dict[TableId, TableSchema]
+    """Source table -> its target table's schema."""
+
+    @classmethod
+    def of(cls, url: str, tables: Iterable[TableSchema], target_schema: str | None = None
+           ) -> Target:
+        """The target at ``url`` for ``tables``; a dialect without ``apply_changes`` is refused."""
+        dialect, config = default_manager().dialect_for_url(url)
+        if not dialect.has(Capability.APPLY):
+            raise ConfigurationError(f"dialect {dialect.name!r} cannot be a sync target "
+                                     "(it does not implement apply_changes)")
+        mapped = {t.table: replace(t, table=TableId(target_schema or t.table.schema,
+                                                    t.table.name)) for t in tables}
+        return cls(dialect.name, config, mapped)
+
+    def create_tables(self) -> None:
+        """Create every target table that does not exist (an existing one with other columns
+        is refused by the dialect)."""
+        dialect = get_dialect(self.dialect_name)
+        conn = dialect.connect(self.config)
+        try:
+            for table in self.tables.values():
+                dialect.create_table(conn, table)
+        finally:
+            conn.close()
+
+
+@dataclass
+class Applier:
+    """Applies changes to one :class:`Target` inside a task, on one connection opened on first
+    use, and keeps what it applied for the task's report."""
+
+    target: Target
+    applied: dict[TableId, int] = field(default_factory=dict)
+    newest: dict[TableId, int] = field(default_factory=dict)
+    """The newest commit time (microseconds since the epoch) seen per table."""
+    _conn: Any = None
+
+    def apply(self, table: TableId, events: Sequence[ChangeEvent], batch_id: str) -> None:
+        """Apply ``events`` of source table ``table`` in one transaction recording ``batch_id``;
+        a batch id applied before writes nothing (a replay) and counts nothing."""
+        if not events:
+            return
+        dialect = get_dialect(self.target.dialect_name)
+        stamps = [e.commit_ts for e in events if e.commit_ts is not None]
+        if stamps:
+            self.newest[table] = max(self.newest.get(table, -2**63), max(stamps))
+        with dialect.passing_faults():  # a target that drops out is retried like a source
+            if self._conn is None:
+                self._conn = dialect.connect(self.target.config)
+            done = dialect.apply_changes(self._conn, self.target.tables[table], events,
+                                         batch_id)
+        self.applied[table] = self.applied.get(table, 0) + (len(events) if done else 0)
+
+    def report(self) -> list[dict[str, Any]]:
+        """Rows of :data:`REPORT_SCHEMA`: one per table this applier was given changes of."""
+        tables = list(dict.fromkeys([*self.applied, *self.newest]))
+        return [{"table": str(t), "applied": self.applied.get(t, 0),
+                 "committed": self.newest[t] / 1e6 if t in self.newest else None}
+                for t in tables]
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def add_reports(applied: dict[str, int], rows: Iterable[Mapping[str, Any] | Sequence[Any]]
+                ) -> float | None:
+    """Add report rows (mappings or ``(table, applied, committed)`` tuples) to ``applied``
+    (per table name); the newest commit time among them, or None."""
+    newest: float | None = None
+    for row in rows:
+        table, count, committed = (row["table"], row["applied"], row["committed"]) \
+            if isinstance(row, Mapping) else row
+        applied[table] = applied.get(table, 0) + count
+        if committed is not None and (newest is None or committed > newest):
+            newest = committed
+    return newest

@@ -1,0 +1,74 @@
+"""Chained writes (option ``target``): a task applies the splits it reads to the target itself,
+exactly once: a replayed batch re-applies its staged rows, and the ledger makes a replay of an
+applied split write nothing."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from test_spark_engine import make_source
+
+from sdk import ConnectionConfig, get_dialect
+from sdk.algorithm import PhaseMachine
+from sdk.errors import ConfigurationError
+from sdk.spark.reads import SplitPartition, read_splits
+from sdk.spec import resolve
+from sdk_sqlite import read_target
+
+pytestmark = pytest.mark.spark
+
+
+def applied_of(batches: list[pa.RecordBatch]) -> dict[str, int]:
+    report = pa.Table.from_batches(batches).to_pylist()
+    return {row["table"]: row["applied"] for row in report}
+
+
+def test_a_replayed_split_applies_its_staged_rows_once(tmp_path: Path) -> None:
+    url = make_source(tmp_path, rows=500)
+    target_url = f"sqlite:///{tmp_path}/target.db"
+    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+                    "target": target_url, "snapshot.split.size": "100"})
+    assert spec.target is not None
+    spec.target.create_tables()
+    dialect = get_dialect("sqlite")
+    source = dialect.connect(spec.config)
+    splits = PhaseMachine(dialect, spec.options).all_splits(source, spec.tables)
+    partition = SplitPartition(splits[:3], stage="4-test")
+    table = spec.tables[0]
+
+    assert applied_of(list(read_splits(spec, partition))) == {"main.items": 300}
+    target = dialect.connect(ConnectionConfig.from_url(target_url))
+    first = read_target(target, table)
+    assert len(first) == 300
+
+    # the same batch again (a task retry, or a restart before Spark committed it): nothing new
+    assert applied_of(list(read_splits(spec, partition))) == {"main.items": 0}
+    assert read_target(target, table) == first
+
+    # staged, but the target's transaction never committed: the replay applies the rows
+    # staged the first time, not what the source holds now
+    with sqlite3.connect(tmp_path / "src.db") as raw:
+        raw.execute("UPDATE items SET name = 'changed since'")
+    with sqlite3.connect(tmp_path / "target.db") as raw:
+        raw.execute("DELETE FROM items")
+        raw.execute("DELETE FROM _sdk_applied")
+    assert applied_of(list(read_splits(spec, partition))) == {"main.items": 300}
+    assert read_target(target, table) == first
+    target.close()
+    source.close()
+
+
+def test_a_target_needs_a_stream(tmp_path: Path) -> None:
+    url = make_source(tmp_path, rows=10)
+    spec = resolve({"url": url, "tables": "items", "target": f"sqlite:///{tmp_path}/t.db"})
+    with pytest.raises(ConfigurationError, match="stateDir"):
+        list(read_splits(spec, SplitPartition([])))
+
+
+def test_a_target_must_be_able_to_apply(tmp_path: Path) -> None:
+    url = make_source(tmp_path, rows=10)
+    with pytest.raises(ConfigurationError, match="cannot be a sync target"):
+        resolve({"url": url, "target": "oracle://u@127.0.0.1:1/x"})
