@@ -52,7 +52,7 @@ from ._offsets import (
     parts,
     position_key,
 )
-from ._types import logical_column, normalizer, select_term
+from ._types import logical_column, normalizer, select_term, zero_date_none
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 HEARTBEAT_SECONDS = 0.5  # an open-ended stream_log's heartbeat period (option heartbeat_seconds)
@@ -151,7 +151,7 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
                 "user": config.user or "root", "password": config.password or "",
                 "read_timeout": read_timeout}
     try:
-        raw = open_connection(host=settings["host"], port=settings["port"],
+        raw = open_connection(True, host=settings["host"], port=settings["port"],
                               user=settings["user"], password=settings["password"],
                               database=config.database, charset="utf8mb4", autocommit=True,
                               init_command="SET time_zone = '+00:00'",
@@ -326,8 +326,15 @@ def _key_range(table: TableSchema, start: Key | None, end: Key | None
     return lexicographic_range(_key_expressions(table), start, end)
 
 
+_DATES = (LogicalType.DATE, LogicalType.TIMESTAMP, LogicalType.TIMESTAMP_TZ)
+
+
 def _normalized_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]]) -> list[Row]:
-    converters = [(i, f) for i, c in enumerate(table.columns) if (f := normalizer(c))]
+    """Rows as SELECT gave them on the dialect's connection, brought to the dialect's values.
+    Its conversions made each TIMESTAMP an aware UTC datetime, so dates and timestamps only
+    need a zero date (the text pymysql leaves) made None."""
+    converters = [(i, zero_date_none if c.type in _DATES else f)
+                  for i, c in enumerate(table.columns) if (f := normalizer(c))]
     if not converters:
         return list(rows)
     out = []

@@ -116,7 +116,8 @@ def _utc(value: Any) -> Any:
     return value
 
 
-def _zero_date_none(value: Any) -> Any:
+def zero_date_none(value: Any) -> Any:
+    """A zero date (the text SELECT gives for it) as None; any other value as it is."""
     return None if isinstance(value, str) else value
 
 
@@ -203,7 +204,7 @@ def normalizer(column: Column) -> Callable[[Any], Any] | None:
     if column.type is L.TIMESTAMP_TZ:
         return _utc
     if column.type in (L.DATE, L.TIMESTAMP):
-        return _zero_date_none
+        return zero_date_none
     if base in _SPATIAL:
         return _wkb
     if column.type is L.JSON:
