@@ -72,3 +72,45 @@ def test_a_target_must_be_able_to_apply(tmp_path: Path) -> None:
     url = make_source(tmp_path, rows=10)
     with pytest.raises(ConfigurationError, match="cannot be a sync target"):
         resolve({"url": url, "target": "oracle://u@127.0.0.1:1/x"})
+
+
+def test_a_log_batch_is_applied_in_chunks_once(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chained log batch holds one chunk of changes at a time; a replay (the same bounded
+    range, cut into the same chunks) writes nothing."""
+    from sdk import ChangeEvent, Offset
+    from sdk.spark import reads
+    from sdk.target import Applier
+
+    url = make_source(tmp_path, rows=10)
+    target_url = f"sqlite:///{tmp_path}/target.db"
+    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+                    "target": target_url})
+    assert spec.target is not None
+    spec.target.create_tables()
+    table = spec.tables[0]
+    changes = [ChangeEvent(table.table, "c", (i,), (i, f"v{i}", 1.0, b"x"), Offset("sqlite", n=i))
+               for i in range(7)]
+    changes += [ChangeEvent(table.table, "d", (2,), None, Offset("sqlite", n=7)),
+                ChangeEvent(table.table, "u", (3,), (3, "moved on", 2.0, b"y"),
+                            Offset("sqlite", n=8))]
+    monkeypatch.setattr(reads, "_log_events", lambda spec, partition: iter(changes))
+    monkeypatch.setattr(reads, "BATCH_ROWS", 3)
+    sizes: list[int] = []
+    apply = Applier.apply
+
+    def counting(self: Applier, table_id: object, events: list[object], batch: str) -> None:
+        sizes.append(len(events))
+        apply(self, table_id, events, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Applier, "apply", counting)
+    partition = reads.LogPartition("9-state")
+    assert applied_of(list(reads.read_log(spec, partition))) == {"main.items": 9}
+    assert sizes == [3, 3, 3]
+    target = get_dialect("sqlite").connect(ConnectionConfig.from_url(target_url))
+    expected = {(i,): (i, f"v{i}", 1.0, b"x") for i in (0, 1, 4, 5, 6)}
+    expected[(3,)] = (3, "moved on", 2.0, b"y")
+    assert read_target(target, table) == expected
+    assert applied_of(list(reads.read_log(spec, partition))) == {"main.items": 0}
+    assert read_target(target, table) == expected
+    target.close()
