@@ -335,12 +335,15 @@ def next_boundary(conn: PgConnection, table: TableSchema, start: Key | None, siz
 
 @hookimpl
 def current_offset(conn: PgConnection) -> Offset:
-    """The WAL position, once every transaction in progress at it has ended, so all changes
-    below it are visible to any later SELECT."""
+    """The flushed WAL position, once every transaction in progress at it has ended, so all
+    changes below it are visible to any later SELECT and to logical decoding."""
+    # Logical decoding reads only flushed WAL, and a commit with synchronous_commit = off is
+    # visible before its WAL is flushed: a head past the flushed WAL would give a bounded read
+    # missing such commits below it, which the next range then starts after.
     # Any transaction whose commit record lies below ``lsn`` got its xid before ``fence`` was
     # allocated; once the oldest running xid is at or past the fence, all of them have left
     # the proc array and are visible.
-    (lsn,) = conn.query("SELECT pg_current_wal_lsn()::text")[0]
+    (lsn,) = conn.query("SELECT pg_current_wal_flush_lsn()::text")[0]
     (fence,) = conn.query("SELECT pg_current_xact_id()::text")[0]
     deadline = time.monotonic() + conn.wait_seconds
     while True:
