@@ -4,7 +4,7 @@ changes there with the target dialect's ``apply_changes``. Spark-free: the mirro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -92,14 +92,11 @@ class Applier:
             self._conn = None
 
 
-def add_reports(applied: dict[str, int], rows: Iterable[Mapping[str, Any] | Sequence[Any]]
-                ) -> float | None:
-    """Add report rows (mappings or ``(table, applied, committed)`` tuples) to ``applied``
-    (per table name); the newest commit time among them, or None."""
+def add_reports(applied: dict[str, int], rows: Iterable[Sequence[Any]]) -> float | None:
+    """Add report rows ``(table, applied, committed)`` to ``applied`` (per table name); the
+    newest commit time among them, or None."""
     newest: float | None = None
-    for row in rows:
-        table, count, committed = (row["table"], row["applied"], row["committed"]) \
-            if isinstance(row, Mapping) else row
+    for table, count, committed in rows:
         applied[table] = applied.get(table, 0) + count
         if committed is not None and (newest is None or committed > newest):
             newest = committed

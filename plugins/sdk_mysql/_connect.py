@@ -60,10 +60,8 @@ def _conversions(utc_session: bool) -> dict[Any, Any]:
                 FIELD_TYPE.TIMESTAMP: datetime_text}
 
     def instant(text: str) -> Any:
-        try:
-            return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
-        except ValueError:  # a zero date: its text, as pymysql gives it
-            return text
+        value = datetime_text(text)
+        return value.replace(tzinfo=dt.UTC) if isinstance(value, dt.datetime) else value
 
     return {**conversions, FIELD_TYPE.DATETIME: datetime_text, FIELD_TYPE.TIMESTAMP: instant}
 

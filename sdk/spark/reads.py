@@ -57,14 +57,19 @@ class LogPartition(InputPartition):
         super().__init__(None)
 
 
+def _envelope_out(spec: SourceSpec) -> bool:
+    """Whether split output is the envelope: a chained task stages the table's typed
+    columns, whatever the stream carries."""
+    return spec.envelope and spec.target is None
+
+
 def _split_output(spec: SourceSpec, schema: TableSchema, rows: list[Any], watermark: Offset
                   ) -> list[pa.RecordBatch]:
-    """A split's rows as the stream's batches (the table's typed columns, or the envelope);
-    with a chained target, as the table's typed columns (what is staged)."""
+    """A split's rows as batches of the table's typed columns or of the envelope."""
     out = []
     for start in range(0, max(len(rows), 1), BATCH_ROWS):
         chunk = rows[start:start + BATCH_ROWS]
-        if spec.envelope and spec.target is None:
+        if _envelope_out(spec):
             events = [ChangeEvent(schema.table, "r", schema.key_of(r), r, watermark)
                       for r in chunk]
             out.append(envelope_batch(spec.table_map(), events, 0))
@@ -74,7 +79,7 @@ def _split_output(spec: SourceSpec, schema: TableSchema, rows: list[Any], waterm
 
 
 def _stage_schema(spec: SourceSpec, schema: TableSchema) -> pa.Schema:
-    if spec.envelope and spec.target is None:
+    if _envelope_out(spec):
         return envelope_schema()[1]
     return TableBatcher(schema).arrow_schema
 

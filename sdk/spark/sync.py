@@ -131,8 +131,9 @@ def run_sync(source: str, target: str | None, tables: str = "*",
     if target is None and changes is None:
         raise ConfigurationError("give a --target to mirror into, a --changes path, or both")
     if target is not None and changes is None:  # chained: each task applies what it reads
-        reader_options.update({"target": target} if target_schema is None else
-                              {"target": target, "targetSchema": target_schema})
+        reader_options["target"] = target
+        if target_schema is not None:
+            reader_options["targetSchema"] = target_schema
     # checks options, tables and the source before Spark runs; a resumed sync keeps its tables
     spec = checkpointed(resolve(reader_options))
     mirror: Mirror | Tally | None = None
