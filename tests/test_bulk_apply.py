@@ -221,17 +221,55 @@ def test_postgres_staged_values_equal_row_by_row_values(pg_target: Any,
     conn, schema = pg_target
     pg = get_dialect("postgres")
     texts = []
-    for name, bulk_rows in (("staged", 0), ("rows", 10**9)):
+    for name, bulk_rows, op in (("staged", 0, "c"), ("rows", 10**9, "c"), ("loaded", 0, "r")):
         monkeypatch.setattr(pg_apply, "BULK_ROWS", bulk_rows)
         table = TableSchema(TableId(schema, name), PG_EDGE_COLUMNS, ("id",))
         pg.create_table(conn, table)
-        events = [upsert(table, (i, *row)) for i, row in enumerate(PG_EDGE_ROWS)]
+        events = [ChangeEvent(table.table, op, (i,), (i, *row), OFFSET)
+                  for i, row in enumerate(PG_EDGE_ROWS)]
         assert pg.apply_changes(conn, table, events, "1-0")
         columns = ", ".join(f'"{c.name}"::text' for c in PG_EDGE_COLUMNS)
         texts.append(conn.query(f'SELECT {columns} FROM {schema}."{name}" ORDER BY id'))
-    assert texts[0] == texts[1]
+    assert texts[0] == texts[1] == texts[2]
     assert texts[0][3][2] == "2024-05-06 01:38:09.00001"  # the instant's UTC wall time
     assert len(texts[0]) == len(PG_EDGE_ROWS)
+
+
+@pytest.mark.postgres
+def test_postgres_snapshot_rows_are_copied_straight_in_or_merged_over_rows_there(
+        pg_target: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A split's rows (op ``r``) go into the table with one ``COPY``, no staging and merge; into
+    a table that already holds some of their keys (a table snapshotted again) the ``COPY`` is
+    rolled back and they are merged as upserts: the same rows either way, and a replay is still
+    a no-op."""
+    conn, schema = pg_target
+    pg = get_dialect("postgres")
+    table = awkward_table(schema, "loaded")
+    pg.create_table(conn, table)
+    merges: list[int] = []
+    real_write = pg_apply.write
+
+    def counted(*args: Any) -> None:
+        merges.append(len(args[4]))
+        real_write(*args)
+
+    monkeypatch.setattr(pg_apply, "write", counted)
+
+    def split(first: int, last: int, version: int) -> list[ChangeEvent]:
+        rows = [make_row(i, version) for i in range(first, last)]
+        return [ChangeEvent(table.table, "r", table.key_of(r), r, OFFSET) for r in rows]
+
+    state: Model = {}
+    for n, (events, merged) in enumerate([(split(0, 700, 0), False),  # an empty table
+                                          (split(700, 1400, 0), False),  # keys not there
+                                          (split(350, 1050, 1), True)]):  # half there
+        state.update({e.key: e.after for e in events if e.after is not None})
+        assert pg.apply_changes(conn, table, events, f"snap/{n}")
+        assert bool(merges) is merged
+        assert pg_rows(conn, table) == state
+        assert not pg.apply_changes(conn, table, events, f"snap/{n}")  # a replay
+        assert pg_rows(conn, table) == state
+    assert merges == [700]
 
 
 # --- MySQL --------------------------------------------------------------------------------------

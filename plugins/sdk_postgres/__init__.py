@@ -467,11 +467,16 @@ def create_table(conn: PgConnection, table: TableSchema) -> None:
 @hookimpl
 def apply_changes(conn: PgConnection, table: TableSchema, events: Sequence[ChangeEvent],
                   batch_id: str) -> bool:
-    """Claim the batch, then write its net changes set-based (:func:`._target.write`)."""
+    """Claim the batch, then write its net changes set-based (:func:`._target.write`), or a
+    snapshot split's rows straight into the table (:func:`._target.load`)."""
     with conn.raw.transaction(), conn.raw.cursor() as cur:
         if not _target.ledger(q(table.table.schema)).claim(cur, table, batch_id):
             return False
-        _target.write(cur, table, qualified(table.table), qualified(table.table, params=True),
+        quoted = qualified(table.table)
+        if all(e.op == "r" for e in events) and _target.load(
+                cur, table, quoted, [e.after for e in events if e.after is not None], q):
+            return True
+        _target.write(cur, table, quoted, qualified(table.table, params=True),
                       net_changes(events), q, qp)
         return True
 
