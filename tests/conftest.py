@@ -164,9 +164,10 @@ def postgres_admin_url(postgres_admin: Any) -> str:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local Spark session for the whole run (starting one takes seconds)."""
-    import sys
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from sdk.spark.workers import worker_python
+
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     from pyspark.sql import SparkSession
 
     session = (SparkSession.builder.master("local[2]")

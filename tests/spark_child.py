@@ -25,7 +25,9 @@ from typing import Any
 def main() -> None:
     source, mirror_url, work = sys.argv[1:4]
     chained = sys.argv[4:] == ["chained"]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from sdk.spark.workers import worker_python
+
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     from pyspark.sql import SparkSession
 
     from sdk import ConnectionConfig, Offset, get_dialect

@@ -11,7 +11,6 @@ import logging
 import os
 import pkgutil
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -23,6 +22,7 @@ from ..spec import UNTIL, checkpoint_paths, resolve
 from .engine_state import checkpointed
 from .mirror import Mirror, Tally
 from .statestore import StateStore
+from .workers import worker_python
 
 RETRY_SECONDS = 300.0
 TRANSIENT = ("RetriableError",)
@@ -74,7 +74,8 @@ class SyncSummary:
 
 def spark_session(master: str = "local[*]") -> Any:
     """A Spark session for the job, with ``format("cdc")`` available."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if "PYSPARK_PYTHON" not in os.environ:
+        os.environ["PYSPARK_PYTHON"] = worker_python()
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master(master).appName("sdk sync")

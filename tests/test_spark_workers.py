@@ -1,0 +1,44 @@
+"""The launcher Spark starts its Python workers with (sdk/spark/workers.py): it drops Spark's
+own pyspark and py4j zips from the worker's path and keeps everything else, and it is used
+only where those zips are the installed pyspark."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from sdk.spark.workers import worker_python
+
+LIB = Path(pyspark.__file__).parent / "python" / "lib"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the launcher is a POSIX shell script")
+def test_the_launcher_imports_pyspark_from_site_packages_and_keeps_other_paths(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    launcher = worker_python()
+    assert launcher != sys.executable
+    zips = sorted(str(p) for p in LIB.glob("*.zip"))
+    assert any(z.endswith("pyspark.zip") for z in zips) and any("py4j" in z for z in zips)
+    mine = tmp_path / "user's *libs"  # a space, a quote, a star, as a user's path may have
+    mine.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*zips, str(mine)])}
+    out = subprocess.run(
+        [launcher, "-c", "import sys, pyspark, py4j; print(pyspark.__file__); "
+                         "print(py4j.__file__); print(sys.executable); print(sys.path)"],
+        env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert ".zip" not in out[0] and ".zip" not in out[1]
+    assert Path(out[0]).parent == Path(pyspark.__file__).parent
+    assert out[2] == sys.executable
+    assert str(mine) in out[3] and not any(z in out[3] for z in zips)
+
+
+def test_a_spark_distribution_keeps_the_plain_interpreter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))  # its zips may be another pyspark
+    assert worker_python() == sys.executable
