@@ -131,11 +131,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Show a sync's phase, per-table progress and log position from its checkpoint."""
     from .algorithm.progress import describe_progress
+    from .spark.engine_state import live_progress
     from .spark.statestore import StateStore
     from .spec import checkpoint_paths
 
     state_dir, _ = checkpoint_paths(args.checkpoint)
-    progress = StateStore(state_dir, create=False).read_json("progress.json")
+    progress = live_progress(StateStore(state_dir, create=False))
     if progress is None:
         print(f"no sync has run with checkpoint {args.checkpoint}")
         return 1

@@ -49,9 +49,10 @@ SOURCE_OPTIONS = OptionTable(
            "required for streams"),
     Option("envelope", "envelope", boolean, False, "force the multi-table envelope for one "
            "table", "source"),
-    Option("snapshot.batch.rows", "batch_rows", positive_int, 400_000,
+    Option("snapshot.batch.rows", "batch_rows", positive_int, 2_000_000,
            "rows a snapshot micro-batch hands out (split size x splits): each batch pays "
-           "Spark's fixed costs once, each task still holds one split", "source"),
+           "Spark's fixed costs and waits for its slowest task once, each task still holds one "
+           "split; progress counts a batch's splits as they finish", "source"),
     Option("snapshot.splits-per-batch", "splits_per_batch", positive_int, None,
            "splits in one snapshot micro-batch, instead of `snapshot.batch.rows`", "source", (),
            "from `snapshot.batch.rows`"),

@@ -109,3 +109,37 @@ def test_progress_lines_show_the_lag_in_the_log_phase() -> None:
                                "applied": 4, "applied_per_second": 2.0, "lag_seconds": 2.46})
     assert lines[-1].endswith("catching up, lag 2.5 s")
     assert "lag" not in describe_progress({"phase": "snapshot", "tables": {}})[-1]
+
+
+def test_progress_counts_the_splits_a_running_batch_has_staged(tmp_path: Any) -> None:
+    """A snapshot batch runs for many seconds before the next report: ``sdk status`` and the
+    sync's progress lines count its splits as they are staged, once, and not after the report
+    that folded them in."""
+    from sdk import FinishedSplit, Offset, SnapshotSplit, TableId
+    from sdk.spark import progress
+    from sdk.spark.engine_state import stage_name
+    from sdk.spark.statestore import StateStore
+
+    store = StateStore(str(tmp_path))
+    table = TableId("shop", "orders")
+    store.write_json({"phase": "snapshot", "counted": 0, "rows": 100, "started_at": 0,
+                      "tables": {"shop.orders": {"splits_done": 1, "splits_estimated": 4,
+                                                 "rows": 100, "snapshot_done": False},
+                                 "shop.done": {"splits_done": 2, "splits_estimated": 2,
+                                               "rows": 5, "snapshot_done": True}}},
+                     "progress.json")
+    batch = "000000000001-abc"
+    store.write_json({}, "states", f"{batch}.json")
+    for index, rows in ((1, 30), (2, 40)):
+        split = SnapshotSplit(table, index, None, None)
+        store.write_json(FinishedSplit(split, Offset("test"), rows).to_json(),
+                         "batches", batch, f"{stage_name(split)}.json")
+        store.write_bytes(b"rows", "batches", batch, f"{stage_name(split)}.arrow")
+    live = progress(str(tmp_path))
+    assert live is not None
+    assert live["tables"]["shop.orders"] == {"splits_done": 3, "splits_estimated": 4,
+                                             "rows": 170, "snapshot_done": False}
+    assert live["tables"]["shop.done"]["splits_done"] == 2 and live["rows"] == 175
+    folded = {**store.read_json("progress.json"), "counted": 1}  # the report that folded them
+    store.write_json(folded, "progress.json")
+    assert progress(str(tmp_path)) == folded

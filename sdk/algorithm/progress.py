@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..codec import dumps
+from ..types import FinishedSplit
 from .state import SyncState
 
 
@@ -51,6 +52,24 @@ def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | No
     if caught_up is not None:
         report["caught_up"] = caught_up
     return report
+
+
+def with_staged(report: Mapping[str, Any], staged: Sequence[FinishedSplit]) -> dict[str, Any]:
+    """``report`` with the splits of the batch in flight that are ``staged`` already counted
+    in: a snapshot batch may run for many seconds before its report is written."""
+    tables = {name: dict(table) for name, table in report.get("tables", {}).items()}
+    for finished in staged:
+        table = tables.get(str(finished.split.table))
+        if table is None or table["snapshot_done"]:
+            continue
+        table["splits_done"] += 1
+        table["rows"] += finished.rows
+        table["splits_estimated"] = max(table["splits_estimated"], table["splits_done"] + 1)
+    now = time.time()
+    rows = sum(t["rows"] for t in tables.values())
+    elapsed = max(now - report.get("started_at", now), 1e-9)
+    return {**report, "tables": tables, "rows": rows,
+            "rows_per_second": round(rows / elapsed, 1), "updated_at": now}
 
 
 def describe_progress(progress: Mapping[str, Any]) -> list[str]:

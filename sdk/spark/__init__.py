@@ -20,11 +20,12 @@ def register(spark: Any) -> None:
 
 def progress(state_dir: str) -> dict[str, Any] | None:
     """The last progress report of the stream using ``state_dir``: phase, per-table splits
-    done/estimated and rows, rows per second, log position, head and whether it caught up."""
+    done/estimated and rows (the splits of a snapshot batch still running counted as they are
+    staged), rows per second, log position, head and whether it caught up."""
+    from .engine_state import live_progress
     from .statestore import StateStore
 
-    report: dict[str, Any] | None = StateStore(state_dir).read_json("progress.json")
-    return report
+    return live_progress(StateStore(state_dir))
 
 
 def __getattr__(name: str) -> Any:

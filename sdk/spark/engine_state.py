@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..algorithm import SyncState
+from ..algorithm.progress import with_staged
 from ..codec import dumps
 from ..errors import ConfigurationError
 from ..spec import SourceSpec
@@ -112,6 +113,25 @@ def stage_name(split: SnapshotSplit) -> str:
     replay after the table list changed finds the same stage."""
     digest = hashlib.sha256(dumps(split.table.to_json()).encode()).hexdigest()[:16]
     return f"{digest}-{split.index}"
+
+
+def live_progress(store: StateStore) -> dict[str, Any] | None:
+    """The progress report with the splits of the newest batch it does not count yet (its
+    ``counted``) counted as they are staged (:func:`sdk.algorithm.progress.with_staged`): a
+    snapshot batch may run for many seconds before the next report. None before the first."""
+    report: dict[str, Any] | None = store.read_json("progress.json")
+    names = store.list_dir("states")
+    if report is None or not names:
+        return report
+    newest = max(names).removesuffix(".json")
+    if int(newest.split("-")[0]) <= report.get("counted", 1 << 62):
+        return report
+    staged = []
+    for file in store.list_dir("batches", newest):
+        data = store.read_json("batches", newest, file) if file.endswith(".json") else None
+        if data is not None:
+            staged.append(FinishedSplit.from_json(data))
+    return with_staged(report, staged)
 
 
 def latest(store: StateStore) -> EngineState | None:

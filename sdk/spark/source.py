@@ -196,13 +196,15 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _offset(self, engine: EngineState) -> dict[str, Any]:
         name = engine.save(self.store, self._chunks)
         self._keep(name, engine)
-        self._report(engine.sync)
+        self._report(engine.sync, engine.seq - 1)  # its own splits are still to run
         position = engine.sync.position
         return {"v": OFFSET_VERSION, "phase": engine.sync.phase.value, "state": name,
                 "position": dumps(position.to_json()) if position else None}
 
-    def _report(self, sync: SyncState) -> None:
-        """Write the progress report that ``sdk status`` and :func:`progress` read."""
+    def _report(self, sync: SyncState, counted: int) -> None:
+        """Write the progress report that ``sdk status`` and :func:`progress` read: ``sync``
+        counts the splits of the states up to number ``counted``; those of a later batch are
+        counted as they are staged (:func:`.engine_state.live_progress`)."""
         head = self._head[1]
         caught_up = None
         if head is not None and sync.position is not None:
@@ -213,6 +215,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         previous = self._progress or self.store.read_json("progress.json")
         self._progress = progress_of(sync, self.spec.options.split_size, previous,
                                      head, caught_up)
+        self._progress["counted"] = counted
         self.store.write_json(self._progress, "progress.json")
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
@@ -252,7 +255,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         sync = engine.sync
         if engine.inflight:
             sync = self.machine.fold(sync, self._staged(start["state"], engine))
-            self._report(sync)  # before a table may turn pure-log and drop its splits
+            self._report(sync, engine.seq)  # before a table may turn pure-log, dropping splits
         batch = self.machine.next_batch(self.conn, sync, self._log_head,
                                         self.spec.splits_per_batch)
         if batch is None:

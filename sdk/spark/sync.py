@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..spec import UNTIL, checkpoint_paths, resolve
-from .engine_state import checkpointed
+from .engine_state import checkpointed, live_progress
 from .mirror import Mirror, Tally
 from .statestore import StateStore
 from .workers import worker_python
@@ -199,7 +199,7 @@ def run_sync(source: str, target: str | None, tables: str = "*",
                     query.awaitTermination(0.5)
                 except Exception:  # it failed: query.exception() below says how
                     break
-                progress = StateStore(state_dir).read_json("progress.json") or {}
+                progress = live_progress(StateStore(state_dir)) or {}
                 if query.lastProgress is not None:
                     retries.reset()  # a batch went through: the source is back
                 if report is not None and time.monotonic() - last_report >= report_seconds:
