@@ -72,13 +72,19 @@ class SyncSummary:
     """Commit-to-applied time of the newest change in the last batch that applied one."""
 
 
-def spark_session(master: str = "local[*]") -> Any:
-    """A Spark session for the job, with ``format("cdc")`` available."""
+def spark_session(master: str = "local[*]", rows_in_jvm: bool = True) -> Any:
+    """A Spark session for the job, with ``format("cdc")`` available. Without
+    ``rows_in_jvm`` (a chained sync: the tasks write the target, the JVM only schedules) the
+    driver JVM compiles with C1 only: C2's compiler threads compete with the start-up for
+    the cores and would optimise code that carries no rows (0.7-0.9 s less to a session)."""
     if "PYSPARK_PYTHON" not in os.environ:
         os.environ["PYSPARK_PYTHON"] = worker_python()
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(master).appName("sdk sync")
+    builder = SparkSession.builder
+    if not rows_in_jvm and master.startswith("local"):
+        builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+    spark = (builder.master(master).appName("sdk sync")
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")  # sdk sync reports progress
              .config("spark.sql.shuffle.partitions", "2")
@@ -158,7 +164,7 @@ def run_sync(source: str, target: str | None, tables: str = "*",
             if change_log is not None and mirror is not None:
                 df.unpersist()
 
-    spark = spark_session(master)
+    spark = spark_session(master, rows_in_jvm=spec.target is None)
 
     def start_query() -> Any:
         stream = spark.readStream.format("cdc").options(**reader_options).load()
