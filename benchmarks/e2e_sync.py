@@ -33,8 +33,10 @@ into a fresh PostgreSQL table by
 
 Log case: ``--changes`` one-row UPDATE transactions on a ``--log-rows`` table after a
 ``sdk sync --until snapshot`` of it, then ``sdk sync --until caught-up`` resuming from that
-checkpoint: the whole command, and the sync's own time as its last line reports it
-("applied N rows in X s": from after the Spark session start to the query's stop). Beside it,
+checkpoint: the whole command, the sync's own time as its last line reports it ("applied N
+rows in X s": from after the Spark session start to the query's stop), and the time from the
+first log batch planned (its progress.json report, after the JVM, the session and the query
+started) to the command's exit. Beside it,
 the raw decoder over the same range: python-mysql-replication ``BinLogStreamReader`` from the
 binlog position before the updates to the one after (row events of the table, typed by the
 library), and for PostgreSQL ``pg_logical_slot_peek_binary_changes`` on a slot made before the
@@ -734,8 +736,16 @@ def log_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, work: P
     if own:
         line(f"sdk sync, own run ('applied {runs[0].applied} rows in X s')", own, n,
              "changes/s")
+    planned = [r.seconds - r.startup for r in runs if r.startup is not None]
+    if planned:
+        line("sdk sync, first log batch planned to the command's exit", planned, n,
+             "changes/s")
+        print(f"    (launch to the first log batch planned: "
+              f"{min(r.startup for r in runs if r.startup is not None):.2f} s)")
     print(f"  ratios (rate/rate): sdk/raw {own_rate / raw_rate:.3f} (whole command "
-          f"{whole_rate / raw_rate:.3f})")
+          f"{whole_rate / raw_rate:.3f}"
+          + (f", first log batch to exit {rate(n, planned) / raw_rate:.3f}" if planned else "")
+          + ")")
     print(f"  check: {'OK' if ok else 'MISMATCH'} (raw decoder saw {raw_count:,} of {n:,} "
           f"changes, {raw_tx:,} commits in the range; the mirror's count and checksum equal the "
           "source's after the updates)")
