@@ -4,7 +4,8 @@ changes there with the target dialect's ``apply_changes``. Spark-free: the mirro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -101,3 +102,29 @@ def add_reports(applied: dict[str, int], rows: Iterable[Sequence[Any]]) -> float
         if committed is not None and (newest is None or committed > newest):
             newest = committed
     return newest
+
+
+class Pipeline:
+    """Jobs run one at a time, in order, on one background thread: a task reads the next chunk
+    of changes while the last one is applied (the target's server works and the thread waits
+    on its socket without the GIL). :meth:`submit` first waits for the job before, so at most
+    two chunks are held, and raises its failure."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sdk-apply")
+        self._pending: Future[None] | None = None
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self.wait()
+        self._pending = self._pool.submit(job)
+
+    def wait(self) -> None:
+        """Wait for the job in flight; raise its failure."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def shutdown(self) -> None:
+        """Wait for a job still running, without raising its failure (the caller is already
+        raising one, or has called :meth:`wait`)."""
+        self._pool.shutdown(wait=True)

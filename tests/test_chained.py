@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -114,3 +115,36 @@ def test_a_log_batch_is_applied_in_chunks_once(tmp_path: Path,
     assert applied_of(list(reads.read_log(spec, partition))) == {"main.items": 0}
     assert read_target(target, table) == expected
     target.close()
+
+
+def test_the_writer_thread_applies_in_order_and_raises_a_failure_at_the_next_step() -> None:
+    """Chained log chunks are applied on one writer thread while the next is read: in order,
+    one at a time, and a failed apply stops the task at its next chunk or at its end."""
+    import threading
+    import time
+
+    from sdk.target import Pipeline
+
+    done: list[int] = []
+    running = threading.Semaphore(1)
+
+    def job(n: int) -> Any:
+        def run() -> None:
+            assert running.acquire(blocking=False), "two jobs at once"
+            time.sleep(0.01)
+            done.append(n)
+            running.release()
+            if n == 3:
+                raise RuntimeError("target refused chunk 3")
+        return run
+
+    writer = Pipeline()
+    for n in range(3):
+        writer.submit(job(n))
+    writer.wait()
+    assert done == [0, 1, 2]
+    writer.submit(job(3))
+    with pytest.raises(RuntimeError, match="chunk 3"):
+        writer.submit(job(4))  # waits for chunk 3 first, and raises its failure
+    assert done == [0, 1, 2, 3]
+    writer.shutdown()

@@ -16,7 +16,7 @@ from ..algorithm import IncrementalFilter, read_split
 from ..codec import dumps
 from ..errors import ConfigurationError
 from ..spec import SourceSpec
-from ..target import Applier
+from ..target import Applier, Pipeline
 from ..types import (
     ChangeEvent,
     Connection,
@@ -211,19 +211,25 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
 def _apply_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
     """A chained log batch: its changes applied in log order, in chunks of ``BATCH_ROWS``
     changes (memory stays O(chunk) however far behind the batch starts), each chunk in one
-    transaction per table recording ``log/<state>/<chunk>``. The bounded read is repeatable,
-    so a replay cuts the same chunks and skips those that committed."""
+    transaction per table recording ``log/<state>/<chunk>``, on a writer thread while the
+    next chunk is read (:class:`~sdk.target.Pipeline`). The bounded read is repeatable, so a
+    replay cuts the same chunks and skips those that committed."""
     assert spec.target is not None
     sink = Applier(spec.target)
+    writer = Pipeline()
     chunk: dict[TableId, list[ChangeEvent]] = {}
     held = number = 0
 
     def flush() -> None:
-        nonlocal held, number
-        for table, events in chunk.items():
-            sink.apply(table, events, f"{log_ledger_id(partition.state)}/{number}")
-        chunk.clear()
-        held, number = 0, number + 1
+        nonlocal chunk, held, number
+        events, ledger = chunk, f"{log_ledger_id(partition.state)}/{number}"
+
+        def apply() -> None:
+            for table, changes in events.items():
+                sink.apply(table, changes, ledger)
+
+        writer.submit(apply)
+        chunk, held, number = {}, 0, number + 1
 
     try:
         for event in _log_events(spec, partition):
@@ -232,7 +238,9 @@ def _apply_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordB
             if held >= BATCH_ROWS:
                 flush()
         flush()
+        writer.wait()
     finally:
+        writer.shutdown()
         sink.close()
     yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
 
