@@ -22,7 +22,7 @@ def change_runs(events: Sequence[ChangeEvent], convert: Callable[[Any], Any] | N
     out: list[tuple[Kind, list[tuple[Any, ...]]]] = []
 
     def add(kind: Kind, values: tuple[Any, ...]) -> None:
-        row = tuple(convert(v) for v in values) if convert is not None else values
+        row = tuple(map(convert, values)) if convert is not None else values
         if out and out[-1][0] == kind:
             out[-1][1].append(row)
         else:
@@ -78,7 +78,7 @@ def net_changes(events: Sequence[ChangeEvent], convert: Callable[[Any], Any] | N
     upserts: list[tuple[Any, ...]] = []
     for key, after in last.items():
         values = key if after is None else after
-        row = tuple(convert(v) for v in values) if convert is not None else values
+        row = tuple(map(convert, values)) if convert is not None else values
         (deletes if after is None else upserts).append(row)
     return NetChanges(deletes, upserts)
 

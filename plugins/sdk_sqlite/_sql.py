@@ -90,10 +90,15 @@ def target_type(column: Column) -> str:
     return _TARGET_TYPES.get(column.type, "TEXT")
 
 
+_STORED_AS_IS = frozenset({int, str, bytes, type(None)})
+
+
 def to_target_value(value: Any) -> Any:
     """A Python value as something sqlite3 stores exactly (decimals and times as text). NaN
     is stored as the text ``NaN`` (SQLite would make it NULL); dates and times beyond
     Python's as their ISO text, or ``infinity`` / ``-infinity``."""
+    if type(value) in _STORED_AS_IS:  # most values: one set lookup
+        return value
     if isinstance(value, float) and math.isnan(value):
         return "NaN"
     if value is None or isinstance(value, (int, float, str, bytes)):
