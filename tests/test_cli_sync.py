@@ -143,3 +143,45 @@ def test_progress_counts_the_splits_a_running_batch_has_staged(tmp_path: Any) ->
     folded = {**store.read_json("progress.json"), "counted": 1}  # the report that folded them
     store.write_json(folded, "progress.json")
     assert progress(str(tmp_path)) == folded
+
+
+@pytest.mark.slow
+def test_a_second_signal_stops_the_sync_in_the_middle_of_a_batch(tmp_path: Path) -> None:
+    """The first SIGINT stops the sync once the batch in flight commits (a snapshot batch may
+    run for many seconds); a second one stops it at once, mid-batch, and a restart completes
+    it exactly: the mirror equals the source."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    source = tmp_path / "big.db"
+    with sqlite3.connect(source) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?, ?)",
+                         ((i, f"row {i} " + "x" * 40) for i in range(600_000)))
+    src, dst = f"sqlite:///{source}", f"sqlite:///{tmp_path}/mirror.db"
+    checkpoint = tmp_path / "ck"
+    args = [sys.executable, "-m", "sdk.cli", "sync", "--source", src, "--target", dst,
+            "--checkpoint", str(checkpoint), "--until", "snapshot", "--master", "local[2]",
+            "--option", "snapshot.split.size=2000"]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    batch = checkpoint / "state" / "batches"
+    deadline = time.monotonic() + 120
+    while not (batch.exists() and any(batch.rglob("*.json"))):  # the batch is running
+        assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, out
+    assert "signal again to stop now" in out
+    report = json.loads((checkpoint / "state" / "progress.json").read_text())
+    assert report["phase"] == "snapshot", "the batch committed: the stop did not cut it"
+    assert subprocess.run(args, capture_output=True, text=True, timeout=300).returncode == 0
+    assert rows(dst)["t"] == rows(src)["t"]

@@ -120,7 +120,8 @@ def run_sync(source: str, target: str | None, tables: str = "*",
 
     - ``snapshot``: stop once every table's snapshot is applied;
     - ``caught-up``: stop once the log phase reached the source's position at start;
-    - ``never``: follow the log until SIGINT/SIGTERM, then stop after the current batch.
+    - ``never``: follow the log until SIGINT/SIGTERM, then stop after the current batch (a
+      second signal stops at once, the batch in flight left to the restart).
 
     ``target`` is mirrored with ``apply_changes``; ``changes`` (a path any Spark writer takes)
     also keeps every change as Parquet. At least one of them is needed.
@@ -175,11 +176,15 @@ def run_sync(source: str, target: str | None, tables: str = "*",
         return writer.trigger(processingTime="1 second").start()
 
     started = time.monotonic()
-    stop = threading.Event()
+    stop, now = threading.Event(), threading.Event()  # a first signal, and a second one
+
+    def on_signal(*_: Any) -> None:
+        (now if stop.is_set() else stop).set()
+
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     if threading.current_thread() is threading.main_thread():
         for sig in previous:
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, on_signal)
     last_report = 0.0
 
     def with_applied(progress: dict[str, Any]) -> dict[str, Any]:
@@ -213,7 +218,11 @@ def run_sync(source: str, target: str | None, tables: str = "*",
                     last_report = time.monotonic()
                 done_snapshot = until == "snapshot" and progress.get("phase") in ("log", "done")
                 if stop.is_set() or done_snapshot:
-                    while query.isActive and query.status["isTriggerActive"]:
+                    if stop.is_set() and not now.is_set():
+                        log.warning("sync: stopping once the batch in flight commits; signal "
+                                    "again to stop now (a restart resumes exactly)")
+                    while query.isActive and query.status["isTriggerActive"] and \
+                            not now.is_set():
                         time.sleep(0.1)  # let the batch in flight commit
                     query.stop()
             failure = query.exception()
