@@ -144,6 +144,22 @@ def test_progress_counts_the_splits_a_running_batch_has_staged(tmp_path: Any) ->
     store.write_json(folded, "progress.json")
     assert progress(str(tmp_path)) == folded
 
+    # polled (sdk sync): each staged split read once, and only the newest batch's kept
+    from sdk.spark.engine_state import live_progress
+
+    seen: dict[str, Any] = {}
+    store.write_json({**folded, "counted": 0}, "progress.json")
+    assert live_progress(store, seen)["tables"]["shop.orders"]["rows"] == 170
+    assert len(seen) == 2
+    later = "000000000002-def"
+    store.write_json({**folded, "counted": 1}, "progress.json")
+    store.write_json({}, "states", f"{later}.json")
+    split = SnapshotSplit(table, 3, None, None)
+    store.write_json(FinishedSplit(split, Offset("test"), 7).to_json(),
+                     "batches", later, f"{stage_name(split)}.json")
+    assert live_progress(store, seen)["tables"]["shop.orders"]["rows"] == 107
+    assert list(seen) == [f"{later}/{stage_name(split)}.json"]
+
 
 @pytest.mark.slow
 def test_a_second_signal_stops_the_sync_in_the_middle_of_a_batch(tmp_path: Path) -> None:

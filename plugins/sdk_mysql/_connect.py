@@ -62,8 +62,8 @@ def _conversions(utc_session: bool) -> dict[Any, Any]:
     def instant(text: str) -> Any:
         try:  # parsed aware: 0.17 us a value, where parsing then replace(tzinfo=) takes 0.94
             return dt.datetime.fromisoformat(text + "+00:00")
-        except ValueError:
-            value = convert_datetime(text)
+        except ValueError:  # pymysql's reading of it, a zero date as its text
+            value = datetime_text(text)
         return value.replace(tzinfo=dt.UTC) if isinstance(value, dt.datetime) else value
 
     return {**conversions, FIELD_TYPE.DATETIME: datetime_text, FIELD_TYPE.TIMESTAMP: instant}

@@ -102,7 +102,7 @@ def merge_sql(table: TableSchema, quoted: str, q: Callable[[str], str]) -> tuple
 
 
 def copy_values(table: TableSchema, rows: Sequence[tuple[Any, ...]], keys_only: bool
-                ) -> list[tuple[Any, ...]]:
+                ) -> Sequence[tuple[Any, ...]]:
     """``rows`` as ``COPY`` should read them. The row-by-row statements send an instant as
     ``timestamptz`` and cast it, so a ``timestamp`` or ``date`` column gets its UTC wall time
     (sessions run in UTC); ``COPY`` reads text, where such a column ignores the offset, so
@@ -111,7 +111,7 @@ def copy_values(table: TableSchema, rows: Sequence[tuple[Any, ...]], keys_only: 
     by_name = {c.name: c for c in table.columns}
     wall = [i for i, n in enumerate(names) if by_name[n].type in (L.TIMESTAMP, L.DATE)]
     if not wall:
-        return list(rows)
+        return rows
     out = []
     for row in rows:
         values = list(row)

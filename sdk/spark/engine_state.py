@@ -115,10 +115,13 @@ def stage_name(split: SnapshotSplit) -> str:
     return f"{digest}-{split.index}"
 
 
-def live_progress(store: StateStore) -> dict[str, Any] | None:
+def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = None
+                  ) -> dict[str, Any] | None:
     """The progress report with the splits of the newest batch it does not count yet (its
     ``counted``) counted as they are staged (:func:`sdk.algorithm.progress.with_staged`): a
-    snapshot batch may run for many seconds before the next report. None before the first."""
+    snapshot batch may run for many seconds before the next report. None before the first.
+    ``seen`` keeps the staged splits read by earlier calls, so a caller polling reads each
+    one once."""
     report: dict[str, Any] | None = store.read_json("progress.json")
     names = store.list_dir("states")
     if report is None or not names:
@@ -126,12 +129,16 @@ def live_progress(store: StateStore) -> dict[str, Any] | None:
     newest = max(names).removesuffix(".json")
     if int(newest.split("-")[0]) <= report.get("counted", 1 << 62):
         return report
-    staged = []
+    known = {} if seen is None else seen
+    for name in [n for n in known if not n.startswith(f"{newest}/")]:
+        del known[name]  # an earlier batch's, which the report counts by now
     for file in store.list_dir("batches", newest):
-        data = store.read_json("batches", newest, file) if file.endswith(".json") else None
-        if data is not None:
-            staged.append(FinishedSplit.from_json(data))
-    return with_staged(report, staged)
+        name = f"{newest}/{file}"
+        if file.endswith(".json") and name not in known:
+            data = store.read_json("batches", newest, file)
+            if data is not None:
+                known[name] = FinishedSplit.from_json(data)
+    return with_staged(report, list(known.values()))
 
 
 def latest(store: StateStore) -> EngineState | None:

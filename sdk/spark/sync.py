@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..spec import UNTIL, checkpoint_paths, resolve
+from ..types import FinishedSplit
 from .engine_state import checkpointed, live_progress
 from .mirror import Mirror, Tally
 from .statestore import StateStore
@@ -198,6 +199,8 @@ def run_sync(source: str, target: str | None, tables: str = "*",
         return report
 
     retries = Retries(retry_seconds)
+    store = StateStore(state_dir)
+    staged: dict[str, FinishedSplit] = {}  # the staged splits live_progress read already
     try:
         while True:
             try:
@@ -210,11 +213,11 @@ def run_sync(source: str, target: str | None, tables: str = "*",
                     query.awaitTermination(0.5)
                 except Exception:  # it failed: query.exception() below says how
                     break
-                progress = live_progress(StateStore(state_dir)) or {}
+                progress = store.read_json("progress.json") or {}
                 if query.lastProgress is not None:
                     retries.reset()  # a batch went through: the source is back
                 if report is not None and time.monotonic() - last_report >= report_seconds:
-                    report(with_applied(progress))
+                    report(with_applied(live_progress(store, staged) or progress))
                     last_report = time.monotonic()
                 done_snapshot = until == "snapshot" and progress.get("phase") in ("log", "done")
                 if stop.is_set() or done_snapshot:
@@ -233,7 +236,7 @@ def run_sync(source: str, target: str | None, tables: str = "*",
         if threading.current_thread() is threading.main_thread():
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-    progress = StateStore(state_dir).read_json("progress.json") or {}
+    progress = live_progress(store, staged) or {}
     if report is not None:
         report(with_applied(progress))
     applied = sum(mirror.applied.values()) if mirror is not None else 0
