@@ -8,9 +8,10 @@
   unbuffered (SSCursor) loop over the same SELECT.
 - stream_log: row changes/s of the dialect over a binlog range, against raw
   python-mysql-replication decoding of the same range (row events, no offsets, no
-  normalisation), for one-row transactions and for one multi-row statement. Two raw
-  references: decoding every row event of the range (the issue's figure), and decoding the
-  benchmark table's only (``only_tables``). They differ when other clients write to the
+  normalisation), for one-row transactions and for one multi-row statement; and the server's
+  own C reader (``mariadb-binlog``/``mysqlbinlog --verbose``) on the same range as the limit.
+  Two raw references: decoding every row event of the range (the issue's figure), and
+  decoding the benchmark table's only (``only_tables``). They differ when other clients write to the
   server meanwhile: the dialect then decodes the table maps of every table (it must count
   every row of a transaction it reads, see plugins/sdk_mysql/_binlog.py) but not the rows of
   other tables unless a change of its own follows them in the same transaction, while
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,6 +53,23 @@ def interleaved_best(runs: int, functions: list[Callable[[], int]]
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             best[i] = (min(best[i][0], wall), min(best[i][1], cpu), count)
     return best
+
+
+TOOL = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog") or "mysqlbinlog"
+
+
+def binlog_tool(settings: dict[str, Any], start: Any, end: Any) -> int:
+    """Rows the server's own binlog reader (C) decodes between two offsets of one file, as
+    pseudo-SQL (``--verbose``): the speed limit of decoding, process start included."""
+    if start["file"] != end["file"]:
+        raise SystemExit("the range spans a binlog rotation: run again")
+    command = [TOOL, "--read-from-remote-server", f"--host={settings['host']}",
+               f"--port={settings['port']}", f"--user={settings['user']}",
+               f"--start-position={start['pos']}", f"--stop-position={end['pos']}",
+               "--base64-output=decode-rows", "--verbose", start["file"]]
+    env = dict(os.environ, MYSQL_PWD=settings.get("password") or "")
+    out = subprocess.run(command, check=True, capture_output=True, env=env).stdout
+    return sum(out.count(word) for word in (b"\n### INSERT", b"\n### UPDATE", b"\n### DELETE"))
 
 
 def main() -> None:
@@ -130,12 +150,18 @@ def main() -> None:
             reader.close()
             return n
 
-        (raw_s, raw_cpu, n), (only_s, only_cpu, k), (ours_s, ours_cpu, m) = interleaved_best(
-            args.runs, [raw_log, lambda: raw_log(only=True), dialect_log])
-        print(f"stream_log, {label}: dialect {m} changes {m / ours_s:,.0f}/s; raw "
-              f"python-mysql-replication, all row events: {n} rows: {raw_s / ours_s:.2f}x "
-              f"wall, {raw_cpu / ours_cpu:.2f}x CPU; raw with only_tables: {k} rows: "
-              f"{only_s / ours_s:.2f}x wall, {only_cpu / ours_cpu:.2f}x CPU")
+        def tool_log(start: Any = start, end: Any = end) -> int:
+            return binlog_tool(settings, start, end)
+
+        (raw_s, raw_cpu, n), (only_s, only_cpu, k), (ours_s, ours_cpu, m), (tool_s, _, t) = \
+            interleaved_best(args.runs, [raw_log, lambda: raw_log(only=True), dialect_log,
+                                         tool_log])
+        print(f"stream_log, {label}: dialect {m} changes {m / ours_s:,.0f}/s, "
+              f"{raw_s / ours_s:.2f}x raw python-mysql-replication decoding all row events "
+              f"({n} rows, {n / raw_s:,.0f}/s; {raw_cpu / ours_cpu:.2f}x its CPU), "
+              f"{only_s / ours_s:.2f}x it with only_tables ({k} rows; "
+              f"{only_cpu / ours_cpu:.2f}x CPU); the limit, {TOOL} -v (C, decoding rows to "
+              f"text): {t} rows {t / tool_s:,.0f}/s, the dialect at {tool_s / ours_s:.2f}x it")
     admin.query(f"DROP TABLE {name}")
 
 

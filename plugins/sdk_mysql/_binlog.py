@@ -33,68 +33,163 @@ tables are written, too.
 from __future__ import annotations
 
 import random
+import struct
 import time
 from collections.abc import Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
-from sdk import ChangeEvent, Heartbeat, Offset, OffsetExpiredError, RetriableError, TableSchema
+from sdk import (
+    ChangeEvent,
+    ConfigurationError,
+    Heartbeat,
+    Offset,
+    OffsetExpiredError,
+    RetriableError,
+    TableSchema,
+)
 
 from ._connect import open_connection
 from ._offsets import NAME, MariadbGtidState, make_offset, position_key
-from ._types import fix_binlog_time, normalizer
+from ._rows import RowsDecoder, TableMap, compile_rows, parse_table_map
 
 _MARIADB_STANDALONE = 1  # MariaDB GTID event flag FL_STANDALONE: a statement without Xid
 MAX_UNREAD = 64  # rows events of other tables held undecoded per transaction, at most
+MAX_TABLE_MAPS = 4096  # distinct table map events kept parsed, at most
+
+# event types
+QUERY, ROTATE, FORMAT_DESCRIPTION, XID, TABLE_MAP, HEARTBEAT = 2, 4, 15, 16, 19, 27
+GTID, MARIADB_GTID = 33, 162
+WRITE_V1, UPDATE_V1, DELETE_V1, WRITE_V2, UPDATE_V2, DELETE_V2 = 23, 24, 25, 30, 31, 32
+_ROWS = {WRITE_V1: "c", UPDATE_V1: "u", DELETE_V1: "d", WRITE_V2: "c", UPDATE_V2: "u",
+         DELETE_V2: "d"}
+_V2 = {WRITE_V2, UPDATE_V2, DELETE_V2}
+_UNREADABLE = {
+    39: "MySQL's partial JSON updates (binlog_row_value_options = PARTIAL_JSON): set it to ''",
+    40: "MySQL's compressed transactions (binlog_transaction_compression = ON): set it OFF",
+    **{kind: "MariaDB's compressed binlog events (log_bin_compress = ON): set it OFF"
+       for kind in range(165, 172)},
+}
+_HEADER = struct.Struct("<xIBIIIH")  # the OK byte, then the event's common header
+_HEADER_SIZE = 20
+_COMMIT_WORDS = (b"COMMIT", b"ROLLBACK")
 
 
-class TableDecoder:
-    """Turns one table's binlog row dicts into row tuples in schema order, normalised."""
+class _Version:
+    """One table map's parse and its compiled rows decoders (by present-columns bitmaps)."""
 
-    def __init__(self, table: TableSchema) -> None:
-        self.table = table
-        self.names = table.column_names
-        self.index = {name: i for i, name in enumerate(self.names)}
-        getter = itemgetter(*self.names)
-        # itemgetter of one name returns the value itself, not a 1-tuple
-        self.values: Any = getter if len(self.names) > 1 else lambda d: (getter(d),)
-        # table.key_of, without its generator: it runs once or twice per change
-        key = table.key_index
-        if len(key) == 1:
-            (at,) = key
-            self.key_of: Any = lambda row: (row[at],)
-        elif key:
-            self.key_of = itemgetter(*key)
-        else:
-            self.key_of = table.key_of
-        self.converters: list[tuple[int, Any]] = []
-        self.sets: list[str] = []  # SET columns: an empty set arrives as None
-        for i, column in enumerate(table.columns):
-            convert = normalizer(column)
-            kind = column.source_type.lower()
-            if kind.startswith("time") and not kind.startswith("timestamp"):
-                convert = fix_binlog_time
-            if convert is not None:
-                self.converters.append((i, convert))
-            if kind.startswith("set"):
-                self.sets.append(column.name)
+    __slots__ = ("decoders", "map", "schema")
 
-    def row(self, values: dict[str, Any], none_sources: dict[str, Any]) -> tuple[Any, ...]:
+    def __init__(self, table_map: TableMap, schema: TableSchema | None) -> None:
+        self.map = table_map
+        self.schema = schema
+        self.decoders: dict[bytes, RowsDecoder] = {}
+
+    def rows(self, body: bytes, kind: int) -> list[Any]:
+        """Every row of a rows event of this table (an update's as before/after pairs)."""
+        pos = 8 + (int.from_bytes(body[8:10], "little") if kind in _V2 else 0)
+        count = body[pos]
+        if count >= 251:
+            raise ConfigurationError(f"{self.map.schema}.{self.map.table}: a table of more "
+                                     "than 250 columns is not supported in the binlog")
+        width = (count + 7) // 8
+        update = _ROWS[kind] == "u"
+        end = pos + 1 + width * (2 if update else 1)
+        bitmaps = body[pos + 1:end]
+        decoder = self.decoders.get(bitmaps)
+        if decoder is None:
+            present = _bits(bitmaps[:width], count)
+            after = _bits(bitmaps[width:], count) if update else None
+            decoder = compile_rows(self.map, self.schema, present, after)
+            self.decoders[bitmaps] = decoder
+        return decoder.read(body, end)
+
+
+def _bits(bitmap: bytes, count: int) -> list[int]:
+    value = int.from_bytes(bitmap, "little")
+    return [i for i in range(count) if value >> i & 1]
+
+
+class _Charsets:
+    """Collation ids to character set names: pymysql's table, then the server's own (read once,
+    when a collation pymysql does not know appears)."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = settings
+        self.server: dict[int, str] | None = None
+
+    def name(self, collation: int) -> str:
+        from pymysql.charset import charset_by_id
+
         try:
-            out: tuple[Any, ...] = self.values(values)
-        except KeyError as missing:
-            raise OffsetExpiredError(
-                f"binlog rows of {self.table.table} have no column {missing}: the server "
-                "needs binlog_row_metadata=FULL, or the table changed since") from None
-        if not self.converters and not self.sets:
-            return out
-        mutable = list(out)
-        for name in self.sets:
-            if none_sources.get(name) == "empty set":
-                mutable[self.index[name]] = set()
-        for i, convert in self.converters:
-            mutable[i] = convert(mutable[i])
-        return tuple(mutable)
+            return str(charset_by_id(collation).name)
+        except KeyError:
+            pass
+        if self.server is None:
+            connection = open_connection(**self.settings)
+            try:
+                with connection.cursor() as cur:
+                    cur.execute("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS "
+                                "WHERE ID IS NOT NULL")
+                    self.server = {int(i): str(n) for i, n in cur.fetchall()}
+            finally:
+                connection.close()
+        return self.server.get(collation, f"collation {collation}")
+
+
+class _Dump:
+    """The replication connection, opened and reopened by python-mysql-replication (handshake,
+    checksum and heartbeat settings, the binlog dump command), read here packet by packet.
+
+    A connection lost or silent past ``read_timeout`` is reopened at the end of the last event
+    read, as the library does; one that cannot be reopened raises the driver's error."""
+
+    def __init__(self, settings: dict[str, Any], file: str, pos: int, follow: bool,
+                 heartbeat_seconds: float) -> None:
+        from pymysqlreplication import BinLogStreamReader
+
+        self.reader = BinLogStreamReader(
+            connection_settings=settings, server_id=random.randint(1 << 20, (1 << 31) - 1),
+            log_file=file, log_pos=pos, resume_stream=True, blocking=follow,
+            slave_heartbeat=heartbeat_seconds if follow else None,
+            pymysql_wrapper=open_connection, enable_logging=False)
+        self.file, self.pos = file, pos  # the end of the last event read
+        self.checksum = 0
+        self.mariadb = False
+        self._read: Any = None
+
+    def _connect(self) -> None:
+        reader = self.reader
+        reader.log_file, reader.log_pos = self.file, self.pos
+        reader._BinLogStreamReader__connect_to_stream()  # the library's own (re)connection
+        self.checksum = 4 if reader._BinLogStreamReader__use_checksum else 0
+        connection = reader._stream_connection
+        self.mariadb = "MariaDB" in connection.get_server_info()
+        self._read = connection._read_packet
+
+    def packets(self) -> Iterator[bytes]:
+        """Each event packet (the OK byte, the header, the body and the checksum); ends at the
+        server's EOF (a read to the binlog's end that does not follow it)."""
+        from pymysql.err import OperationalError
+
+        self._connect()
+        while True:
+            try:
+                data: bytes = self._read()._data
+            except OperationalError as exc:
+                if exc.args and exc.args[0] in (2006, 2013):
+                    self.reader.close()
+                    self._connect()
+                    continue
+                raise
+            if data[0]:
+                if data[0] == 0xFE and len(data) < 9:
+                    return
+                continue
+            yield data
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 CONNECTION_LOST = {2003, 2006, 2013}
@@ -109,33 +204,17 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
     the log for ever, with heartbeats (see the module docstring). ``gtid`` is MariaDB's GTID
     position at ``start``'s transaction (None: offsets get no ``gtid``)."""
     from pymysql.err import OperationalError
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import (
-        GtidEvent,
-        HeartbeatLogEvent,
-        MariadbGtidEvent,
-        QueryEvent,
-        RotateEvent,
-        XidEvent,
-    )
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    decoders = {(t.table.schema, t.table.name): TableDecoder(t) for t in tables}
+    captured = {(t.table.schema, t.table.name): t for t in tables}
+    key_of = {t.table: _key_getter(t) for t in tables}
     start_file, start_pos, start_n = start
     follow = end is None
     end_key = position_key(end) if end is not None else None
     end_txn = (end[0], end[1]) if end is not None else None
-    events: list[Any] = [GtidEvent, MariadbGtidEvent, QueryEvent, WriteRowsEvent,
-                         UpdateRowsEvent, DeleteRowsEvent]
-    if follow:
-        events += [XidEvent, RotateEvent, HeartbeatLogEvent]
-    reader = BinLogStreamReader(
-        connection_settings=settings, server_id=random.randint(1 << 20, (1 << 31) - 1),
-        log_file=start_file, log_pos=start_pos, resume_stream=True, blocking=follow,
-        slave_heartbeat=heartbeat_seconds if follow else None, only_events=events,
-        pymysql_wrapper=open_connection)
-    row_events = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
-    ops = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
+    dump = _Dump(settings, start_file, start_pos, follow, heartbeat_seconds)
+    charsets = _Charsets(settings)
+    parsed: dict[bytes, _Version] = {}  # table map bodies seen, parsed
+    current: dict[int, _Version] = {}  # table id -> its latest table map
     state = MariadbGtidState(gtid) if gtid is not None else None
     txn_gtid = gtid
     txn_file, txn_pos = start_file, start_pos
@@ -144,10 +223,11 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
     after_gtid = standalone = in_txn = txn_mariadb = False
     index = 0
     numbered_file, file_number = "", 0
-    unread: list[Any] = []  # this transaction's rows events of other tables, not decoded yet
+    unread: list[tuple[_Version, bytes, int]] = []  # rows events of other tables, not decoded
     # following: the last transaction boundary passed (never behind start) and its GTID state
     boundary, boundary_gtid = start, gtid
     last_beat = time.monotonic()
+    header = _HEADER.unpack_from
 
     def beat(file: str, pos: int) -> Heartbeat:
         """A heartbeat at the boundary ``file:pos``, or at the last one if that is further."""
@@ -158,41 +238,73 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
         return Heartbeat(make_offset(*boundary, boundary_gtid))
 
     try:
-        for event in reader:
-            if isinstance(event, row_events):
-                decoder = decoders.get((event.schema, event.table))
-                if decoder is None and limit is None and len(unread) < MAX_UNREAD:
-                    unread.append(event)  # its rows are counted only if a change follows
+        for data in dump.packets():
+            timestamp, kind, server_id, size, log_pos, _ = header(data)
+            body = data[_HEADER_SIZE:len(data) - dump.checksum]
+            if kind == ROTATE:
+                dump.file = body[8:].decode()
+                dump.pos = int.from_bytes(body[:8], "little")
+                if follow and not in_txn and not log_pos:  # the fake rotate naming the next file
+                    yield beat(dump.file, dump.pos)
+                continue
+            if log_pos:
+                dump.pos = log_pos  # where a reopened connection goes on
+            if kind in _ROWS:
+                version = current.get(int.from_bytes(body[:6], "little"))
+                if version is None:
+                    after_gtid = False
+                    continue  # its table map was not seen (the read started after it)
+                if version.schema is None and limit is None and len(unread) < MAX_UNREAD:
+                    unread.append((version, body, kind))  # counted only if a change follows
                     after_gtid = False
                     continue
                 if unread:
-                    index += sum(len(e.rows) for e in unread)
+                    index += sum(len(v.rows(b, k)) for v, b, k in unread)
                     unread.clear()
-                rows = event.rows
+                rows = version.rows(body, kind)
                 first = index
                 index += len(rows)
-                if decoder is not None:
+                schema = version.schema
+                if schema is not None:
                     low = max(first, skip)
                     high = index if limit is None else min(index, limit)
                     if low < high:
                         if low > first or high < index:
                             rows = rows[low - first:high - first]
-                        yield from _changes(decoder, ops.get(type(event), "u"), event, rows,
-                                            txn_file, txn_pos, low, txn_gtid)
+                        yield from _changes(schema.table, key_of[schema.table], _ROWS[kind],
+                                            rows, timestamp, txn_file, txn_pos, low, txn_gtid)
                 if limit is not None and index >= limit:
                     return
                 after_gtid = False
                 continue
+            if kind == TABLE_MAP:
+                version = parsed.get(body)
+                if version is None:
+                    if len(parsed) >= MAX_TABLE_MAPS:
+                        parsed.clear()
+                    table_map = parse_table_map(body, dump.mariadb, charsets.name)
+                    version = _Version(table_map,
+                                       captured.get((table_map.schema, table_map.table)))
+                    parsed[body] = version
+                current[version.map.table_id] = version
+                continue
+            if kind in _UNREADABLE:
+                raise ConfigurationError(
+                    f"the binlog at {dump.file}:{log_pos - size} holds an event this dialect "
+                    f"cannot read, from {_UNREADABLE[kind]}")
+            query = b""
+            if kind == QUERY:
+                status_len = int.from_bytes(body[11:13], "little")
+                query = body[13 + status_len + body[8] + 1:]
             # A transaction starts at its GTID event (MariaDB, MySQL with GTIDs), else at its
             # BEGIN (MySQL's anonymous GTID event is not decoded).
-            mariadb = isinstance(event, MariadbGtidEvent)
-            is_gtid = mariadb or isinstance(event, GtidEvent)
-            if is_gtid or (isinstance(event, QueryEvent) and event.query == "BEGIN"
-                           and not after_gtid):
-                txn_file = reader.log_file
-                txn_pos, index = event.packet.log_pos - event.packet.event_size, 0
+            mariadb = kind == MARIADB_GTID
+            is_gtid = mariadb or kind == GTID
+            if is_gtid or (query == b"BEGIN" and not after_gtid):
+                txn_file = dump.file
+                txn_pos, index = log_pos - size, 0
                 after_gtid, in_txn, txn_mariadb = is_gtid, True, mariadb
-                standalone = mariadb and bool(event.flags & _MARIADB_STANDALONE)
+                standalone = mariadb and bool(body[12] & _MARIADB_STANDALONE)
                 if end_key is not None:
                     if txn_file != numbered_file:  # the file's number, once per file
                         numbered_file, file_number = txn_file, position_key((txn_file, 0, 0))[0]
@@ -204,34 +316,31 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                 if state is not None:
                     txn_gtid = state.text
                     if mariadb:
-                        state.add(event.domain_id, event.gtid)
+                        domain = int.from_bytes(body[8:12], "little")
+                        state.add(domain, f"{domain}-{server_id}-"
+                                          f"{int.from_bytes(body[:8], 'little')}")
                 continue
-            if not follow:
-                after_gtid = False
+            if not follow or kind not in (QUERY, XID, HEARTBEAT):
+                if kind in (QUERY, XID):
+                    after_gtid = False
                 continue
             # following the log: find transaction boundaries for heartbeats
-            header = event.packet
-            if isinstance(event, HeartbeatLogEvent):
+            if kind == HEARTBEAT:
                 # sent only when the server has nothing more to send: the binlog's end, where
                 # whole transactions are written at once, so a boundary even if the events
                 # seen do not say the last transaction ended (XA PREPARE, ROLLBACK of a
                 # non-transactional change)
-                if header.log_pos:
+                if log_pos:
                     in_txn = False
-                    yield beat(event.ident, header.log_pos)
+                    yield beat(body.decode(), log_pos)
                 continue
-            if isinstance(event, RotateEvent):
-                if not in_txn and not header.log_pos:  # the fake rotate naming the next file
-                    yield beat(event.next_binlog, event.position)
-                continue
-            ends = (not isinstance(event, QueryEvent) or event.query in ("COMMIT", "ROLLBACK")
-                    or standalone
-                    or (after_gtid and not txn_mariadb and event.query != "BEGIN"))
+            ends = (kind == XID or query in _COMMIT_WORDS or standalone
+                    or (after_gtid and not txn_mariadb and query != b"BEGIN"))
             after_gtid = False
             if ends and in_txn:
                 in_txn = False
                 if time.monotonic() - last_beat >= heartbeat_seconds:
-                    yield beat(reader.log_file, header.log_pos)
+                    yield beat(dump.file, log_pos)
     except OperationalError as exc:
         code = exc.args[0] if exc.args else None
         if code == 1236:
@@ -247,32 +356,37 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                 "be retried from its start offset") from None
         raise
     finally:
-        reader.close()
+        dump.close()
 
 
-def _changes(decoder: TableDecoder, op: str, event: Any, rows: list[dict[str, Any]],
-             file: str, pos: int, n: int, gtid: str | None) -> Iterator[ChangeEvent]:
+def _key_getter(table: TableSchema) -> Any:
+    """``table.key_of`` without its generator: it runs once or twice per change."""
+    key = table.key_index
+    if len(key) == 1:
+        (at,) = key
+        return lambda row: (row[at],)
+    if key:
+        return itemgetter(*key)
+    return table.key_of
+
+
+def _changes(table: Any, key_of: Any, op: str, rows: list[Any], timestamp: int, file: str,
+             pos: int, n: int, gtid: str | None) -> Iterator[ChangeEvent]:
     """The change events (``op`` c, u or d) of ``rows`` of one rows event, the first being
     change ``n`` of the transaction at ``file:pos``."""
-    table = decoder.table.table
-    row_of, key_of = decoder.row, decoder.key_of
-    commit_ts = int(event.timestamp) * 1_000_000
+    commit_ts = timestamp * 1_000_000
     if op == "c":
-        for row in rows:
-            after = row_of(row["values"], row["none_sources"])
+        for after in rows:
             yield ChangeEvent(table, "c", key_of(after), after, _offset(file, pos, n, gtid),
                               None, None, commit_ts)
             n += 1
     elif op == "d":
-        for row in rows:
-            before = row_of(row["values"], row["none_sources"])
+        for before in rows:
             yield ChangeEvent(table, "d", key_of(before), None, _offset(file, pos, n, gtid),
                               before, None, commit_ts)
             n += 1
     else:
-        for row in rows:
-            before = row_of(row["before_values"], row["before_none_sources"])
-            after = row_of(row["after_values"], row["after_none_sources"])
+        for before, after in rows:
             key, old_key = key_of(after), key_of(before)
             yield ChangeEvent(table, "u", key, after, _offset(file, pos, n, gtid), before,
                               old_key if old_key != key else None, commit_ts)

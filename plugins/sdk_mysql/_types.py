@@ -1,22 +1,20 @@
-"""MySQL/MariaDB column types as logical types, and one value normalisation for both paths.
+"""MySQL/MariaDB column types as logical types, and the one value each stored value reads as.
 
-pymysql (``read_range``) and python-mysql-replication (``stream_log``) return different Python
-values for the same stored value; :func:`normalizer` maps both to one. Differences found on
-MariaDB 10.11 (``tests/test_mysql_dialect.py`` pins each):
+The snapshot reads rows with pymysql (``read_range``), the log decodes the binlog's storage
+format (``_rows``): :func:`normalizer` brings pymysql's values to the values the binlog decoder
+gives directly. Differences found on MariaDB 10.11 (``tests/test_mysql_dialect.py`` and
+``tests/test_mysql_binlog.py`` pin each):
 
-- FLOAT: the binlog gives the float32 value, SELECT text MariaDB rounds to 6 digits
+- FLOAT: the binlog holds the float32 value, SELECT text MariaDB rounds to 6 digits
   (3.40282e38 for 3.402823466e38): the snapshot selects ``col * 1e0`` (the value widened to a
   DOUBLE, exactly), and both become the float32 value.
-- BINARY(n): the binlog strips the zero padding SELECT keeps, and gives an empty value as
-  ``''``: both padded bytes.
-- SET: the binlog gives a Python set (None when empty), SELECT ``'a,b'``: both the text in
-  definition order.
-- BIT: the binlog gives ``'0101'``, SELECT big-endian bytes: both an int.
-- TIME: the binlog (python-mysql-replication 1.0.x) decodes negative values with a fraction
-  wrongly (``-00:00:00.000001`` comes as ``-00:00:00.999999``): corrected here.
-- TIMESTAMP: both naive UTC (the session runs at ``+00:00``): both aware UTC instants.
-- zero dates: the binlog gives None (a zero TIMESTAMP: the epoch), SELECT the text: both
-  None. So do dates of year 0 or with a zero month or day, which the binlog reader drops.
+- BINARY(n): the binlog strips the zero padding SELECT keeps: both padded bytes.
+- SET: the binlog holds a bit mask, SELECT ``'a,b'``: both the text in definition order.
+- BIT: the binlog holds big-endian bytes, as SELECT: both an int (a Decimal for BIT(64)).
+- TIMESTAMP: the binlog holds seconds since the epoch, SELECT naive UTC (the session runs at
+  ``+00:00``): both aware UTC instants.
+- zero dates: SELECT gives the text: None, as the decoder gives. So do dates of year 0 or with
+  a zero month or day, and a zero TIMESTAMP.
 - spatial: both the internal format (4-byte SRID, then WKB): both the WKB.
 """
 
@@ -210,16 +208,3 @@ def normalizer(column: Column) -> Callable[[Any], Any] | None:
     if column.type is L.JSON:
         return _json_text
     return None
-
-
-def fix_binlog_time(value: Any) -> Any:
-    """Undo python-mysql-replication's decoding of negative TIME values with a fraction: it
-    returns ``-(s + (1s - f))`` for ``-(s + f)``."""
-    if not isinstance(value, dt.timedelta) or value >= dt.timedelta(0):
-        return value
-    magnitude = -value
-    micros = magnitude.microseconds
-    if not micros:
-        return value
-    whole = magnitude - dt.timedelta(microseconds=micros)
-    return -(whole + dt.timedelta(microseconds=1_000_000 - micros))

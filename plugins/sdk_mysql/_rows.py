@@ -1,0 +1,578 @@
+"""Binlog table maps and rows events, decoded by code compiled once per table version.
+
+A rows event carries its rows in the server's storage format, described by the transaction's
+Table_map event (column types, their metadata, and with ``binlog_row_metadata = FULL`` names,
+signedness, charsets and ENUM/SET members). Instead of dispatching on each column's type for
+every value, :func:`compile_rows` turns one table map (and the event's present-columns bitmap)
+into one Python function, generated as source text, that reads every row of an event with
+straight-line code: one ``struct`` call per run of fixed-width NOT NULL columns, an inline slice
+per string, a helper call only for DECIMAL and temporal types. It is built once and cached with
+its table map's bytes as key, so a table map the server writes again costs a dict lookup, and any
+change of the table (ALTER TABLE, a table id reused after a restart) is a new key: the cache is
+invalidated exactly when a table can have changed.
+
+Rows come out in the captured schema's column order, matched by name, and normalised to the
+values the snapshot reads (see ``_types``): a column added since the schema was read is skipped,
+one dropped since stops the read (the sync needs a new snapshot of the table). The generated
+source holds only integers and names of this module's helpers, never names or text from the
+server.
+"""
+
+from __future__ import annotations
+
+import codecs
+import datetime as dt
+import json
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from sdk import ConfigurationError, LogicalType, OffsetExpiredError, TableSchema
+
+# column types (binlog's enum_field_types)
+DECIMAL, TINY, SHORT, LONG, FLOAT, DOUBLE, NULL, TIMESTAMP, LONGLONG, INT24 = range(10)
+DATE, TIME, DATETIME, YEAR, NEWDATE, VARCHAR, BIT, TIMESTAMP2, DATETIME2, TIME2 = range(10, 20)
+JSON, NEWDECIMAL, ENUM, SET = 245, 246, 247, 248
+TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, BLOB, VAR_STRING, STRING, GEOMETRY = range(249, 256)
+
+# columns the signedness bitmap has a bit for: YEAR too (seen on MariaDB 10.11, and so read by
+# python-mysql-replication on MySQL)
+_NUMERIC = {TINY, SHORT, INT24, LONG, LONGLONG, NEWDECIMAL, FLOAT, DOUBLE, YEAR}
+_CHARACTER = {STRING, VAR_STRING, VARCHAR, BLOB}
+_BINARY_COLLATION = 63
+_FIXED = {TINY: 1, SHORT: 2, INT24: 3, LONG: 4, LONGLONG: 8, FLOAT: 4, DOUBLE: 8, YEAR: 1,
+          DATE: 3, NEWDATE: 3, TIME: 3, TIMESTAMP: 4, DATETIME: 8}
+_STRUCT_CODE = {(TINY, False): "b", (TINY, True): "B", (SHORT, False): "h", (SHORT, True): "H",
+                (LONG, False): "i", (LONG, True): "I", (LONGLONG, False): "q",
+                (LONGLONG, True): "Q", (FLOAT, False): "f", (FLOAT, True): "f",
+                (DOUBLE, False): "d", (DOUBLE, True): "d"}
+
+# optional metadata fields (binlog_row_metadata)
+_SIGNEDNESS, _DEFAULT_CHARSET, _COLUMN_CHARSET, _COLUMN_NAME = 1, 2, 3, 4
+_SET_STR_VALUE, _ENUM_STR_VALUE = 5, 6
+_ENUM_AND_SET_DEFAULT_CHARSET, _ENUM_AND_SET_COLUMN_CHARSET = 10, 11
+
+# MySQL character sets whose Python codec has another name (the rest share theirs, or have none)
+_CODECS = {"latin1": "cp1252", "utf8mb3": "utf-8", "utf8": "utf-8", "utf8mb4": "utf-8",
+           "ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le",
+           "utf32": "utf-32-be", "koi8r": "koi8-r", "koi8u": "koi8-u", "macce": "mac-latin2",
+           "macroman": "mac-roman", "eucjpms": "euc-jp", "binary": ""}
+
+
+@dataclass(frozen=True)
+class BinlogColumn:
+    """One column of a table map: its storage type and what the rows need to read it."""
+
+    type: int  # the real type: STRING's metadata may say ENUM or SET
+    meta: int  # the type's metadata (length, precision << 8 | scale, fsp, ...)
+    nullable: bool
+    name: str | None
+    unsigned: bool = False
+    charset: str | None = None  # character, ENUM and SET columns: the character set's name
+    members: tuple[str, ...] = ()  # ENUM and SET
+
+
+@dataclass(frozen=True)
+class TableMap:
+    """A Table_map event: which table a table id names and its columns in storage order."""
+
+    table_id: int
+    schema: str
+    table: str
+    columns: tuple[BinlogColumn, ...]
+
+
+def _lenenc(data: bytes, pos: int) -> tuple[int, int]:
+    """A length-encoded integer at ``pos`` and the position after it."""
+    first = data[pos]
+    if first < 251:
+        return first, pos + 1
+    size = {252: 2, 253: 3, 254: 8}[first]
+    return int.from_bytes(data[pos + 1:pos + 1 + size], "little"), pos + 1 + size
+
+
+def _meta_size(kind: int) -> int:
+    if kind in (FLOAT, DOUBLE, BLOB, GEOMETRY, JSON, TIMESTAMP2, DATETIME2, TIME2, TINY_BLOB,
+                MEDIUM_BLOB, LONG_BLOB):
+        return 1
+    if kind in (VARCHAR, VAR_STRING, BIT, NEWDECIMAL, STRING, ENUM, SET):
+        return 2
+    return 0
+
+
+def parse_table_map(body: bytes, mariadb: bool, charset_of: Callable[[int], str]
+                    ) -> TableMap:
+    """A Table_map event's body (after the common header, before the checksum);
+    ``charset_of`` names the character set of a collation id."""
+    table_id = int.from_bytes(body[0:6], "little")
+    pos = 8  # table id, flags
+    schema_len = body[pos]
+    schema = body[pos + 1:pos + 1 + schema_len].decode()
+    pos += schema_len + 2
+    table_len = body[pos]
+    table = body[pos + 1:pos + 1 + table_len].decode()
+    pos += table_len + 2
+    count, pos = _lenenc(body, pos)
+    types = body[pos:pos + count]
+    pos += count
+    meta_len, pos = _lenenc(body, pos)
+    meta_end = pos + meta_len
+    kinds, metas = [], []
+    for kind in types:
+        size = _meta_size(kind)
+        if size == 1:
+            meta = body[pos]
+        elif size == 2 and kind in (STRING, ENUM, SET, NEWDECIMAL):
+            # real type and length, precision and scale: big-endian
+            meta = body[pos] << 8 | body[pos + 1]
+        elif size == 2:
+            meta = body[pos] | body[pos + 1] << 8
+        else:
+            meta = 0
+        pos += size
+        if kind == STRING:
+            real, low = meta >> 8, meta & 0xFF
+            if real in (ENUM, SET):
+                kind, meta = real, low
+            elif real & 0x30 != 0x30:  # CHAR longer than 255 bytes: two bits of its length
+                meta = ((real & 0x30) ^ 0x30) << 4 | low
+            else:
+                meta = low
+        kinds.append(kind)
+        metas.append(meta)
+    pos = meta_end
+    nulls = int.from_bytes(body[pos:pos + (count + 7) // 8], "little")
+    pos += (count + 7) // 8
+    names: list[str] | None = None
+    unsigned = [False] * count
+    collations: list[int | None] = [None] * count
+    members: list[tuple[str, ...]] = [()] * count
+    character = [i for i, k in enumerate(kinds)
+                 if k in _CHARACTER or (mariadb and k == GEOMETRY)]
+    enum_set = [i for i, k in enumerate(kinds) if k in (ENUM, SET)]
+    while pos < len(body):
+        field = body[pos]
+        length, pos = _lenenc(body, pos + 1)
+        value = body[pos:pos + length]
+        pos += length
+        if field == _SIGNEDNESS:
+            numeric = [i for i, k in enumerate(kinds) if k in _NUMERIC]
+            for bit, i in enumerate(numeric):
+                unsigned[i] = bool(value[bit // 8] & (0x80 >> bit % 8))
+        elif field in (_DEFAULT_CHARSET, _ENUM_AND_SET_DEFAULT_CHARSET):
+            targets = character if field == _DEFAULT_CHARSET else enum_set
+            default, at = _lenenc(value, 0)
+            chosen = dict.fromkeys(range(len(targets)), default)
+            while at < len(value):
+                index, at = _lenenc(value, at)
+                chosen[index], at = _lenenc(value, at)
+            for index, i in enumerate(targets):
+                collations[i] = chosen[index]
+        elif field in (_COLUMN_CHARSET, _ENUM_AND_SET_COLUMN_CHARSET):
+            targets = character if field == _COLUMN_CHARSET else enum_set
+            at = 0
+            for i in targets:
+                collations[i], at = _lenenc(value, at)
+        elif field == _COLUMN_NAME:
+            names, at = [], 0
+            while at < len(value):
+                size, at = _lenenc(value, at)
+                names.append(value[at:at + size].decode())
+                at += size
+        elif field in (_SET_STR_VALUE, _ENUM_STR_VALUE):
+            targets = [i for i in enum_set if (kinds[i] == SET) == (field == _SET_STR_VALUE)]
+            at = 0
+            for i in targets:
+                n, at = _lenenc(value, at)
+                values = []
+                for _ in range(n):
+                    size, at = _lenenc(value, at)
+                    values.append(value[at:at + size])
+                    at += size
+                members[i] = tuple(values)  # type: ignore[arg-type]  # decoded below
+    charsets = [None if c is None else charset_of(c) for c in collations]
+    columns = tuple(
+        BinlogColumn(kinds[i], metas[i], bool(nulls >> i & 1), names[i] if names else None,
+                     unsigned[i], charsets[i],
+                     tuple(m.decode(_codec(charsets[i]) or "utf-8", "replace")  # type: ignore
+                           for m in members[i]))
+        for i in range(count))
+    return TableMap(table_id, schema, table, columns)
+
+
+def _codec(charset: str | None) -> str | None:
+    """The Python codec of a MySQL character set, "" for binary, None when Python has none."""
+    if charset is None:
+        return None
+    codec = _CODECS.get(charset, charset)
+    if codec:
+        try:
+            codecs.lookup(codec)
+        except LookupError:
+            return None
+    return codec
+
+
+# ---- value helpers the generated code calls -------------------------------------------------
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_ZERO = dt.timedelta(0)
+_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+
+
+def _date(packed: int) -> dt.date | None:
+    """DATE: day 5 bits, month 4, year the rest; a zero date, or one with a zero part, None."""
+    try:
+        return dt.date(packed >> 9, packed >> 5 & 15, packed & 31)
+    except ValueError:
+        return None
+
+
+def _datetime2(packed: int, micros: int) -> dt.datetime | None:
+    """DATETIME2: 40 bits big-endian, offset by 2^39: year*13+month 17 bits, day 5, hour 5,
+    minute 6, second 6."""
+    packed -= 0x8000000000
+    year_month = packed >> 22
+    try:
+        return dt.datetime(year_month // 13, year_month % 13, packed >> 17 & 31,
+                           packed >> 12 & 31, packed >> 6 & 63, packed & 63, micros)
+    except ValueError:
+        return None
+
+
+def _datetime_old(packed: int) -> dt.datetime | None:
+    """DATETIME before MySQL 5.6: YYYYMMDDhhmmss as one integer."""
+    day, time = divmod(packed, 1_000_000)
+    try:
+        return dt.datetime(day // 10000, day // 100 % 100, day % 100, time // 10000,
+                           time // 100 % 100, time % 100)
+    except ValueError:
+        return None
+
+
+def _timestamp(seconds: int, micros: int) -> dt.datetime | None:
+    """TIMESTAMP as an aware UTC instant; zero (which no TIMESTAMP can hold) None."""
+    if not seconds and not micros:
+        return None
+    return _EPOCH + dt.timedelta(seconds=seconds, microseconds=micros)
+
+
+def _time2(packed: int) -> dt.timedelta:
+    """TIME2 as the signed 48-bit value ``seconds-part << 24 | microseconds``."""
+    negative = packed < 0
+    if negative:
+        packed = -packed
+    hms, micros = packed >> 24, packed & 0xFFFFFF
+    value = dt.timedelta(hours=hms >> 12 & 0x3FF, minutes=hms >> 6 & 63, seconds=hms & 63,
+                         microseconds=micros)
+    return -value if negative else value
+
+
+def _time2_packed(int_part: int, frac: int, frac_bytes: int) -> int:
+    """TIME2's integer part (offset removed) and its fraction of 1 or 2 bytes, as one value."""
+    if int_part < 0 and frac:
+        int_part += 1
+        frac -= 1 << (8 * frac_bytes)
+    return (int_part << 24) + frac * (10000 if frac_bytes == 1 else 100)
+
+
+def _time_old(packed: int) -> dt.timedelta:
+    """TIME before MySQL 5.6: a signed hhmmss integer."""
+    sign = -1 if packed < 0 else 1
+    packed = abs(packed)
+    return sign * dt.timedelta(hours=packed // 10000, minutes=packed // 100 % 100,
+                               seconds=packed % 100)
+
+
+def _decimal_reader(precision: int, scale: int) -> tuple[int, Callable[[bytes, int], Decimal]]:
+    """The size and the reader of DECIMAL(precision, scale)'s binary form: groups of 9 digits in
+    4 bytes big-endian (the leading and trailing partial groups in fewer), the sign in the top
+    bit, a negative value with every bit inverted."""
+    whole, lead = divmod(precision - scale, 9)
+    full_frac, trail = divmod(scale, 9)
+    groups = ([(_DIG2BYTES[lead], lead)] if lead else []) + [(4, 9)] * whole
+    frac_groups = [(4, 9)] * full_frac + ([(_DIG2BYTES[trail], trail)] if trail else [])
+    size = sum(n for n, _ in groups) + sum(n for n, _ in frac_groups)
+    top = 1 << (8 * size - 1)
+    ones = (1 << (8 * size)) - 1
+    shifts_int, shifts_frac = [], []
+    left = 8 * size
+    for nbytes, digits in groups:
+        left -= 8 * nbytes
+        shifts_int.append((left, (1 << 8 * nbytes) - 1, 10 ** digits))
+    for nbytes, digits in frac_groups:
+        left -= 8 * nbytes
+        shifts_frac.append((left, (1 << 8 * nbytes) - 1, 10 ** digits))
+
+    def read(data: bytes, pos: int) -> Decimal:
+        packed = int.from_bytes(data[pos:pos + size], "big")
+        negative = not packed & top
+        packed ^= top
+        if negative:
+            packed ^= ones
+        integer = frac = 0
+        for shift, mask, scale_by in shifts_int:
+            integer = integer * scale_by + (packed >> shift & mask)
+        for shift, mask, scale_by in shifts_frac:
+            frac = frac * scale_by + (packed >> shift & mask)
+        sign = "-" if negative else ""
+        if scale:
+            return Decimal(f"{sign}{integer}.{frac:0{scale}d}")
+        return Decimal(f"{sign}{integer}")
+    return size, read
+
+
+def _json_text(data: bytes) -> str | None:
+    """MySQL's binary JSON as the text SELECT gives (``_types._json_text``'s separators)."""
+    if not data:
+        return None
+    from pymysqlreplication.json_binary import parse_json
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, bytes):
+            return value.decode()
+        if isinstance(value, dict):
+            return {plain(k): plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+    return json.dumps(plain(parse_json(data[0], data[1:])), separators=(", ", ": "),
+                      ensure_ascii=False)
+
+
+def _set_text(members: tuple[str, ...]) -> Callable[[int], str]:
+    def text(mask: int) -> str:
+        return ",".join(m for i, m in enumerate(members) if mask >> i & 1)
+    return text
+
+
+def _enum_text(members: tuple[str, ...]) -> Callable[[int], str]:
+    def text(index: int) -> str:
+        return members[index - 1] if 0 < index <= len(members) else ""
+    return text
+
+
+# ---- the compiler ----------------------------------------------------------------------------
+
+class _Source:
+    """The generated function's source and the names it refers to."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {"unpack_from": struct.unpack_from, "Decimal": Decimal,
+                                      "from_bytes": int.from_bytes}
+
+    def name(self, value: Any) -> str:
+        key = f"h{len(self.names)}"
+        self.names[key] = value
+        return key
+
+    def add(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+
+def _read_value(src: _Source, depth: int, column: BinlogColumn, target: str,
+                logical: LogicalType | None) -> None:
+    """Lines that read ``column``'s value at ``pos`` into ``target`` and move ``pos`` on."""
+    add = src.add
+    kind, meta = column.type, column.meta
+    if kind in (TINY, SHORT, LONG, LONGLONG, FLOAT, DOUBLE):
+        code = _STRUCT_CODE[(kind, column.unsigned)]
+        add(depth, f"{target}, = unpack_from('<{code}', data, pos); pos += {_FIXED[kind]}")
+    elif kind == INT24:
+        add(depth, f"{target} = from_bytes(data[pos:pos + 3], 'little', "
+                   f"signed={not column.unsigned}); pos += 3")
+    elif kind == YEAR:
+        add(depth, f"{target} = data[pos]; pos += 1")
+        add(depth, f"if {target}: {target} += 1900")
+    elif kind == NEWDECIMAL:
+        size, read = _decimal_reader(meta >> 8, meta & 0xFF)
+        add(depth, f"{target} = {src.name(read)}(data, pos); pos += {size}")
+    elif kind in (DATE, NEWDATE):
+        add(depth, f"{target} = {src.name(_date)}(from_bytes(data[pos:pos + 3], 'little')); "
+                   "pos += 3")
+    elif kind == DATETIME2:
+        frac = (meta + 1) // 2
+        micros = _fraction(frac)
+        add(depth, f"{target} = {src.name(_datetime2)}(from_bytes(data[pos:pos + 5], 'big'), "
+                   f"{micros}); pos += {5 + frac}")
+    elif kind == TIMESTAMP2:
+        frac = (meta + 1) // 2
+        add(depth, f"{target} = {src.name(_timestamp)}(from_bytes(data[pos:pos + 4], 'big'), "
+                   f"{_fraction(frac, 4)}); pos += {4 + frac}")
+    elif kind == TIME2:
+        frac = (meta + 1) // 2
+        if frac == 3:
+            packed = "from_bytes(data[pos:pos + 6], 'big') - 0x800000000000"
+        elif frac:
+            packed = (f"{src.name(_time2_packed)}(from_bytes(data[pos:pos + 3], 'big') - "
+                      f"0x800000, from_bytes(data[pos + 3:pos + {3 + frac}], 'big'), {frac})")
+        else:
+            packed = "(from_bytes(data[pos:pos + 3], 'big') - 0x800000) << 24"
+        add(depth, f"{target} = {src.name(_time2)}({packed}); pos += {3 + frac}")
+    elif kind == TIMESTAMP:
+        add(depth, f"{target} = {src.name(_timestamp)}(from_bytes(data[pos:pos + 4], "
+                   "'little'), 0); pos += 4")
+    elif kind == DATETIME:
+        add(depth, f"{target} = {src.name(_datetime_old)}(from_bytes(data[pos:pos + 8], "
+                   "'little')); pos += 8")
+    elif kind == TIME:
+        add(depth, f"{target} = {src.name(_time_old)}(from_bytes(data[pos:pos + 3], 'little', "
+                   "signed=True)); pos += 3")
+    elif kind == BIT:
+        size = (meta >> 8) + (1 if meta & 0xFF else 0)
+        add(depth, f"{target} = from_bytes(data[pos:pos + {size}], 'big'); pos += {size}")
+    elif kind in (ENUM, SET):
+        size = meta
+        convert = _enum_text(column.members) if kind == ENUM else _set_text(column.members)
+        add(depth, f"{target} = {src.name(convert)}(from_bytes(data[pos:pos + {size}], "
+                   f"'little')); pos += {size}")
+    elif kind in (VARCHAR, VAR_STRING, STRING, BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB,
+                  GEOMETRY, JSON):
+        prefix = (1 if meta < 256 else 2) if kind in (VARCHAR, VAR_STRING, STRING) else meta
+        if prefix == 1:
+            add(depth, "n = data[pos]; pos += 1")
+        else:
+            add(depth, f"n = from_bytes(data[pos:pos + {prefix}], 'little'); pos += {prefix}")
+        raw = "data[pos:pos + n]"
+        if kind == GEOMETRY:
+            add(depth, f"{target} = data[pos + 4:pos + n] if n else b''; pos += n")
+            return
+        if kind == JSON:
+            add(depth, f"{target} = {src.name(_json_text)}({raw}); pos += n")
+            return
+        if column.charset is None:  # no charset metadata: as the captured schema says
+            codec: str | None = "" if logical is LogicalType.BINARY else "utf-8"
+        else:
+            codec = _codec(column.charset)
+        if codec is None:
+            raise ConfigurationError(
+                f"column {column.name!r} uses character set {column.charset}, which Python "
+                "cannot decode: convert the column to utf8mb4")
+        if codec:
+            add(depth, f"{target} = str({raw}, {codec!r}); pos += n")
+        elif kind == STRING:  # BINARY(n): the binlog strips the zero padding SELECT keeps
+            add(depth, f"{target} = {raw}.ljust({meta}, b'\\0'); pos += n")
+        else:
+            add(depth, f"{target} = {raw}; pos += n")
+    else:
+        raise ConfigurationError(
+            f"column {column.name!r} has binlog type {kind}, which this dialect cannot decode")
+
+
+def _fraction(nbytes: int, at: int = 5) -> str:
+    """The microseconds of a temporal value's fraction of ``nbytes`` big-endian bytes."""
+    if not nbytes:
+        return "0"
+    scale = {1: " * 10000", 2: " * 100", 3: ""}[nbytes]
+    return f"from_bytes(data[pos + {at}:pos + {at + nbytes}], 'big'){scale}"
+
+
+def _fixed_run(columns: list[BinlogColumn]) -> str | None:
+    """The ``struct`` format of columns read as one run, or None."""
+    codes = [_STRUCT_CODE.get((c.type, c.unsigned)) for c in columns]
+    return None if None in codes else "<" + "".join(c for c in codes if c)
+
+
+@dataclass
+class RowsDecoder:
+    """The compiled reader of one table version's rows events with one set of present columns:
+    ``read(data, pos)`` returns every row (an update's as ``(before, after)`` pairs)."""
+
+    read: Callable[[bytes, int], list[Any]]
+    source: str
+
+
+def compile_rows(table_map: TableMap, schema: TableSchema | None, present: Sequence[int],
+                 present_after: Sequence[int] | None) -> RowsDecoder:
+    """The decoder of rows events of ``table_map`` whose rows hold the columns ``present`` (and,
+    for an update, ``present_after`` in the after image), giving rows in ``schema``'s order
+    (with no schema: empty rows, to count them)."""
+    label = f"{table_map.schema}.{table_map.table}"
+    binlog_index = {c.name: i for i, c in enumerate(table_map.columns)}
+    if schema is not None and None in binlog_index:
+        raise ConfigurationError(
+            f"binlog rows of {label} carry no column names: the server needs "
+            "binlog_row_metadata = FULL (MySQL >= 8.0.14, MariaDB >= 10.5)")
+    wanted = []
+    for column in schema.columns if schema is not None else ():
+        at = binlog_index.get(column.name)
+        if at is None:
+            raise OffsetExpiredError(
+                f"binlog rows of {label} have no column {column.name!r}: the table "
+                "changed since its snapshot; take a new snapshot of it")
+        wanted.append(at)
+    src = _Source()
+    images = [present] if present_after is None else [present, present_after]
+    src.add(0, "def read(data, pos):")
+    src.add(1, "rows = []")
+    src.add(1, "append = rows.append")
+    src.add(1, "end = len(data)")
+    src.add(1, "while pos < end:")
+    for number, image in enumerate(images):
+        _image(src, table_map, schema, wanted, set(image), f"r{number}")
+    src.add(2, "append(r0)" if present_after is None else "append((r0, r1))")
+    src.add(1, "return rows")
+    source = "\n".join(src.lines)
+    exec(compile(source, f"<binlog rows of {label}>", "exec"), src.names)
+    return RowsDecoder(src.names["read"], source)
+
+
+def _image(src: _Source, table_map: TableMap, schema: TableSchema | None, wanted: list[int],
+           present: set[int], target: str) -> None:
+    """Lines reading one row image (its null bitmap, then each present column) into the tuple
+    ``target``."""
+    columns = table_map.columns
+    schema_columns = schema.columns if schema is not None else ()
+    missing = [schema_columns[k].name for k, i in enumerate(wanted) if i not in present]
+    if missing:
+        raise ConfigurationError(
+            f"binlog rows of {table_map.schema}.{table_map.table} lack column "
+            f"{missing[0]!r}: the server needs binlog_row_image = FULL")
+    order = sorted(present)
+    logical = {i: schema_columns[k].type for k, i in enumerate(wanted)}
+    nulls = (len(order) + 7) // 8
+    if nulls == 1:
+        src.add(2, "nb = data[pos]; pos += 1")
+    else:
+        src.add(2, f"nb = from_bytes(data[pos:pos + {nulls}], 'little'); pos += {nulls}")
+    bit = 0
+    k = 0
+    while k < len(order):
+        # a run of NOT NULL fixed-width columns: one unpack_from
+        run: list[BinlogColumn] = []
+        while k + len(run) < len(order):
+            column = columns[order[k + len(run)]]
+            if column.nullable or _fixed_run([column]) is None:
+                break
+            run.append(column)
+        if len(run) > 1:
+            fmt = _fixed_run(run)
+            targets = ", ".join(f"v{order[k + j]}" for j in range(len(run)))
+            src.add(2, f"{targets} = unpack_from({fmt!r}, data, pos); "
+                       f"pos += {struct.calcsize(fmt or '')}")
+            k += len(run)
+            bit += len(run)
+            continue
+        i = order[k]
+        column = columns[i]
+        if column.nullable:
+            src.add(2, f"if nb & {1 << bit}:")
+            src.add(3, f"v{i} = None")
+            src.add(2, "else:")
+            _read_value(src, 3, column, f"v{i}", logical.get(i))
+        else:
+            _read_value(src, 2, column, f"v{i}", logical.get(i))
+        k += 1
+        bit += 1
+    values = []
+    for k, i in enumerate(wanted):
+        value = f"v{i}"
+        # integers SELECT reads as DECIMAL (BIGINT UNSIGNED, BIT(64))
+        if schema_columns[k].type is LogicalType.DECIMAL and columns[i].type in (
+                TINY, SHORT, INT24, LONG, LONGLONG, BIT):
+            value = f"(None if v{i} is None else Decimal(v{i}))"
+        values.append(value)
+    src.add(2, f"{target} = ({', '.join(values)}{',' if len(values) == 1 else ''})")
