@@ -15,6 +15,7 @@ import pytest
 
 from sdk import (
     ChangeEvent,
+    ConfigurationError,
     ConnectionConfig,
     Dialect,
     SnapshotSplit,
@@ -160,3 +161,40 @@ def test_a_table_altered_while_a_stream_follows_it_decodes_on_both_sides(
         ("c", (1, "a", 1)), ("c", (2, "b", 2)), ("c", (3, "c", 3)),
         ("c", (4, "d" * 300, 2**40)), ("u", (1, "e", -1)), ("d", (2, "b", 2))]
     assert seen[4].before == (1, "a", 1)
+
+
+def test_a_table_of_300_columns(conn: Any, mysql_admin: Any, table: str) -> None:
+    """More than 250 columns: the rows event's column count takes three bytes."""
+    columns = ", ".join(f"c{i} INT" for i in range(299))
+    run(mysql_admin, f"CREATE TABLE `{table}` (id INT PRIMARY KEY, {columns})")
+    schema = mysql.describe_table(conn, TableId("sdk_test", table))
+    start = mysql.current_offset(conn)
+    run(mysql_admin, f"INSERT INTO `{table}` (id, c0, c298) VALUES (1, 7, 8)",
+        f"UPDATE `{table}` SET c150 = -1 WHERE id = 1")
+    events = [e for e in mysql.stream_log(conn, [schema], start, mysql.current_offset(conn))
+              if isinstance(e, ChangeEvent)]
+    inserted = (1, 7) + (None,) * 297 + (8,)
+    assert [e.after for e in events] == [inserted, (*inserted[:151], -1, *inserted[152:])]
+    assert events[1].before == inserted
+
+
+def test_compressed_events_stop_the_read_naming_the_setting(
+        conn: Any, mysql_admin: Any, table: str) -> None:
+    """MariaDB's compressed binlog events would hide row changes from the reader: it stops,
+    naming the setting, rather than skip them."""
+    with mysql_admin.cursor() as cur:
+        if not cur.execute("SHOW GLOBAL VARIABLES LIKE 'log_bin_compress'"):
+            pytest.skip("the server has no log_bin_compress (MariaDB only)")
+        cur.execute("SELECT @@GLOBAL.log_bin_compress_min_len")
+        ((min_len,),) = cur.fetchall()
+    run(mysql_admin, f"CREATE TABLE `{table}` (id INT PRIMARY KEY, v TEXT)")
+    schema = mysql.describe_table(conn, TableId("sdk_test", table))
+    start = mysql.current_offset(conn)
+    run(mysql_admin, "SET GLOBAL log_bin_compress = ON", "SET GLOBAL log_bin_compress_min_len = 10")
+    try:
+        run(mysql_admin, f"INSERT INTO `{table}` VALUES (1, REPEAT('x', 1000))")
+    finally:
+        run(mysql_admin, "SET GLOBAL log_bin_compress = OFF",
+            f"SET GLOBAL log_bin_compress_min_len = {int(min_len)}")
+    with pytest.raises(ConfigurationError, match="log_bin_compress = ON"):
+        list(mysql.stream_log(conn, [schema], start, mysql.current_offset(conn)))

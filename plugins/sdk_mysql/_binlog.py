@@ -51,7 +51,7 @@ from sdk import (
 
 from ._connect import open_connection
 from ._offsets import NAME, MariadbGtidState, make_offset, position_key
-from ._rows import RowsDecoder, TableMap, compile_rows, parse_table_map
+from ._rows import RowsDecoder, TableMap, compile_rows, lenenc, parse_table_map
 
 _MARIADB_STANDALONE = 1  # MariaDB GTID event flag FL_STANDALONE: a statement without Xid
 MAX_UNREAD = 64  # rows events of other tables held undecoded per transaction, at most
@@ -88,14 +88,11 @@ class _Version:
     def rows(self, body: bytes, kind: int) -> list[Any]:
         """Every row of a rows event of this table (an update's as before/after pairs)."""
         pos = 8 + (int.from_bytes(body[8:10], "little") if kind in _V2 else 0)
-        count = body[pos]
-        if count >= 251:
-            raise ConfigurationError(f"{self.map.schema}.{self.map.table}: a table of more "
-                                     "than 250 columns is not supported in the binlog")
+        count, pos = lenenc(body, pos)
         width = (count + 7) // 8
         update = _ROWS[kind] == "u"
-        end = pos + 1 + width * (2 if update else 1)
-        bitmaps = body[pos + 1:end]
+        end = pos + width * (2 if update else 1)
+        bitmaps = body[pos:end]
         decoder = self.decoders.get(bitmaps)
         if decoder is None:
             present = _bits(bitmaps[:width], count)

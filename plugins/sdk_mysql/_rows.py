@@ -84,7 +84,7 @@ class TableMap:
     columns: tuple[BinlogColumn, ...]
 
 
-def _lenenc(data: bytes, pos: int) -> tuple[int, int]:
+def lenenc(data: bytes, pos: int) -> tuple[int, int]:
     """A length-encoded integer at ``pos`` and the position after it."""
     first = data[pos]
     if first < 251:
@@ -114,10 +114,10 @@ def parse_table_map(body: bytes, mariadb: bool, charset_of: Callable[[int], str]
     table_len = body[pos]
     table = body[pos + 1:pos + 1 + table_len].decode()
     pos += table_len + 2
-    count, pos = _lenenc(body, pos)
+    count, pos = lenenc(body, pos)
     types = body[pos:pos + count]
     pos += count
-    meta_len, pos = _lenenc(body, pos)
+    meta_len, pos = lenenc(body, pos)
     meta_end = pos + meta_len
     kinds, metas = [], []
     for kind in types:
@@ -154,7 +154,7 @@ def parse_table_map(body: bytes, mariadb: bool, charset_of: Callable[[int], str]
     enum_set = [i for i, k in enumerate(kinds) if k in (ENUM, SET)]
     while pos < len(body):
         field = body[pos]
-        length, pos = _lenenc(body, pos + 1)
+        length, pos = lenenc(body, pos + 1)
         value = body[pos:pos + length]
         pos += length
         if field == _SIGNEDNESS:
@@ -163,32 +163,32 @@ def parse_table_map(body: bytes, mariadb: bool, charset_of: Callable[[int], str]
                 unsigned[i] = bool(value[bit // 8] & (0x80 >> bit % 8))
         elif field in (_DEFAULT_CHARSET, _ENUM_AND_SET_DEFAULT_CHARSET):
             targets = character if field == _DEFAULT_CHARSET else enum_set
-            default, at = _lenenc(value, 0)
+            default, at = lenenc(value, 0)
             chosen = dict.fromkeys(range(len(targets)), default)
             while at < len(value):
-                index, at = _lenenc(value, at)
-                chosen[index], at = _lenenc(value, at)
+                index, at = lenenc(value, at)
+                chosen[index], at = lenenc(value, at)
             for index, i in enumerate(targets):
                 collations[i] = chosen[index]
         elif field in (_COLUMN_CHARSET, _ENUM_AND_SET_COLUMN_CHARSET):
             targets = character if field == _COLUMN_CHARSET else enum_set
             at = 0
             for i in targets:
-                collations[i], at = _lenenc(value, at)
+                collations[i], at = lenenc(value, at)
         elif field == _COLUMN_NAME:
             names, at = [], 0
             while at < len(value):
-                size, at = _lenenc(value, at)
+                size, at = lenenc(value, at)
                 names.append(value[at:at + size].decode())
                 at += size
         elif field in (_SET_STR_VALUE, _ENUM_STR_VALUE):
             targets = [i for i in enum_set if (kinds[i] == SET) == (field == _SET_STR_VALUE)]
             at = 0
             for i in targets:
-                n, at = _lenenc(value, at)
+                n, at = lenenc(value, at)
                 values = []
                 for _ in range(n):
-                    size, at = _lenenc(value, at)
+                    size, at = lenenc(value, at)
                     values.append(value[at:at + size])
                     at += size
                 members[i] = tuple(values)  # type: ignore[arg-type]  # decoded below
