@@ -51,6 +51,26 @@ class GoldenColumn:
     literals: Sequence[str]
 
 
+class PendingWrite:
+    """A transaction the harness has written in and not ended: the kit holds a change in flight
+    with it (see :meth:`Harness.open_write`)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def commit(self) -> None:
+        try:
+            self.conn.commit()
+        finally:
+            self.conn.close()
+
+    def rollback(self) -> None:
+        try:
+            self.conn.rollback()
+        finally:
+            self.conn.close()
+
+
 class Harness:
     """The database side of the conformance kit for one dialect.
 
@@ -128,17 +148,26 @@ class Harness:
     def execute(self, *statements: str, rollback: bool = False) -> None:
         """Run ``statements`` in one transaction on a new admin connection; commit it, or roll
         it back when ``rollback``."""
+        pending = self.open_write(*statements)
+        if rollback:
+            pending.rollback()
+        else:
+            pending.commit()
+
+    def open_write(self, *statements: str) -> PendingWrite:
+        """Run ``statements`` in a transaction on a new admin connection and leave it open,
+        for the kit to commit later: a change in flight while other sessions commit and ask for
+        offsets, the race of the visibility hazard, made on purpose (needs
+        :attr:`Feature.CONCURRENT_WRITERS`)."""
         conn = self.admin_connect()
         try:
             cursor = conn.cursor()
             for statement in statements:
                 cursor.execute(statement)
-            if rollback:
-                conn.rollback()
-            else:
-                conn.commit()
-        finally:
+        except BaseException:
             conn.close()
+            raise
+        return PendingWrite(conn)
 
     def force_log_switch(self) -> None:
         """Close the current log segment and start the next (needs :attr:`Feature.LOG_SWITCH`)."""

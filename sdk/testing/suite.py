@@ -29,7 +29,9 @@ from ..hookspecs import CAPABILITY_HOOKS
 from ..types import Capability, ChangeEvent, Heartbeat, Key, Offset, Row, SnapshotSplit
 from .harness import Feature, Harness
 from .kit import (
+    DEADLINE_SECONDS,
     Kit,
+    KitError,
     LogIndex,
     Writer,
     apply,
@@ -420,6 +422,89 @@ class TestVisibility:
             check_visible_between(rows, items, histories, at, at)
 
 
+#: How long a deterministic visibility test holds its write in flight while ``current_offset``
+#: runs: a dialect that waits for writes in flight blocks this long, one that does not returns.
+HOLD_SECONDS = 2.0
+
+
+class TestVisibilityInFlight:
+    """5b. The visibility hazard raced on purpose, so that a dialect exposed to it fails every
+    run: write A changes a row and stays open, a later write B commits, ``current_offset`` is
+    asked (in a thread: it may wait for A), then A commits. An offset returned while A was open
+    must not pass A's change (a stream from it would never see A), and a read between two such
+    offsets must see the states between them. A change table whose offset is its highest
+    visible sequence number fails here: A's number was taken before B's, B's is visible."""
+
+    def _race(self, kit: Kit, work: Any) -> tuple[Any, bool]:
+        """Run ``work(conn)`` in a thread while write A (``id = 1`` to ``'A'``) is open and
+        after write B (``id = 2`` to ``'B'``) committed; commit A after ``HOLD_SECONDS`` or once
+        ``work`` returned. Returns what ``work`` returned and whether it returned with A
+        still open."""
+        conn = kit.connect()
+        pending = kit.harness.open_write(
+            kit.sql("kit_items", "UPDATE {t} SET v = 'A' WHERE id = 1"))
+        result: list[Any] = []
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                result.append(work(conn))
+            except BaseException as exc:  # raised in the test's thread below
+                failure.append(exc)
+        thread = threading.Thread(target=run, daemon=True)
+        try:
+            kit.harness.execute(kit.sql("kit_items", "UPDATE {t} SET v = 'B' WHERE id = 2"))
+            thread.start()
+            thread.join(HOLD_SECONDS)
+            before_commit = not thread.is_alive()
+        finally:
+            pending.commit()
+        thread.join(DEADLINE_SECONDS)
+        if thread.is_alive():
+            raise KitError(f"current_offset or read_range did not return within "
+                           f"{DEADLINE_SECONDS:.0f} s after the write in flight committed")
+        if failure:
+            raise failure[0]
+        return result[0], before_commit
+
+    @requires(Feature.CONCURRENT_WRITERS)
+    def test_an_offset_taken_while_a_write_is_in_flight_does_not_pass_it(self, kit: Kit
+                                                                          ) -> None:
+        items = kit.items([(1, "initial"), (2, "initial")])
+        start = kit.offset()
+        offset, before_commit = self._race(kit, kit.dialect.current_offset)
+        end = kit.offset()
+        below, above = kit.events([items], start, offset), kit.events([items], offset, end)
+        assert [e.after for e in below + above] in ([(2, "B"), (1, "A")], [(1, "A"), (2, "B")]), \
+            "the log of the race is not the two writes"
+        assert (2, "B") in [e.after for e in below], (
+            f"current_offset returned {offset}, not above write B, committed before it was asked")
+        if before_commit:
+            assert (1, "A") in [e.after for e in above], (
+                f"current_offset returned {offset} while write A was in flight, and A's change "
+                "lies below it: a stream starting there never sees A (the offset ran ahead of "
+                "visibility; wait for the writes in flight, as docs/design.md says)")
+
+    @requires(Feature.CONCURRENT_WRITERS)
+    def test_a_read_while_a_write_is_in_flight_sees_the_states_between_its_offsets(
+            self, kit: Kit) -> None:
+        initial = [(1, "initial"), (2, "initial")]
+        items = kit.items(initial)
+        start = kit.offset()
+
+        def read(conn: Any) -> tuple[Offset, list[Row], Offset]:
+            low = kit.dialect.current_offset(conn)
+            rows = [tuple(r) for b in kit.dialect.read_range(
+                conn, items, SnapshotSplit(items.table, 0, None, None), 100) for r in b]
+            return low, rows, kit.dialect.current_offset(conn)
+        (low, rows, high), _ = self._race(kit, read)
+        end = kit.offset()
+        log = kit.events([items], start, end)
+        index = LogIndex(log, kit.dialect.compare_offset)
+        check_visible_between(rows, items, key_histories(log, as_dict(items, initial)),
+                              index.position(low), index.position(high))
+
+
 def _run_sync(kit: Kit, options: SyncOptions, writer: Writer, warmup: int
               ) -> tuple[list[tuple[str, dict[Key, Row]]], list[ChangeEvent],
                          SyncState | None, Offset]:
@@ -624,4 +709,5 @@ __all__ = [
     "TestResume",
     "TestTypeParity",
     "TestVisibility",
+    "TestVisibilityInFlight",
 ]
