@@ -164,11 +164,16 @@ def cmd_new_dialect(args: argparse.Namespace) -> int:
     """Create a new dialect plugin project: entry point, hooks to fill in, the kit's tests."""
     from pathlib import Path
 
-    from .template import render
+    from .template import dialect_name, render
 
-    root = render(args.name, Path(args.dir))
+    name = dialect_name(args.name)
+    if name != args.name:
+        print(f"dialect name {name!r} (URL scheme {name}://): a URL scheme cannot hold "
+              f"{args.name!r}'s spelling")
+    root = render(name, Path(args.dir))
+    module = name.replace("-", "_")
     print(f"created {root}\nnext: cd {root} && pip install -e '.[test]' && sdk dialects && "
-          f"pytest   (then fill in sdk_{args.name}/__init__.py hook by hook)")
+          f"pytest   (then fill in sdk_{module}/__init__.py hook by hook)")
     return 0
 
 

@@ -38,19 +38,19 @@ test = ["pytest>=8"]
 
 # This line is what makes sdk find the dialect.
 [project.entry-points."sdk.dialects"]
-{name} = "sdk_{name}"
+{name} = "sdk_{module}"
 
 [tool.setuptools]
-packages = ["sdk_{name}"]
+packages = ["sdk_{module}"]
 
 [tool.setuptools.package-data]
-sdk_{name} = ["py.typed"]
+sdk_{module} = ["py.typed"]
 '''
 
 _README = '''\
 # sdk-{name}
 
-The `{name}` dialect for sdk. Write it in `sdk_{name}/__init__.py` (each hook's docstring says
+The `{name}` dialect for sdk. Write it in `sdk_{module}/__init__.py` (each hook's docstring says
 what it must do; decorate it with `@hookimpl` once it does), then:
 
     pip install -e '.[test]'
@@ -188,18 +188,31 @@ def _imports(annotations: str) -> str:
     return "\n".join(stdlib) + f"\n\nfrom sdk import (\n{from_sdk})"
 
 
+def dialect_name(text: str) -> str:
+    """The dialect name ``text`` asks for, as it must be spelled: it is the entry-point name and
+    the URL scheme (``name://``), so lower case, and ``-`` where ``_`` was (a URL scheme cannot
+    hold ``_``). The package is ``sdk_<name with _>``, the distribution ``sdk-<name>``."""
+    name = text.strip().lower().replace("_", "-")
+    if not re.fullmatch(r"[a-z][a-z0-9]*(-[a-z0-9]+)*", name):
+        raise ConfigurationError(
+            f"dialect name {text!r}: use letters and digits, words joined by '-' or '_', "
+            "starting with a letter (it becomes the URL scheme, the entry-point name and the "
+            "package sdk_<name>)")
+    return name
+
+
 def render(name: str, directory: Path) -> Path:
-    """Write the project for dialect ``name`` into ``directory/sdk-<name>`` and return it."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise ConfigurationError(f"dialect name {name!r}: use lower-case letters, digits and "
-                                 "underscores, starting with a letter (it becomes sdk_<name>)")
+    """Write the project for dialect ``name`` (see :func:`dialect_name`) into
+    ``directory/sdk-<name>`` and return it."""
+    name = dialect_name(name)
     root = directory / f"sdk-{name}"
     if root.exists():
         raise ConfigurationError(f"{root} exists already; choose another --dir")
-    values = {"name": name, "upper": name.upper(),
-              "title": name.replace("_", " ").title(),
-              "camel": "".join(p.title() for p in name.split("_"))}
-    package = root / f"sdk_{name}"
+    module = name.replace("-", "_")
+    values = {"name": name, "module": module, "upper": module.upper(),
+              "title": name.replace("-", " ").title(),
+              "camel": "".join(p.title() for p in name.split("-"))}
+    package = root / f"sdk_{module}"
     (root / "tests").mkdir(parents=True)
     package.mkdir()
     (root / "pyproject.toml").write_text(_PYPROJECT.format(**values))

@@ -72,3 +72,32 @@ def test_no_documented_hook_is_unknown() -> None:
 def test_every_role_has_its_section_in_order() -> None:
     headings = [h for h in sections(HOOKS_DOC, "##") if h in {r.heading for r in hookspecs.Role}]
     assert headings == [r.heading for r in hookspecs.Role]
+
+
+def _documents() -> list[Path]:
+    root = Path(__file__).resolve().parent.parent
+    return sorted(p for p in root.rglob("*.md")
+                  if not any(part.startswith(".") or part.endswith(".egg-info")
+                             for part in p.relative_to(root).parts))
+
+
+def test_no_document_cites_a_file_the_repository_lacks() -> None:
+    """Markdown links and backticked paths of the repository (``sdk/…``, ``tests/…``...,
+    ``file.py::test_name`` too) name files, and tests, that exist."""
+    root = Path(__file__).resolve().parent.parent
+    missing = []
+    for doc in _documents():
+        text = doc.read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            if not (doc.parent / target.split("#")[0]).exists():
+                missing.append(f"{doc.relative_to(root)}: {target}")
+        for path, name in re.findall(
+                r"`((?:sdk|plugins|tests|docs|benchmarks|examples|scripts|docker)/[\w./-]+)"
+                r"(?:::(\w+))?", text):
+            if not (root / path).exists():
+                missing.append(f"{doc.relative_to(root)}: {path}")
+            elif name and name not in (root / path).read_text():
+                missing.append(f"{doc.relative_to(root)}: {path}::{name}")
+    assert len(_documents()) > 10 and not missing, missing

@@ -30,8 +30,9 @@ def _missing_in(text: str) -> list[str]:
 def test_a_rendered_dialect_installs_and_the_kit_names_its_missing_hooks(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["new-dialect", "acme_db", "--dir", str(tmp_path)]) == 0
-    root = tmp_path / "sdk-acme_db"
-    assert "created" in capsys.readouterr().out
+    root = tmp_path / "sdk-acme-db"  # the name is the URL scheme, which cannot hold '_'
+    out = capsys.readouterr().out
+    assert "dialect name 'acme-db' (URL scheme acme-db://)" in out and "created" in out
     site = tmp_path / "site"
     install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                               "--target", str(site), str(root)],
@@ -40,8 +41,14 @@ def test_a_rendered_dialect_installs_and_the_kit_names_its_missing_hooks(
     assert (site / "sdk_acme_db").is_dir()
 
     listed = _run([sys.executable, "-m", "sdk.cli", "dialects"], tmp_path, site)
-    line = next(line for line in listed.stdout.splitlines() if line.startswith("acme_db"))
+    line = next(line for line in listed.stdout.splitlines() if line.startswith("acme-db"))
     assert "unusable" in line and _missing_in(line) == NEEDED
+    # the URL scheme reaches the dialect (which names what it still lacks)
+    check = _run([sys.executable, "-m", "sdk.cli", "check", "--source",
+                  "acme-db://user@127.0.0.1/db"], tmp_path, site)
+    assert "needs a scheme" not in check.stdout + check.stderr
+    assert "acme-db" in check.stdout + check.stderr and "compare_offset" in \
+        check.stdout + check.stderr
 
     kit = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
                 "-k", "test_plugin_implements_every_required_hook"], root, site)
@@ -71,8 +78,10 @@ def test_a_rendered_dialect_installs_and_the_kit_names_its_missing_hooks(
 def test_new_dialect_refuses_a_bad_name_and_an_existing_directory(tmp_path: Path) -> None:
     from sdk.template import render
 
-    with pytest.raises(ConfigurationError, match="lower-case letters"):
-        render("Acme-DB", tmp_path)
+    for bad in ("1db", "acme db", "acme.db", "acme--db", "-acme", "acme_"):
+        with pytest.raises(ConfigurationError, match="becomes the URL scheme"):
+            render(bad, tmp_path)
+    assert render("Acme_DB", tmp_path).name == "sdk-acme-db"
     render("acme", tmp_path)
     with pytest.raises(ConfigurationError, match="exists already"):
         render("acme", tmp_path)
