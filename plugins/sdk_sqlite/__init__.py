@@ -41,13 +41,13 @@ from sdk import (
     hookimpl,
 )
 from sdk.apply import Ledger, check_target_columns
+from sdk.sqlbase import SqlDialect
 
 from ._sql import (
     CHANGES,
     META,
     decode_row,
     from_target_value,
-    key_range_sql,
     q,
     target_type,
     to_target_value,
@@ -158,25 +158,33 @@ def describe_table(conn: sqlite3.Connection, table: TableId) -> TableSchema:
     return TableSchema(table, columns, primary_key, tuple(unique_keys))
 
 
+class _Keyset(SqlDialect):
+    """Key ends, split boundaries and keyset reads as any DB-API database does them
+    (``sdk.sqlbase``), with SQLite's parameter marker; SQLite keeps no row estimate, so the
+    table is counted."""
+
+    mark = "?"
+
+    def qualified(self, table: TableId) -> str:
+        return q(table.name)
+
+    def estimate_rows(self, conn: Any, table: TableSchema) -> int:
+        (count,) = conn.execute(f"SELECT count(*) FROM {q(table.table.name)}").fetchone()
+        return int(count)
+
+
+_KEYSET = _Keyset()
+
+
 @hookimpl
 def table_stats(conn: sqlite3.Connection, table: TableSchema) -> TableStats:
-    keys = ", ".join(map(q, table.key))
-    desc = ", ".join(f"{q(k)} DESC" for k in table.key)
-    first = conn.execute(f"SELECT {keys} FROM {q(table.table.name)} ORDER BY {keys} LIMIT 1")
-    last = conn.execute(f"SELECT {keys} FROM {q(table.table.name)} ORDER BY {desc} LIMIT 1")
-    (count,) = conn.execute(f"SELECT count(*) FROM {q(table.table.name)}").fetchone()
-    lo, hi = first.fetchone(), last.fetchone()
-    return TableStats(tuple(lo) if lo else None, tuple(hi) if hi else None, count)
+    return _KEYSET.table_stats(conn, table)
 
 
 @hookimpl
 def next_boundary(conn: sqlite3.Connection, table: TableSchema, start: Key | None, size: int
                   ) -> Key | None:
-    keys = ", ".join(map(q, table.key))
-    where, params = key_range_sql(table.key, start, None)
-    row = conn.execute(f"SELECT {keys} FROM {q(table.table.name)} WHERE {where} "
-                       f"ORDER BY {keys} LIMIT 1 OFFSET ?", [*params, size]).fetchone()
-    return tuple(row) if row else None
+    return _KEYSET.next_boundary(conn, table, start, size)
 
 
 @hookimpl
@@ -188,11 +196,7 @@ def current_offset(conn: sqlite3.Connection) -> Offset:
 @hookimpl
 def read_range(conn: sqlite3.Connection, table: TableSchema, split: SnapshotSplit,
                fetch_size: int) -> Iterator[Sequence[Row]]:
-    columns = ", ".join(map(q, table.column_names))
-    where, params = key_range_sql(table.key, split.start, split.end)
-    cursor = conn.execute(f"SELECT {columns} FROM {q(table.table.name)} WHERE {where}", params)
-    while batch := cursor.fetchmany(fetch_size):
-        yield batch
+    return _KEYSET.read_range(conn, table, split, fetch_size)
 
 
 @hookimpl

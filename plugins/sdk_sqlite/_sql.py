@@ -5,12 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from sdk import Column, Key, LogicalType, Row, TableSchema
-from sdk.sql import row_range
+from sdk import Column, LogicalType, Row, TableSchema
 from sdk.temporal import time_from_text
 from sdk.types import WideTemporal
 
@@ -70,12 +69,6 @@ def decode_row(text: str | None) -> Row | None:
         if type(value) is dict:
             values[index] = _decode_value(value)
     return tuple(values)
-
-
-def key_range_sql(key: Sequence[str], start: Key | None, end: Key | None
-                  ) -> tuple[str, list[Any]]:
-    """A WHERE clause for ``start <= (key columns) < end`` comparing as row values."""
-    return row_range([q(k) for k in key], start, end, mark="?", always="1")
 
 
 _TARGET_TYPES = {LogicalType.BOOLEAN: "INTEGER", LogicalType.INT8: "INTEGER",
