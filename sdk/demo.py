@@ -161,7 +161,6 @@ def verify(source_url: str, mirror_url: str) -> list[str]:
 
 
 def run_demo(workdir: Path, rows: int, report: Any) -> DemoResult:
-    from .spark.sync import run_sync
 
     marker = workdir / ".sdk-demo"
     if workdir.exists():
@@ -174,6 +173,16 @@ def run_demo(workdir: Path, rows: int, report: Any) -> DemoResult:
     marker.touch()
     print(f"starting an embedded PostgreSQL in {workdir / 'pgdata'} ...", flush=True)
     admin_url = start_postgres(workdir / "pgdata")
+    try:
+        return _sync_and_verify(workdir, admin_url, rows, report)
+    finally:  # the server would outlive the command (and a test run) otherwise
+        stop_postgres(workdir / "pgdata")
+
+
+def _sync_and_verify(workdir: Path, admin_url: str, rows: int, report: Any) -> DemoResult:
+    """Fill the shop, sync it while a writer changes it, catch up and compare."""
+    from .spark.sync import run_sync
+
     counts = create_shop(admin_url, rows)
     total = sum(counts.values())
     print(f"created the shop: {total:,} rows in {len(counts)} tables "

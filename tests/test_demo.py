@@ -19,6 +19,8 @@ def test_small_demo_is_verified(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "created the shop: 5,000 rows in 5 tables" in out
     assert "verified: mirror == source for every table" in out
     assert re.search(r"caught up, lag \d+\.\d s; verified", out), out[-300:]
+    # the embedded server does not outlive the command
+    assert not (tmp_path / "demo" / "pgdata" / "postmaster.pid").exists()
 
 
 def test_demo_never_deletes_a_folder_it_did_not_make(tmp_path: Path,
