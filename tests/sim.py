@@ -180,6 +180,8 @@ class MemoryDialect:
         lo = start["seq"]
         hi = end["seq"] if end is not None else len(conn.db.log)
         assert isinstance(lo, int) and isinstance(hi, int)
+        if TABLE not in [t.table for t in tables]:  # changes of tables read only
+            return
         for seq in range(lo, hi):
             e = conn.db.log[seq]
             yield ChangeEvent(TABLE, e.op, e.key, e.after, Offset(NAME, seq=seq),  # type: ignore[arg-type]

@@ -49,6 +49,7 @@ from sdk.algorithm import (
     SyncOptions,
     SyncRunner,
     SyncState,
+    log_filter,
     read_split,
 )
 from sdk.codec import dumps
@@ -271,7 +272,7 @@ def run_microbatches(world: World) -> Outcome:
                 stage[(number, split.index)] = staged
             out.extend(staged[0])
         if batch.log_from is not None:
-            flt = IncrementalFilter(batch.state.finished, dialect.compare_offset)
+            flt = log_filter(batch.state, dialect.compare_offset)
             for item in dialect.stream_log(conn, [SCHEMA], batch.log_from,
                                            batch.state.position):
                 if isinstance(item, ChangeEvent) and (routed := flt.route(item)) is not None:

@@ -68,7 +68,7 @@ def test_a_split_folded_twice_or_out_of_the_snapshot_is_refused(db: MemoryDataba
     with pytest.raises(ValueError, match="does not belong"):
         m.fold(replace(state, tables={}), [done])
     with pytest.raises(ValueError, match="does not belong"):
-        m.fold(replace(state, phase=Phase.LOG), [done])
+        m.fold(replace(state, phase=Phase.DONE), [done])
 
 
 def test_the_snapshot_finishes_only_when_every_split_was_handed_out(db: MemoryDatabase) -> None:

@@ -8,7 +8,7 @@ serialisable progress, :mod:`.machine` is the one phase state machine over it, a
 
 from .assigner import SplitAssigner, TablePlan, choose_key
 from .incremental import IncrementalFilter
-from .machine import Batch, PhaseMachine
+from .machine import Batch, PhaseMachine, log_filter
 from .options import StartupMode, SyncOptions
 from .reader import PhaseHooks, SharedView, SplitResult, apply_to_buffer, read_split
 from .runner import SyncRunner, caught_up
@@ -31,5 +31,6 @@ __all__ = [
     "apply_to_buffer",
     "caught_up",
     "choose_key",
+    "log_filter",
     "read_split",
 ]

@@ -6,6 +6,11 @@ key k is emitted when p is at or above T's largest watermark (T is then in its p
 and its splits are forgotten), or else when p is at or above the watermark of the split whose
 range holds k (found by binary search over the split boundaries). An update that moved the key
 is judged as a delete of the old key and an insert of the new one, each against its own split.
+
+A table added while the log flows (``pending``: its splits are still being read, between log
+batches) has only some splits read: an event for a key of a split not read yet is not emitted
+(that split's read, later, at a watermark above the event, brings the key's state), one for a
+key of a read split is judged against that split's watermark as above.
 """
 
 from __future__ import annotations
@@ -49,18 +54,55 @@ def table_splits(finished: Sequence[FinishedSplit], compare: Compare) -> _TableS
                         watermarks, highest)
 
 
+@dataclass(slots=True)
+class _ReadSplits:
+    """The splits read so far of a table added while the log flows (keys in no read split have
+    no watermark yet): the bounded-start ones by start, and the first (unbounded start)."""
+
+    starts: list[Key]
+    ends: list[Key | None]
+    watermarks: list[Offset]
+    first_end: Key | None
+    first_watermark: Offset | None
+    """The first split's end and watermark; no watermark while it is not read."""
+
+    def watermark_of(self, key: Key) -> Offset | None:
+        at = bisect_right(self.starts, key) - 1
+        if at >= 0:
+            end = self.ends[at]
+            return self.watermarks[at] if end is None or key < end else None
+        if self.first_watermark is not None and (self.first_end is None or key < self.first_end):
+            return self.first_watermark
+        return None
+
+
+def read_splits(finished: Sequence[FinishedSplit]) -> _ReadSplits:
+    """Index the splits of a table read so far, for lookup by key."""
+    bounded = sorted((f for f in finished if f.split.start is not None),
+                     key=lambda f: f.split.index)
+    first = next((f for f in finished if f.split.start is None), None)
+    return _ReadSplits([f.split.start for f in bounded],  # type: ignore[misc]
+                       [f.split.end for f in bounded], [f.watermark for f in bounded],
+                       first.split.end if first else None, first.watermark if first else None)
+
+
 class IncrementalFilter:
     """Decides, per event, what the log phase emits. Tables absent from ``finished`` emit
-    everything (they had no snapshot, or are already in their pure-log phase)."""
+    everything (they had no snapshot, or are already in their pure-log phase); tables in
+    ``pending`` were added while the log flows and have some splits read (see above)."""
 
-    def __init__(self, finished: Mapping[TableId, Sequence[FinishedSplit]], compare: Compare):
+    def __init__(self, finished: Mapping[TableId, Sequence[FinishedSplit]], compare: Compare,
+                 pending: Iterable[TableId] = ()):
         self.compare = compare
-        self._tables = {table: table_splits(splits, compare) for table, splits in finished.items()}
+        pending = set(pending)
+        self._tables = {table: table_splits(splits, compare)
+                        for table, splits in finished.items() if table not in pending}
+        self._partial = {table: read_splits(finished.get(table, ())) for table in pending}
 
     @property
     def filtered_tables(self) -> set[TableId]:
         """Tables still in their snapshot-overlap phase."""
-        return set(self._tables)
+        return set(self._tables) | set(self._partial)
 
     def start_offset(self) -> Offset | None:
         """The smallest watermark: where the log reader must start."""
@@ -81,12 +123,33 @@ class IncrementalFilter:
         still due), or None."""
         splits = self._tables.get(event.table)
         compare = self.compare
-        if splits is None or compare(event.offset, splits.max_watermark) >= 0:
+        if splits is None:
+            partial = self._partial.get(event.table)
+            if partial is None:
+                return event
+            return self._route_partial(partial, event)
+        if compare(event.offset, splits.max_watermark) >= 0:
             return event
         new_due = compare(event.offset, splits.watermark_of(event.key)) >= 0
         if event.old_key is None:
             return event if new_due else None
         old_due = compare(event.offset, splits.watermark_of(event.old_key)) >= 0
+        return self._halves(event, new_due, old_due)
+
+    def _route_partial(self, partial: _ReadSplits, event: ChangeEvent) -> ChangeEvent | None:
+        def due(key: Key) -> bool:
+            mark = partial.watermark_of(key)
+            return mark is not None and self.compare(event.offset, mark) >= 0
+        new_due = due(event.key)
+        if event.old_key is None:
+            return event if new_due else None
+        return self._halves(event, new_due, due(event.old_key))
+
+    @staticmethod
+    def _halves(event: ChangeEvent, new_due: bool, old_due: bool) -> ChangeEvent | None:
+        """A key-moving update whose old and new key are due or not: itself, one half, or
+        nothing."""
+        assert event.old_key is not None
         if new_due and old_due:
             return event
         if old_due:

@@ -11,6 +11,10 @@ states kept in a checkpoint). The machine decides; the drivers only read and com
 - ``LOG``: each batch is the fixed log range ``[log_from, state.position)`` up to the head the
   driver sees; a table whose largest watermark the position passed leaves the filter (its
   pure-log phase). A driver may end a batch early (:meth:`~PhaseMachine.cut_log_batch`).
+  A table added in this phase (:meth:`~PhaseMachine.add_tables`, e.g. created on the source
+  after the sync started) gets a plan: its split batches then alternate with log batches, so
+  the log keeps flowing for the other tables, and each split is read at a watermark above the
+  log position (the filter's rule for a table with some splits read is in ``incremental``).
 - ``DONE``: nothing more.
 
 No Spark and no database code: the dialect is asked only for offsets, boundaries and
@@ -77,7 +81,8 @@ class PhaseMachine:
         self.options = options
         self.assigner = SplitAssigner(dialect, options)
         self._filter: IncrementalFilter | None = None
-        self._filter_source: object = None
+        self._filter_source: tuple[object, object] = (None, None)
+        self._log_turn = False  # in the log phase with tables added: whose turn is next
 
     # --- startup -----------------------------------------------------------------------------
 
@@ -143,12 +148,42 @@ class PhaseMachine:
             return Batch(self.finish_snapshot(conn, state))  # a step of its own
         if state.phase is not Phase.LOG:
             return None
+        if state.plans and not self._log_turn:
+            return self._added_tables_batch(conn, state, max_splits)
+        self._log_turn = False
         dropped = self.drop_pure(state)
         assert dropped.position is not None
         end = head(dropped.position)
         if self.dialect.compare_offset(end, dropped.position) > 0:
             return Batch(replace(dropped, position=end), log_from=dropped.position)
+        if state.plans:  # nothing new in the log: no need to wait for its turn
+            return self._added_tables_batch(conn, dropped, max_splits)
         return Batch(dropped) if dropped is not state else None
+
+    def _added_tables_batch(self, conn: Connection, state: SyncState, max_splits: int
+                            ) -> Batch:
+        """The next splits of the tables added in the log phase; the log's turn is next."""
+        self._log_turn = True
+        state, splits = self.hand_out(conn, state, max_splits)
+        return Batch(state, tuple(splits))
+
+    def add_tables(self, conn: Connection, state: SyncState, tables: Sequence[TableSchema]
+                   ) -> SyncState:
+        """``state`` with ``tables`` (not captured yet) to be snapshotted while the log keeps
+        flowing: from here on the log emits a change of one of them only once the split
+        holding its key was read, and at or above that split's watermark. Only in the log
+        phase; a table already captured is refused."""
+        if state.phase is not Phase.LOG:
+            raise ValueError(f"tables are added in the log phase, not {state.phase.value}")
+        schemas, plans = dict(state.tables), dict(state.plans)
+        for schema in tables:
+            if schema.table in schemas:
+                raise ValueError(f"table {schema.table} is captured already")
+            schemas[schema.table] = chosen = choose_key(schema, self.options)
+            plans[schema.table] = self.assigner.plan(conn, chosen)
+            log.info("table %s added at %s: its snapshot runs beside the log", schema.table,
+                     state.position)
+        return replace(state, tables=schemas, plans=plans)
 
     def hand_out(self, conn: Connection, state: SyncState, limit: int
                  ) -> tuple[SyncState, list[SnapshotSplit]]:
@@ -178,7 +213,7 @@ class PhaseMachine:
         finished = dict(state.finished)
         for item in done:
             table = item.split.table
-            if table not in state.tables or state.phase is not Phase.SNAPSHOT:
+            if table not in state.tables or state.phase is Phase.DONE:
                 raise ValueError(f"split {item.split.split_id} does not belong to this "
                                  f"snapshot (phase {state.phase.value})")
             have = finished.get(table, ())
@@ -207,7 +242,7 @@ class PhaseMachine:
         assert state.position is not None
         if not state.finished:
             return state
-        pure = self.filter_for(state).pure_at(state.position)
+        pure = [t for t in self.filter_for(state).pure_at(state.position) if t not in state.plans]
         if not pure:
             return state
         log.info("tables in pure log phase from %s: %s", state.position,
@@ -227,10 +262,19 @@ class PhaseMachine:
     def filter_for(self, state: SyncState) -> IncrementalFilter:
         """The incremental filter of ``state``'s finished splits (kept while they are the
         same object: building it sorts every split)."""
-        if self._filter is None or self._filter_source is not state.finished:
-            self._filter = IncrementalFilter(state.finished, self.dialect.compare_offset)
-            self._filter_source = state.finished
+        source = (state.finished, state.plans)
+        if self._filter is None or any(a is not b for a, b in zip(self._filter_source, source,
+                                                                  strict=True)):
+            self._filter = log_filter(state, self.dialect.compare_offset)
+            self._filter_source = source
         return self._filter
+
+
+def log_filter(state: SyncState, compare: Callable[[Offset, Offset], int]) -> IncrementalFilter:
+    """The incremental filter of ``state``'s log batches: its finished splits, and in the log
+    phase the tables added there (those with plans) as partly read."""
+    pending = list(state.plans) if state.phase is Phase.LOG else []
+    return IncrementalFilter(state.finished, compare, pending)
 
 
 def splits_per_batch(batch_rows: int, split_size: int) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from ..algorithm import IncrementalFilter, read_split
+from ..algorithm import log_filter, read_split
 from ..codec import dumps
 from ..errors import ConfigurationError
 from ..spec import SourceSpec
@@ -250,7 +250,7 @@ def _log_events(spec: SourceSpec, partition: LogPartition) -> Iterator[ChangeEve
     assert spec.state_dir
     engine = EngineState.load(StateStore(spec.state_dir), partition.state)
     dialect = spec.dialect_obj
-    flt = IncrementalFilter(engine.sync.finished, dialect.compare_offset)
+    flt = log_filter(engine.sync, dialect.compare_offset)
     assert engine.log_from is not None and engine.sync.position is not None
     conn = dialect.connect(spec.config)
     try:
