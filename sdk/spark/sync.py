@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..spec import UNTIL, checkpoint_paths, resolve
+from ..spec import UNTIL, SourceSpec, checkpoint_paths, resolve
 from ..types import FinishedSplit
 from .engine_state import checkpointed, live_progress
+from .lease import CheckpointLease
 from .mirror import Mirror, Tally
 from .statestore import StateStore
 from .workers import worker_python
@@ -144,7 +145,24 @@ def run_sync(source: str, target: str | None, tables: str = "*",
         if target_schema is not None:
             reader_options["targetSchema"] = target_schema
     # checks options, tables and the source before Spark runs; a resumed sync keeps its tables
-    spec = checkpointed(resolve(reader_options))
+    resolved = resolve(reader_options)
+    lease = CheckpointLease(StateStore(state_dir))
+    lease.acquire()  # one sync per checkpoint, taken before this one changes anything
+    try:
+        return _run(resolved, lease, reader_options, state_dir, spark_checkpoint, target,
+                    target_schema, changes, until, master, report, report_seconds,
+                    retry_seconds)
+    finally:
+        lease.release()
+
+
+def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str, str],
+         state_dir: str, spark_checkpoint: str, target: str | None, target_schema: str | None,
+         changes: str | None, until: str, master: str,
+         report: Callable[[dict[str, Any]], None] | None, report_seconds: float,
+         retry_seconds: float) -> SyncSummary:
+    """:func:`run_sync` once it owns the checkpoint."""
+    spec = checkpointed(resolved)
     mirror: Mirror | Tally | None = None
     if spec.target is not None:
         spec.target.create_tables()
@@ -213,6 +231,9 @@ def run_sync(source: str, target: str | None, tables: str = "*",
                     query.awaitTermination(0.5)
                 except Exception:  # it failed: query.exception() below says how
                     break
+                if lease.lost:  # another sync took the checkpoint over while this one stalled
+                    query.stop()
+                    raise lease.refusal()
                 progress = store.read_json("progress.json") or {}
                 if query.lastProgress is not None:
                     retries.reset()  # a batch went through: the source is back
