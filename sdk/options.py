@@ -94,7 +94,12 @@ class OptionTable:
             try:
                 out[option.attr] = option.parse(raw)
             except (ValueError, TypeError) as exc:
-                raise ConfigurationError(f"option {option.name!r}: {exc}") from None
+                text = str(exc)
+                if text.startswith("invalid literal for int()"):
+                    text = f"takes a whole number, not {raw!r}"
+                elif text.startswith("could not convert string to float"):
+                    text = f"takes a number, not {raw!r}"
+                raise ConfigurationError(f"option {option.name!r}: {text}") from None
             given[option.attr] = raw_name
         return out
 

