@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -191,6 +192,12 @@ def _sync_flags(sync: argparse.ArgumentParser) -> None:
     sync.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                       help="a source or algorithm option, e.g. snapshot.split.size=8096 "
                            "(docs/spark.md lists them)")
+    _verbose_flag(sync)
+
+
+def _verbose_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verbose", action="store_true",
+                        help="keep Spark's own log output (by default only its errors)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help=cmd_demo.__doc__)
     demo.add_argument("--rows", type=int, default=1_000_000, help="rows in the shop")
     demo.add_argument("--workdir", default="sdk-demo", help="where the demo keeps its files")
+    _verbose_flag(demo)
     demo.set_defaults(func=cmd_demo)
     status = sub.add_parser("status", help=cmd_status.__doc__)
     status.add_argument("--checkpoint", default="sdk-checkpoint")
@@ -221,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "verbose", False):
+        os.environ["SDK_VERBOSE"] = "1"  # read where the Spark session starts
     try:
         result: int = args.func(args)
         return result

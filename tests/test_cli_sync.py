@@ -197,6 +197,9 @@ def test_a_second_signal_stops_the_sync_in_the_middle_of_a_batch(tmp_path: Path)
     out, _ = process.communicate(timeout=60)
     assert process.returncode == 0, out
     assert "signal again to stop now" in out
+    # the JVM's logging is quiet unless asked (--verbose)
+    for notice in ("log4j profile", "WARN Utils", "NativeCodeLoader", "Setting default log"):
+        assert notice not in out, out[:2000]
     report = json.loads((checkpoint / "state" / "progress.json").read_text())
     assert report["phase"] == "snapshot", "the batch committed: the stop did not cut it"
     assert subprocess.run(args, capture_output=True, text=True, timeout=300).returncode == 0

@@ -84,8 +84,13 @@ def spark_session(master: str = "local[*]", rows_in_jvm: bool = True) -> Any:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
+    java_options = []
     if not rows_in_jvm and master.startswith("local"):
-        builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+        java_options.append("-XX:TieredStopAtLevel=1")
+    if not os.environ.get("SDK_VERBOSE"):  # only errors from the JVM's logging
+        java_options.append(f"-Dlog4j2.configurationFile=file:{_quiet_log4j()}")
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
     spark = (builder.master(master).appName("sdk sync")
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")  # sdk sync reports progress
@@ -97,6 +102,40 @@ def spark_session(master: str = "local[*]", rows_in_jvm: bool = True) -> Any:
 
         register(spark)
     return spark
+
+
+_QUIET_LOG4J = """\
+# sdk sync: no start-up notices from Spark and Hadoop (SDK_VERBOSE=1 / --verbose: Spark's own);
+# WARN at the root, as the shell's default (else Spark says it sets it), is set to ERROR once
+# the session runs
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = stderr
+logger.utils.name = org.apache.spark.util.Utils
+logger.utils.level = error
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _quiet_log4j() -> str:
+    """A log4j2 configuration that keeps the JVM's errors only (written once per user): no
+    start-up notices ("Using Spark's default log4j profile", the loopback hostname, the native
+    Hadoop library) before the sync's own output."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.gettempdir()) / f"sdk-{os.getuid()}" / "log4j2-quiet.properties"
+    if not path.exists() or path.read_text() != _QUIET_LOG4J:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}")
+        tmp.write_text(_QUIET_LOG4J)
+        tmp.replace(path)
+    return str(path)
 
 
 class ChangeLog:
