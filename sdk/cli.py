@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -123,7 +124,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     target = None if s["target"] == "none" else s["target"]
     summary = run_sync(s["source"], target, s["tables"], s["checkpoint"], s["until"],
                        s["options"], s["master"], s["target_schema"], _reporter(),
-                       changes=s["changes"], retry_seconds=s["retry_seconds"])
+                       changes=s["changes"], retry_seconds=s["retry_seconds"],
+                       metrics_port=s["metrics_port"])
     print(f"applied {summary.rows_applied} rows in {summary.seconds:.1f} s; phase "
           f"{summary.phase}{', caught up' if summary.caught_up else ''}")
     return 0
@@ -137,10 +139,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     from .spec import checkpoint_paths
 
     state_dir, _ = checkpoint_paths(args.checkpoint)
-    progress = live_progress(StateStore(state_dir, create=False))
+    store = StateStore(state_dir, create=False)
+    progress = live_progress(store)
     if progress is None:
         print(f"no sync has run with checkpoint {args.checkpoint}")
         return 1
+    if args.json:
+        owner = store.read_json("owner.json")
+        print(json.dumps({**progress, "owner": owner and {k: owner[k] for k in
+                                                          ("host", "pid", "since")}}))
+        return 0
     print("\n".join(describe_progress(progress)))
     return 0
 
@@ -219,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
     status = sub.add_parser("status", help=cmd_status.__doc__)
     status.add_argument("--checkpoint", default="sdk-checkpoint")
+    status.add_argument("--json", action="store_true",
+                        help="the report as JSON (the figures of sdk sync --metrics-port)")
     status.set_defaults(func=cmd_status)
     new = sub.add_parser("new-dialect", help=cmd_new_dialect.__doc__)
     new.add_argument("name", help="the dialect's name, e.g. cockroach (package sdk_<name>)")

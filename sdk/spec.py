@@ -32,6 +32,13 @@ def _milliseconds(value: str) -> float:
     return positive_int(value) / 1000
 
 
+def _port(value: str) -> int:
+    port = int(value)
+    if not 0 < port < 65536:  # 0 (any free port) is for tests, not a flag
+        raise ValueError(f"a TCP port is 1..65535, not {port}")
+    return port
+
+
 def _seconds(value: str) -> float:
     seconds = float(value)
     if seconds < 0:
@@ -95,6 +102,8 @@ SYNC_OPTIONS = OptionTable(
     Option("retry_seconds", "retry_seconds", _seconds, 300.0, "once running, restart from "
            "the checkpoint after a passing fault of the source or target for up to this many "
            "seconds of failure (0: stop at the first)", "sync"),
+    Option("metrics_port", "metrics_port", _port, None, "serve Prometheus metrics at "
+           "http://<host>:PORT/metrics while the sync runs", "sync"),
 )
 """``sdk sync``'s settings: each is a ``--flag`` (``_`` written ``-``) and a YAML key; the
 source and algorithm options go in ``--option KEY=VALUE`` / the YAML ``options`` mapping."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..metrics import MetricsServer
 from ..spec import UNTIL, SourceSpec, checkpoint_paths, resolve
 from ..types import FinishedSplit
 from .engine_state import checkpointed, live_progress
@@ -46,6 +47,9 @@ class Retries:
     def reset(self) -> None:
         self.since, self.delay = None, 1.0
 
+    count = 0
+    """Restarts so far (for the metrics)."""
+
     def wait_or_raise(self, failure: BaseException, stop: threading.Event) -> None:
         text = str(failure)
         now = time.monotonic()
@@ -60,6 +64,7 @@ class Retries:
         if stop.wait(self.delay):  # told to stop while waiting: end with the fault
             raise failure
         self.delay = min(self.delay * 2, 30.0)
+        self.count += 1
 
 
 @dataclass
@@ -156,7 +161,8 @@ def run_sync(source: str, target: str | None, tables: str = "*",
              target_schema: str | None = None,
              report: Callable[[dict[str, Any]], None] | None = None,
              report_seconds: float = 2.0, changes: str | None = None,
-             retry_seconds: float = RETRY_SECONDS) -> SyncSummary:
+             retry_seconds: float = RETRY_SECONDS,
+             metrics_port: int | None = None) -> SyncSummary:
     """Sync ``tables`` of ``source`` into ``target`` until ``until``:
 
     - ``snapshot``: stop once every table's snapshot is applied;
@@ -171,6 +177,7 @@ def run_sync(source: str, target: str | None, tables: str = "*",
     connection, a restarting server) restarts the stream from its checkpoint, with backoff,
     for up to ``retry_seconds`` of consecutive failure; the checkpoint keeps it exactly once.
     A problem found before the stream starts (bad URL, refused login) fails at once.
+    ``metrics_port`` serves the progress as Prometheus metrics (:mod:`sdk.metrics`).
     """
     if until not in UNTIL:
         raise ConfigurationError(f"--until takes one of {', '.join(UNTIL)}, not {until!r}")
@@ -188,10 +195,17 @@ def run_sync(source: str, target: str | None, tables: str = "*",
     lease = CheckpointLease(StateStore(state_dir))
     lease.acquire()  # one sync per checkpoint, taken before this one changes anything
     try:
+        metrics = MetricsServer(metrics_port) if metrics_port is not None else None
+    except BaseException:
+        lease.release()
+        raise
+    try:
         return _run(resolved, lease, reader_options, state_dir, spark_checkpoint, target,
                     target_schema, changes, until, master, report, report_seconds,
-                    retry_seconds)
+                    retry_seconds, metrics)
     finally:
+        if metrics is not None:
+            metrics.close()
         lease.release()
 
 
@@ -199,7 +213,7 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
          state_dir: str, spark_checkpoint: str, target: str | None, target_schema: str | None,
          changes: str | None, until: str, master: str,
          report: Callable[[dict[str, Any]], None] | None, report_seconds: float,
-         retry_seconds: float) -> SyncSummary:
+         retry_seconds: float, metrics: MetricsServer | None) -> SyncSummary:
     """:func:`run_sync` once it owns the checkpoint."""
     spec = checkpointed(resolved)
     mirror: Mirror | Tally | None = None
@@ -276,8 +290,14 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
                 progress = store.read_json("progress.json") or {}
                 if query.lastProgress is not None:
                     retries.reset()  # a batch went through: the source is back
-                if report is not None and time.monotonic() - last_report >= report_seconds:
-                    report(with_applied(live_progress(store, staged) or progress))
+                if time.monotonic() - last_report >= report_seconds and \
+                        (report is not None or metrics is not None):
+                    current = with_applied(live_progress(store, staged) or progress)
+                    if report is not None:
+                        report(current)
+                    if metrics is not None:
+                        metrics.update(current)
+                        metrics.retries = retries.count
                     last_report = time.monotonic()
                 done_snapshot = until == "snapshot" and progress.get("phase") in ("log", "done")
                 if stop.is_set() or done_snapshot:
