@@ -75,6 +75,9 @@ SOURCE_OPTIONS = OptionTable(
     Option("log.poll-interval.ms", "head_poll_seconds", _milliseconds, 0.5,
            "how often an idle stream asks the source for its log head (milliseconds)",
            "source", (), "500"),
+    Option("cores", "cores", positive_int, None, "tasks Spark runs at once (`sdk sync` sets "
+           "it from its session): `snapshot.rows-per-second` is shared by that many",
+           "source", (), "the batch's tasks"),
 )
 """Options of the ``cdc`` source itself (the rest are the algorithm's)."""
 
@@ -134,6 +137,8 @@ class SourceSpec:
     parallelism: int
     head_poll_seconds: float
     envelope_forced: bool = False
+    cores: int | None = None
+    """Tasks that run at once, when known (``snapshot.rows-per-second`` is shared by them)."""
     """``envelope=true`` was given (else the envelope is used for more than one table)."""
     target: Target | None = None
     """Where the tasks apply what they read themselves (option ``target``), if anywhere."""
@@ -191,6 +196,7 @@ def resolve(options: Mapping[str, str]) -> SourceSpec:
         splits_per_batch(source["batch_rows"], parsed.options.split_size),
         parallelism=source["parallelism"],
         head_poll_seconds=source["head_poll_seconds"], envelope_forced=source["envelope"],
+        cores=source["cores"],
         target=Target.of(source["target"], schemas, source["target_schema"])
         if source["target"] else None)
 

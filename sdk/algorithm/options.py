@@ -47,6 +47,8 @@ class SyncOptions:
     even_factor_lower: float = 0.95
     atomic_snapshot: bool = True
     log_batch_max_events: int = 100_000
+    snapshot_rows_per_second: float | None = None
+    log_changes_per_second: float | None = None
 
     @classmethod
     def from_strings(cls, options: Mapping[str, str],
@@ -124,5 +126,11 @@ OPTIONS = OptionTable(
             "use the dialect's consistent snapshot view where it has one"),
     _option("log.batch.max-events", "log_batch_max_events", positive_int,
             "most change events in one log batch of the in-process runner"),
+    _option("snapshot.rows-per-second", "snapshot_rows_per_second", positive_float,
+            "read the snapshot no faster than this many rows per second in all (shared by "
+            "the tasks reading at once), to spare the source", shown_default="no limit"),
+    _option("log.changes-per-second", "log_changes_per_second", positive_float,
+            "read the log no faster than this many changes per second",
+            shown_default="no limit"),
 )
 """The algorithm's options (Flink CDC and SeaTunnel names; Flink CDC's ``scan.*`` accepted)."""

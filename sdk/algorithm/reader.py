@@ -31,6 +31,7 @@ from ..types import (
     TableSchema,
 )
 from .options import SyncOptions
+from .throttle import Throttle
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,9 @@ class SplitResult:
 
 def read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: SnapshotSplit,
                options: SyncOptions, hooks: PhaseHooks | None = None,
-               view_token: str | None = None) -> SplitResult:
-    """Read ``split`` and merge it with the log window read during it (see module doc)."""
+               view_token: str | None = None, pace: Throttle | None = None) -> SplitResult:
+    """Read ``split`` and merge it with the log window read during it (see module doc);
+    ``pace`` paces the rows read (``snapshot.rows-per-second``)."""
     hooks = hooks or PhaseHooks()
     sid = split.split_id
     hooks.before_low_watermark(split)
@@ -79,7 +81,7 @@ def read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: Sn
         try:
             log.debug("split %s step 1: snapshot view at %s", sid, view.offset)
             hooks.after_low_watermark(split)
-            rows = _read_rows(dialect, conn, table, split, options)
+            rows = _read_rows(dialect, conn, table, split, options, pace)
             hooks.after_read(split)
         finally:
             dialect.end_snapshot(conn)
@@ -90,7 +92,7 @@ def read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: Sn
     low = dialect.current_offset(conn)
     log.debug("split %s step 1: low watermark %s", sid, low)
     hooks.after_low_watermark(split)
-    rows = _read_rows(dialect, conn, table, split, options)
+    rows = _read_rows(dialect, conn, table, split, options, pace)
     log.debug("split %s step 2: read %d rows", sid, len(rows))
     hooks.after_read(split)
     high = dialect.current_offset(conn)
@@ -116,10 +118,12 @@ def read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: Sn
 
 
 def _read_rows(dialect: Dialect, conn: Connection, table: TableSchema, split: SnapshotSplit,
-               options: SyncOptions) -> list[Row]:
+               options: SyncOptions, pace: Throttle | None) -> list[Row]:
     rows: list[Row] = []
     for batch in dialect.read_range(conn, table, split, options.fetch_size):
         rows.extend(batch)
+        if pace is not None:
+            pace.take(len(batch))
     return rows
 
 

@@ -20,6 +20,7 @@ from .machine import Batch, PhaseMachine
 from .options import SyncOptions
 from .reader import PhaseHooks, SharedView, SplitResult, read_split
 from .state import Phase, SyncState
+from .throttle import throttle
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class SyncRunner:
         self._conn: Connection | None = None
         self.last_split: SplitResult | None = None
         self.view = SharedView(dialect, connect, self.options)
+        self.snapshot_pace = throttle(self.options.snapshot_rows_per_second)
+        self.log_pace = throttle(self.options.log_changes_per_second)
 
     @property
     def conn(self) -> Connection:
@@ -79,7 +82,7 @@ class SyncRunner:
         for split in batch.splits:
             schema = batch.state.tables[split.table]
             result = read_split(self.dialect, self.conn, schema, split, self.options,
-                                self.hooks, self.view.token())
+                                self.hooks, self.view.token(), self.snapshot_pace)
             self.last_split = result
             done.append(FinishedSplit(split, result.watermark, len(result.rows)))
             events.extend(ChangeEvent(split.table, "r", schema.key_of(row), row,
@@ -101,6 +104,8 @@ class SyncRunner:
                     batch = self.machine.cut_log_batch(batch, item.offset)
                     break
                 read.append(item)
+                if self.log_pace is not None:
+                    self.log_pace.take(1)
         finally:
             close = getattr(stream, "close", None)
             if close is not None:

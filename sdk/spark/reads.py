@@ -13,6 +13,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ..algorithm import log_filter, read_split
+from ..algorithm.throttle import throttle
 from ..codec import dumps
 from ..errors import ConfigurationError
 from ..spec import SourceSpec
@@ -42,6 +43,8 @@ class SplitPartition(InputPartition):
     stage: str | None = None
     view_token: str | None = None
     """A shared snapshot view the splits join (see :class:`sdk.algorithm.SharedView`)."""
+    share: float = 1.0
+    """This task's share of ``snapshot.rows-per-second`` (1 / the tasks reading at once)."""
 
     def __post_init__(self) -> None:
         super().__init__(None)
@@ -128,6 +131,7 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
     if sink is not None and (store is None or partition.stage is None):
         raise ConfigurationError("option target needs a stream (spark.readStream) with a "
                                  "stateDir: each split is staged before it is applied")
+    pace = throttle(spec.options.snapshot_rows_per_second, partition.share)
     try:
         for split in partition.splits:
             schema = spec.schema_of(split.table)
@@ -148,7 +152,7 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                 if conn is None:
                     conn = dialect.connect(spec.config)
                 result = read_split(dialect, conn, schema, split, spec.options,
-                                    view_token=partition.view_token)
+                                    view_token=partition.view_token, pace=pace)
                 rows, watermark = result.rows, result.watermark
                 batches = _split_output(spec, schema, rows, watermark)
                 if store is not None and partition.stage is not None:
@@ -251,11 +255,14 @@ def _log_events(spec: SourceSpec, partition: LogPartition) -> Iterator[ChangeEve
     engine = EngineState.load(StateStore(spec.state_dir), partition.state)
     dialect = spec.dialect_obj
     flt = log_filter(engine.sync, dialect.compare_offset)
+    pace = throttle(spec.options.log_changes_per_second)
     assert engine.log_from is not None and engine.sync.position is not None
     conn = dialect.connect(spec.config)
     try:
         for item in dialect.stream_log(conn, spec.tables, engine.log_from, engine.sync.position):
             if isinstance(item, ChangeEvent):
+                if pace is not None:
+                    pace.take(1)
                 routed = flt.route(item)
                 if routed is not None:
                     yield routed

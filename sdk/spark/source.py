@@ -285,8 +285,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         engine = self._load(end["state"])
         if engine.inflight:
             token = self._view_token()
-            return [SplitPartition(group, end["state"], token)
-                    for group in task_groups(engine.inflight, self.spec.parallelism)]
+            groups = task_groups(engine.inflight, self.spec.parallelism)
+            share = 1 / min(len(groups), self.spec.cores or len(groups))  # tasks at once
+            return [SplitPartition(group, end["state"], token, share) for group in groups]
         if engine.log_from is not None:
             return [LogPartition(end["state"])]
         return []

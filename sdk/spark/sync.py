@@ -238,6 +238,7 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
                 df.unpersist()
 
     spark = spark_session(master, rows_in_jvm=spec.target is None)
+    reader_options.setdefault("cores", str(spark.sparkContext.defaultParallelism))
 
     def start_query() -> Any:
         stream = spark.readStream.format("cdc").options(**reader_options).load()

@@ -1,0 +1,92 @@
+"""Rate limits for a source that must not be read faster (``snapshot.rows-per-second``,
+``log.changes-per-second``): held within 10% by the in-process runner and as an upper bound by
+Spark's tasks, with the mirror still equal to the source."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sdk import ConnectionConfig, TableId, get_dialect
+from sdk.algorithm import Phase, SyncOptions, SyncRunner, caught_up
+from sdk.algorithm.throttle import Throttle
+from sdk_sqlite import read_target
+
+
+def test_a_throttle_keeps_its_rate() -> None:
+    pace = Throttle(2000)
+    started = time.monotonic()
+    for _ in range(20):
+        pace.take(100)
+    assert 0.9 <= time.monotonic() - started <= 1.1  # 2,000 items at 2,000/s, the first free
+
+
+def _source(tmp_path: Path, rows: int) -> str:
+    path = tmp_path / "src.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?, ?)", ((i, f"v{i}") for i in range(rows)))
+    return f"sqlite:///{path}"
+
+
+def test_the_runner_reads_the_snapshot_and_the_log_at_the_limits(tmp_path: Path) -> None:
+    url = _source(tmp_path, 12_000)
+    sqlite = get_dialect("sqlite")
+    config = ConnectionConfig.from_url(url)
+    options = SyncOptions.from_strings({"snapshot.rows-per-second": "8000",
+                                        "log.changes-per-second": "4000",
+                                        "snapshot.fetch.size": "250",
+                                        "snapshot.split.size": "3000"})
+    runner = SyncRunner(sqlite, lambda: sqlite.connect(config), options, splits_per_step=4)
+    schema = sqlite.describe_table(runner.conn, TableId("main", "t"))
+    sqlite.prepare_capture(runner.conn, [schema])  # the change table and its triggers
+    state = runner.start([schema])
+    mirror: dict[Any, Any] = {}
+
+    def emit(events: list[Any], _: Any) -> None:
+        for e in events:
+            if e.op == "d":
+                mirror.pop(e.key, None)
+            else:
+                mirror[e.key] = e.after
+    started = time.monotonic()
+    state = runner.run(state, emit, lambda s: s.phase is not Phase.SNAPSHOT)
+    snapshot = time.monotonic() - started
+    assert 12_000 / 8000 * 0.9 <= snapshot <= 12_000 / 8000 * 1.1 + 0.3
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        for i in range(0, 6000, 10):
+            conn.execute("UPDATE t SET v = 'changed' WHERE id >= ? AND id < ?", (i, i + 10))
+    target = sqlite.current_offset(runner.conn)
+    started = time.monotonic()
+    runner.run(state, emit, caught_up(runner, target))
+    log = time.monotonic() - started
+    assert 6000 / 4000 * 0.9 <= log <= 6000 / 4000 * 1.1 + 0.3
+    conn = sqlite.connect(config)
+    assert mirror == read_target(conn, sqlite.describe_table(conn, TableId("main", "t")))
+    runner.close()
+
+
+@pytest.mark.spark
+def test_spark_tasks_share_the_snapshot_limit(spark: Any, tmp_path: Path) -> None:
+    from sdk.spark.sync import run_sync
+
+    url = _source(tmp_path, 30_000)
+    mirror = f"sqlite:///{tmp_path / 'mirror.db'}"
+    checkpoint = tmp_path / "ck"
+    run_sync(url, mirror, "*", str(checkpoint), "snapshot",
+             {"snapshot.rows-per-second": "10000", "snapshot.split.size": "2500",
+              "snapshot.fetch.size": "500"}, master="local[2]")
+    report = json.loads((checkpoint / "state" / "progress.json").read_text())
+    seconds = report["updated_at"] - report["started_at"]  # first split to snapshot done
+    assert report["rows"] == 30_000 and 30_000 / seconds <= 10_000 * 1.1, seconds
+    sqlite = get_dialect("sqlite")
+    src, dst = (sqlite.connect(ConnectionConfig.from_url(u)) for u in (url, mirror))
+    table = sqlite.describe_table(src, TableId("main", "t"))
+    assert read_target(dst, sqlite.describe_table(dst, sqlite.list_tables(dst)[0])) == \
+        read_target(src, table)
