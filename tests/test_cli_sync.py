@@ -204,3 +204,35 @@ def test_a_second_signal_stops_the_sync_in_the_middle_of_a_batch(tmp_path: Path)
     assert report["phase"] == "snapshot", "the batch committed: the stop did not cut it"
     assert subprocess.run(args, capture_output=True, text=True, timeout=300).returncode == 0
     assert rows(dst)["t"] == rows(src)["t"]
+
+
+def test_the_live_display_fits_the_terminal_and_keeps_what_follows_a_finished_sync(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal the progress block is redrawn in place: its lines are cut to the width
+    (a wrapped line would leave part of the old block behind), and after a sync's last report
+    the next block starts below what was printed meanwhile (sdk demo runs two syncs)."""
+    import io
+    import os
+    import sys
+
+    from sdk.cli import _reporter
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stdout", screen)
+    monkeypatch.setattr("shutil.get_terminal_size", lambda: os.terminal_size((40, 20)))
+    report = _reporter()
+    progress = {"phase": "log", "rows": 5, "rows_per_second": 1.0, "tables": {
+        "shop.orders": {"splits_done": 1, "splits_estimated": 1, "rows": 5,
+                        "snapshot_done": True}}, "position": '{"a": "' + "x" * 80 + '"}'}
+    report(progress)
+    assert all(len(line.replace("\x1b[2K", "")) <= 39 for line in screen.getvalue().splitlines())
+    report(progress)
+    assert "\x1b[2A" in screen.getvalue()  # redrawn over the two lines above
+    report({**progress, "final": True})
+    print("writer stopped")
+    before = len(screen.getvalue())
+    report(progress)
+    assert "\x1b[" not in screen.getvalue()[before:].replace("\x1b[2K", "")

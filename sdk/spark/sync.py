@@ -319,7 +319,7 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
                 signal.signal(sig, handler)
     progress = live_progress(store, staged) or {}
     if report is not None:
-        report(with_applied(progress))
+        report({**with_applied(progress), "final": True})  # the display's last for this sync
     applied = sum(mirror.applied.values()) if mirror is not None else 0
     return SyncSummary(applied, time.monotonic() - started,
                        progress.get("phase", "snapshot"), bool(progress.get("caught_up")),
