@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.dataset as ds
-from _servers import MYSQL, MYSQL_ADMIN, PG, PG_ADMIN
+from _servers import MYSQL, MYSQL_ADMIN, PG, PG_ADMIN, fill_mariadb
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 
@@ -72,12 +72,7 @@ def main() -> None:
     schema_name = f"sdk_accept_{uuid.uuid4().hex[:8]}"
     work = Path(tempfile.mkdtemp(prefix="sdk-accept-"))
     t0 = time.monotonic()
-    admin.query(f"CREATE TABLE `{name}` (id INT PRIMARY KEY, v VARCHAR(30), "
-                "amount DECIMAL(12,2), at DATETIME(6))")
-    for first in range(1, args.rows + 1, 100_000):
-        last = min(first + 99_999, args.rows)
-        admin.query(f"INSERT INTO `{name}` SELECT seq, CONCAT('v', seq), seq / 8, "
-                    f"'2024-01-01' + INTERVAL seq SECOND FROM seq_{first}_to_{last}")
+    fill_mariadb(admin, name, args.rows)
     pg_admin.query(f"CREATE SCHEMA {schema_name} AUTHORIZATION sdk_cdc")
     print(f"source {name}: {args.rows:,} rows loaded in {time.monotonic() - t0:.1f} s")
 
