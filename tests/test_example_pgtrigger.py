@@ -9,6 +9,7 @@ import importlib.util
 import sys
 import threading
 import uuid
+from collections.abc import Iterator
 from decimal import Decimal
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -67,8 +68,11 @@ def _url(postgres_url: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def harness(postgres_url: str, postgres_admin_url: str) -> Harness:
-    return ExampleHarness(_url(postgres_url), postgres_admin_url, "sdk_cdc")  # type: ignore
+def harness(postgres_url: str, postgres_admin_url: str, postgres_admin: Any
+            ) -> Iterator[Harness]:
+    yield ExampleHarness(_url(postgres_url), postgres_admin_url, "sdk_cdc")  # type: ignore
+    # the capture schema the dialect made (its change table, the trigger function)
+    postgres_admin.execute("DROP SCHEMA IF EXISTS sdk_capture CASCADE")
 
 
 @pytest.fixture
