@@ -1,4 +1,4 @@
-"""Reading the binlog with python-mysql-replication: between two offsets, or following the log.
+"""Reading the binlog: between two offsets, or following the log.
 
 An offset is ``(file, pos, n)``: ``pos`` is where the change's transaction starts in ``file``
 (its GTID or BEGIN event) and ``n`` the change's index inside the transaction, so a read can
@@ -6,17 +6,18 @@ start inside a multi-row event exactly: it starts the replication stream at the 
 skips the first ``n`` changes. Watermarks from the server (``SHOW BINLOG STATUS``,
 ``Binlog_snapshot_position``) are transaction boundaries with ``n = 0``.
 
-The library is asked for file/position streaming (``is_mariadb`` stays False, since with it the
-start position is ignored) and for the transaction and row events only; a transaction's start
-is its GTID (or BEGIN) event's own position, taken from the event header. The end is checked
-once per transaction (and per row only inside the transaction the end points into), because the
-stream does not always end with EOF and ``end_log_pos`` ignores the file name.
+python-mysql-replication opens (and reopens) the replication connection at a file and position
+(:class:`_Dump`); the events are read here, packet by packet: a transaction's start is its GTID
+(or BEGIN) event's own position, from the event header, and rows are decoded by ``_rows`` (table
+maps parsed once, a generated reader per table version). The end is checked once per
+transaction (and per row only inside the transaction the end points into), because the stream
+does not always end with EOF.
 
 Rows of tables not read are decoded only when a change of a table read follows them in the same
 transaction, since ``n`` counts every row of the transaction (so an offset means the same
 whatever tables a read follows): transactions of other tables cost their events' headers and
-table maps, not their rows. The library decodes a rows event's rows lazily, from the event's
-own packet, so this is exact; at most ``MAX_UNREAD`` such events wait, then they are counted.
+table maps, not their rows. Such an event's bytes are kept and counted only if needed; at most
+``MAX_UNREAD`` wait, then they are counted.
 
 On MariaDB each offset also carries the GTID position at its transaction's start (see
 ``_offsets``): the reader starts from the position's GTID state and adds each transaction's GTID
@@ -58,7 +59,7 @@ MAX_UNREAD = 64  # rows events of other tables held undecoded per transaction, a
 MAX_TABLE_MAPS = 4096  # distinct table map events kept parsed, at most
 
 # event types
-QUERY, ROTATE, FORMAT_DESCRIPTION, XID, TABLE_MAP, HEARTBEAT = 2, 4, 15, 16, 19, 27
+QUERY, ROTATE, XID, TABLE_MAP, HEARTBEAT = 2, 4, 16, 19, 27
 GTID, MARIADB_GTID = 33, 162
 WRITE_V1, UPDATE_V1, DELETE_V1, WRITE_V2, UPDATE_V2, DELETE_V2 = 23, 24, 25, 30, 31, 32
 _ROWS = {WRITE_V1: "c", UPDATE_V1: "u", DELETE_V1: "d", WRITE_V2: "c", UPDATE_V2: "u",

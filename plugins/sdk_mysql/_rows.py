@@ -42,8 +42,6 @@ TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, BLOB, VAR_STRING, STRING, GEOMETRY = range(24
 _NUMERIC = {TINY, SHORT, INT24, LONG, LONGLONG, NEWDECIMAL, FLOAT, DOUBLE, YEAR}
 _CHARACTER = {STRING, VAR_STRING, VARCHAR, BLOB}
 _BINARY_COLLATION = 63
-_FIXED = {TINY: 1, SHORT: 2, INT24: 3, LONG: 4, LONGLONG: 8, FLOAT: 4, DOUBLE: 8, YEAR: 1,
-          DATE: 3, NEWDATE: 3, TIME: 3, TIMESTAMP: 4, DATETIME: 8}
 _STRUCT_CODE = {(TINY, False): "b", (TINY, True): "B", (SHORT, False): "h", (SHORT, True): "H",
                 (LONG, False): "i", (LONG, True): "I", (LONGLONG, False): "q",
                 (LONGLONG, True): "Q", (FLOAT, False): "f", (FLOAT, True): "f",
@@ -380,7 +378,8 @@ def _read_value(src: _Source, depth: int, column: BinlogColumn, target: str,
     kind, meta = column.type, column.meta
     if kind in (TINY, SHORT, LONG, LONGLONG, FLOAT, DOUBLE):
         code = _STRUCT_CODE[(kind, column.unsigned)]
-        add(depth, f"{target}, = unpack_from('<{code}', data, pos); pos += {_FIXED[kind]}")
+        add(depth, f"{target}, = unpack_from('<{code}', data, pos); "
+                   f"pos += {struct.calcsize(code)}")
     elif kind == INT24:
         add(depth, f"{target} = from_bytes(data[pos:pos + 3], 'little', "
                    f"signed={not column.unsigned}); pos += 3")

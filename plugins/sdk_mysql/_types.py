@@ -21,7 +21,6 @@ gives directly. Differences found on MariaDB 10.11 (``tests/test_mysql_dialect.p
 from __future__ import annotations
 
 import datetime as dt
-import json
 import struct
 from collections.abc import Callable
 from decimal import Decimal
@@ -92,25 +91,17 @@ def _float32(value: Any) -> Any:
 
 
 def _bits(value: Any) -> Any:
-    if isinstance(value, str):
-        return int(value, 2) if value else 0
     if isinstance(value, (bytes, bytearray)):
         return int.from_bytes(value, "big")
     return value
-
-
-_ZERO_TIMESTAMP = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _utc(value: Any) -> Any:
     if isinstance(value, str):
         return None  # a zero TIMESTAMP as SELECT gives it
     if isinstance(value, dt.datetime):
-        value = value.replace(tzinfo=dt.UTC) if value.tzinfo is None \
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None \
             else value.astimezone(dt.UTC)
-        # the binlog gives a zero TIMESTAMP as the epoch, which no TIMESTAMP can hold (its
-        # range starts at 1970-01-01 00:00:01 UTC)
-        return None if value == _ZERO_TIMESTAMP else value
     return value
 
 
@@ -124,26 +115,12 @@ def _wkb(value: Any) -> Any:
 
 
 def _json_text(value: Any) -> Any:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        return value.decode()
-    return json.dumps(value, separators=(", ", ": "), ensure_ascii=False)
-
-
-def _set_text(members: list[str]) -> Callable[[Any], Any]:
-    def convert(value: Any) -> Any:
-        if isinstance(value, (set, frozenset)):
-            return ",".join(m for m in members if m in value)
-        return value
-    return convert
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _binary(length: int) -> Callable[[Any], Any]:
-    """Bytes, zero-padded to ``length`` (BINARY(n)); the binlog gives an empty value as ''."""
+    """Bytes, zero-padded to ``length`` (BINARY(n))."""
     def convert(value: Any) -> Any:
-        if isinstance(value, str):
-            value = value.encode("latin-1")
         if isinstance(value, (bytes, bytearray)):
             return bytes(value).ljust(length, b"\0")
         return value
@@ -156,35 +133,9 @@ def _decimal(value: Any) -> Any:
     return Decimal(_bits(value))
 
 
-def _members(column_type: str) -> list[str]:
-    inner = column_type[column_type.index("(") + 1:column_type.rindex(")")]
-    return [m[1:-1].replace("''", "'") for m in _split_quoted(inner)]
-
-
-def _split_quoted(text: str) -> list[str]:
-    out, current, quoted = [], "", False
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "'" and quoted and i + 1 < len(text) and text[i + 1] == "'":
-            current += "''"
-            i += 2
-            continue
-        if ch == "'":
-            quoted = not quoted
-        if ch == "," and not quoted:
-            out.append(current)
-            current = ""
-        else:
-            current += ch
-        i += 1
-    out.append(current)
-    return out
-
-
 def normalizer(column: Column) -> Callable[[Any], Any] | None:
-    """The function that brings either driver's value of ``column`` to the one value, or None
-    when both already agree."""
+    """The function that brings pymysql's value of ``column`` to the one the binlog decoder
+    gives, or None when they already agree."""
     kind = column.source_type.lower()
     base = kind.split("(")[0].split(" ")[0]
     if column.type is L.FLOAT32:
@@ -197,8 +148,6 @@ def normalizer(column: Column) -> Callable[[Any], Any] | None:
         return _binary(int(kind[kind.index("(") + 1:kind.index(")")]))
     if base in _BINARY:
         return _binary(0)
-    if base == "set":
-        return _set_text(_members(column.source_type))
     if column.type is L.TIMESTAMP_TZ:
         return _utc
     if column.type in (L.DATE, L.TIMESTAMP):

@@ -242,7 +242,7 @@ class PhaseMachine:
         assert state.position is not None
         if not state.finished:
             return state
-        pure = [t for t in self.filter_for(state).pure_at(state.position) if t not in state.plans]
+        pure = self.filter_for(state).pure_at(state.position)  # tables being read not among them
         if not pure:
             return state
         log.info("tables in pure log phase from %s: %s", state.position,
@@ -262,11 +262,11 @@ class PhaseMachine:
     def filter_for(self, state: SyncState) -> IncrementalFilter:
         """The incremental filter of ``state``'s finished splits (kept while they are the
         same object: building it sorts every split)."""
-        source = (state.finished, state.plans)
-        if self._filter is None or any(a is not b for a, b in zip(self._filter_source, source,
-                                                                  strict=True)):
+        known_finished, known_plans = self._filter_source
+        if self._filter is None or known_finished is not state.finished or \
+                known_plans is not state.plans:
             self._filter = log_filter(state, self.dialect.compare_offset)
-            self._filter_source = source
+            self._filter_source = (state.finished, state.plans)
         return self._filter
 
 
