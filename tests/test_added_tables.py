@@ -130,3 +130,40 @@ def test_split_batches_alternate_with_log_batches_while_the_log_moves() -> None:
         _, state = runner.step(state)
         kinds.append("log" if state.position != before else "splits")
     assert kinds == ["splits", "log"] * 4
+
+
+@pytest.mark.parametrize("pending", [False, True], ids=["streaming", "mid-snapshot"])
+def test_a_removed_table_keeps_its_changes_before_the_offset_and_none_after(
+        pending: bool) -> None:
+    db = MemoryDatabase(rows={(k,): (k, k) for k in range(12)})
+    conn = MemoryConnection(db)
+    dialect = memory_dialect()
+    runner = SyncRunner(dialect, lambda: conn, SyncOptions(split_size=3))
+    emitted: list[ChangeEvent] = []
+    state = runner.start([] if pending else [SCHEMA])
+    while state.phase is Phase.SNAPSHOT:
+        events, state = runner.step(state)
+        emitted.extend(events)
+    if pending:  # added, and removed after its first split batch
+        state = runner.machine.add_tables(conn, state, [SCHEMA])
+        events, state = runner.step(state)
+        emitted.extend(events)
+    for i in range(4):
+        db.write("u", (i,), 100 + i)
+    at = dialect.current_offset(conn)
+    kept = {k: v for k, v in db.rows.items()}
+    state = runner.machine.remove_tables(state, [TABLE], at)
+    assert runner.machine.remove_tables(state, [TABLE], at) is state  # leaving already
+    for i in range(4):
+        db.write("u", (i,), 200 + i)  # after the offset: not captured
+    db.write("d", (11,))
+    while TABLE in state.tables or dialect.compare_offset(state.position,
+                                                          dialect.current_offset(conn)) < 0:
+        events, state = runner.step(state)
+        emitted.extend(events)
+    assert not state.leaving and TABLE not in state.finished and TABLE not in state.plans
+    assert SyncState.from_json(state.to_json()) == state
+    mine = [e for e in emitted if e.table == TABLE]
+    assert all(dialect.compare_offset(e.offset, at) < 0 for e in mine if e.op != "r")
+    if not pending:
+        assert replay(mine) == kept

@@ -11,6 +11,9 @@ states kept in a checkpoint). The machine decides; the drivers only read and com
 - ``LOG``: each batch is the fixed log range ``[log_from, state.position)`` up to the head the
   driver sees; a table whose largest watermark the position passed leaves the filter (its
   pure-log phase). A driver may end a batch early (:meth:`~PhaseMachine.cut_log_batch`).
+  A table removed in this phase (:meth:`~PhaseMachine.remove_tables`) leaves at an offset
+  read after it was seen gone: a batch ends there, so its changes before it are emitted and
+  none after.
   A table added in this phase (:meth:`~PhaseMachine.add_tables`, e.g. created on the source
   after the sync started) gets a plan: its split batches then alternate with log batches, so
   the log keeps flowing for the other tables, and each split is read at a watermark above the
@@ -38,6 +41,7 @@ from ..types import (
     FinishedSplit,
     Offset,
     SnapshotSplit,
+    TableId,
     TableSchema,
 )
 from .assigner import SplitAssigner, choose_key
@@ -148,15 +152,19 @@ class PhaseMachine:
             return Batch(self.finish_snapshot(conn, state))  # a step of its own
         if state.phase is not Phase.LOG:
             return None
-        if state.plans and not self._log_turn:
-            return self._added_tables_batch(conn, state, max_splits)
+        current = self.drop_left(state)
+        if current.plans and not self._log_turn:
+            return self._added_tables_batch(conn, current, max_splits)
         self._log_turn = False
-        dropped = self.drop_pure(state)
+        dropped = self.drop_pure(current)
         assert dropped.position is not None
         end = head(dropped.position)
+        for at in dropped.leaving.values():  # a batch ends where a table leaves, not past it
+            if self.dialect.compare_offset(at, end) < 0:
+                end = at
         if self.dialect.compare_offset(end, dropped.position) > 0:
             return Batch(replace(dropped, position=end), log_from=dropped.position)
-        if state.plans:  # nothing new in the log: no need to wait for its turn
+        if dropped.plans:  # nothing new in the log: no need to wait for its turn
             return self._added_tables_batch(conn, dropped, max_splits)
         return Batch(dropped) if dropped is not state else None
 
@@ -184,6 +192,38 @@ class PhaseMachine:
             log.info("table %s added at %s: its snapshot runs beside the log", schema.table,
                      state.position)
         return replace(state, tables=schemas, plans=plans)
+
+    def remove_tables(self, state: SyncState, tables: Iterable[TableId], at: Offset
+                      ) -> SyncState:
+        """``state`` with ``tables`` leaving the capture once the log position reaches ``at``
+        (e.g. dropped on the source, or no longer selected by the patterns): their changes
+        before ``at`` are still emitted, none after. ``at`` must be a log position read after
+        the table was seen gone, so the table's last change lies before it. Only in the log
+        phase; tables not captured, or leaving already, are ignored."""
+        if state.phase is not Phase.LOG:
+            raise ValueError(f"tables are removed in the log phase, not {state.phase.value}")
+        leaving = dict(state.leaving)
+        for table in tables:
+            if table in state.tables and table not in leaving:
+                leaving[table] = at
+                log.info("table %s leaves the capture at %s", table, at)
+        return replace(state, leaving=leaving) if leaving != state.leaving else state
+
+    def drop_left(self, state: SyncState) -> SyncState:
+        """``state`` without the leaving tables whose offset the log position reached."""
+        position = state.position
+        assert position is not None
+        compare = self.dialect.compare_offset
+        gone = {t for t, at in state.leaving.items() if compare(position, at) >= 0}
+        if not gone:
+            return state
+        log.info("tables no longer captured from %s: %s", position,
+                 ", ".join(str(t) for t in gone))
+        return replace(state,
+                       tables={t: s for t, s in state.tables.items() if t not in gone},
+                       plans={t: p for t, p in state.plans.items() if t not in gone},
+                       finished={t: f for t, f in state.finished.items() if t not in gone},
+                       leaving={t: o for t, o in state.leaving.items() if t not in gone})
 
     def hand_out(self, conn: Connection, state: SyncState, limit: int
                  ) -> tuple[SyncState, list[SnapshotSplit]]:

@@ -40,6 +40,9 @@ class SyncState:
     finished: Mapping[TableId, tuple[FinishedSplit, ...]] = field(default_factory=dict)
     position: Offset | None = None
     stop_after_snapshot: bool = False
+    leaving: Mapping[TableId, Offset] = field(default_factory=dict)
+    """Tables that stop being captured once the log ``position`` reaches their offset (gone
+    from the source or from the table patterns): their changes before it are still emitted."""
 
     def to_json(self, finished: bool = True) -> dict[str, Any]:
         """``finished=False`` leaves the finished splits out (``"finished": []``), for a store
@@ -53,6 +56,8 @@ class SyncState:
             if finished else [],
             "position": self.position.to_json() if self.position else None,
             "stop_after_snapshot": self.stop_after_snapshot,
+            **({"leaving": [[t.to_json(), o.to_json()] for t, o in self.leaving.items()]}
+               if self.leaving else {}),
         }
 
     def dumps(self) -> str:
@@ -74,6 +79,8 @@ class SyncState:
             finished={splits[0].split.table: splits for splits in finished if splits},
             position=Offset.from_json(data["position"]) if data["position"] else None,
             stop_after_snapshot=data["stop_after_snapshot"],
+            leaving={TableId.from_json(t): Offset.from_json(o)
+                     for t, o in data.get("leaving", [])},
         )
 
     @classmethod
