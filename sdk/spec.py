@@ -197,7 +197,7 @@ def resolve(options: Mapping[str, str]) -> SourceSpec:
         parallelism=source["parallelism"],
         head_poll_seconds=source["head_poll_seconds"], envelope_forced=source["envelope"],
         cores=source["cores"],
-        target=Target.of(source["target"], schemas, source["target_schema"])
+        target=Target.of(source["target"], source["target_schema"])
         if source["target"] else None)
 
 

@@ -21,34 +21,36 @@ the commit time (seconds since the epoch) of the newest one that had a commit ti
 
 @dataclass
 class Target:
-    """The target database and the target table of each source table (same name, in
-    ``target_schema`` when given, else in the source table's schema)."""
+    """The target database; each source table is mirrored under its own name, in
+    ``schema_name`` when given, else in the source table's schema. Tables are mapped as they
+    come (a table added to a running sync is mirrored like the first ones)."""
 
     dialect_name: str
     config: ConnectionConfig
-    tables: dict[TableId, TableSchema]
-    """Source table -> its target table's schema."""
+    schema_name: str | None = None
 
     @classmethod
-    def of(cls, url: str, tables: Iterable[TableSchema], target_schema: str | None = None
-           ) -> Target:
-        """The target at ``url`` for ``tables``; a dialect without ``apply_changes`` is refused."""
+    def of(cls, url: str, target_schema: str | None = None) -> Target:
+        """The target at ``url``; a dialect without ``apply_changes`` is refused."""
         dialect, config = default_manager().dialect_for_url(url)
         if not dialect.has(Capability.APPLY):
             raise ConfigurationError(f"dialect {dialect.name!r} cannot be a sync target "
                                      "(it does not implement apply_changes)")
-        mapped = {t.table: replace(t, table=TableId(target_schema or t.table.schema,
-                                                    t.table.name)) for t in tables}
-        return cls(dialect.name, config, mapped)
+        return cls(dialect.name, config, target_schema)
 
-    def create_tables(self) -> None:
-        """Create every target table that does not exist (an existing one with other columns
-        is refused by the dialect)."""
+    def table_for(self, source: TableSchema) -> TableSchema:
+        """The target table of source table ``source``: its columns, under the target name."""
+        return replace(source, table=TableId(self.schema_name or source.table.schema,
+                                             source.table.name))
+
+    def create_tables(self, tables: Iterable[TableSchema]) -> None:
+        """Create the target table of each source table in ``tables`` that does not exist
+        (an existing one with other columns is refused by the dialect)."""
         dialect = get_dialect(self.dialect_name)
         conn = dialect.connect(self.config)
         try:
-            for table in self.tables.values():
-                dialect.create_table(conn, table)
+            for table in tables:
+                dialect.create_table(conn, self.table_for(table))
         finally:
             conn.close()
 
@@ -64,11 +66,12 @@ class Applier:
     """The newest commit time (microseconds since the epoch) seen per table."""
     _conn: Any = None
 
-    def apply(self, table: TableId, events: Sequence[ChangeEvent], batch_id: str) -> None:
-        """Apply ``events`` of source table ``table`` in one transaction recording ``batch_id``;
-        a batch id applied before writes nothing (a replay) and counts nothing."""
+    def apply(self, source: TableSchema, events: Sequence[ChangeEvent], batch_id: str) -> None:
+        """Apply ``events`` of source table ``source`` in one transaction recording
+        ``batch_id``; a batch id applied before writes nothing (a replay) and counts nothing."""
         if not events:
             return
+        table = source.table
         dialect = get_dialect(self.target.dialect_name)
         stamps = [e.commit_ts for e in events if e.commit_ts is not None]
         if stamps:
@@ -76,7 +79,7 @@ class Applier:
         with dialect.passing_faults():  # a target that drops out is retried like a source
             if self._conn is None:
                 self._conn = dialect.connect(self.target.config)
-            done = dialect.apply_changes(self._conn, self.target.tables[table], events,
+            done = dialect.apply_changes(self._conn, self.target.table_for(source), events,
                                          batch_id)
         self.applied[table] = self.applied.get(table, 0) + (len(events) if done else 0)
 

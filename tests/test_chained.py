@@ -13,9 +13,11 @@ import pytest
 from test_spark_engine import make_source
 
 from sdk import ConnectionConfig, get_dialect
-from sdk.algorithm import PhaseMachine
+from sdk.algorithm import Phase, PhaseMachine, SyncState
 from sdk.errors import ConfigurationError
+from sdk.spark.engine_state import EngineState
 from sdk.spark.reads import SplitPartition, read_splits
+from sdk.spark.statestore import StateStore
 from sdk.spec import resolve
 from sdk_sqlite import read_target
 
@@ -33,7 +35,7 @@ def test_a_replayed_split_applies_its_staged_rows_once(tmp_path: Path) -> None:
     spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
                     "target": target_url, "snapshot.split.size": "100"})
     assert spec.target is not None
-    spec.target.create_tables()
+    spec.target.create_tables(spec.tables)
     dialect = get_dialect("sqlite")
     source = dialect.connect(spec.config)
     splits = PhaseMachine(dialect, spec.options).all_splits(source, spec.tables)
@@ -88,14 +90,14 @@ def test_a_log_batch_is_applied_in_chunks_once(tmp_path: Path,
     spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
                     "target": target_url})
     assert spec.target is not None
-    spec.target.create_tables()
+    spec.target.create_tables(spec.tables)
     table = spec.tables[0]
     changes = [ChangeEvent(table.table, "c", (i,), (i, f"v{i}", 1.0, b"x"), Offset("sqlite", n=i))
                for i in range(7)]
     changes += [ChangeEvent(table.table, "d", (2,), None, Offset("sqlite", n=7)),
                 ChangeEvent(table.table, "u", (3,), (3, "moved on", 2.0, b"y"),
                             Offset("sqlite", n=8))]
-    monkeypatch.setattr(reads, "_log_events", lambda spec, partition: iter(changes))
+    monkeypatch.setattr(reads, "_log_events", lambda spec, engine: iter(changes))
     monkeypatch.setattr(reads, "BATCH_ROWS", 3)
     sizes: list[int] = []
     apply = Applier.apply
@@ -105,7 +107,9 @@ def test_a_log_batch_is_applied_in_chunks_once(tmp_path: Path,
         apply(self, table_id, events, batch)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Applier, "apply", counting)
-    partition = reads.LogPartition("9-state")
+    sync = SyncState(Phase.LOG, {table.table: table}, position=Offset("sqlite", n=9))
+    state = EngineState(sync, log_from=Offset("sqlite", n=0), seq=9)
+    partition = reads.LogPartition(state.save(StateStore(str(tmp_path / "state"))))
     assert applied_of(list(reads.read_log(spec, partition))) == {"main.items": 9}
     assert sizes == [3, 3, 3]
     target = get_dialect("sqlite").connect(ConnectionConfig.from_url(target_url))

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from ..codec import decode_value
+from ..errors import ConfigurationError
 from ..target import REPORT_SCHEMA, Applier, Target, add_reports
 from ..types import ChangeEvent, LogicalType, Offset, TableId, TableSchema
 from .arrow import REPORT_ARROW, python_values
@@ -63,19 +64,33 @@ class Mirror:
 
     def __init__(self, target_url: str, tables: Sequence[TableSchema], partitions: int = 2,
                  envelope: bool | None = None, target_schema: str | None = None,
-                 shuffle: bool = True) -> None:
+                 shuffle: bool = True,
+                 more_tables: Callable[[], Iterable[TableSchema]] | None = None) -> None:
         """``tables`` are the source tables; each is mirrored under the same name, in
         ``target_schema`` when given (else in the source's schema name). ``shuffle=False``
         applies each input partition as it is, for a stream straight from the ``cdc`` source,
         whose batches already hold each key in one partition (a snapshot batch's splits do not
-        overlap; a log batch is one partition): no exchange of rows between tasks."""
-        self.target = Target.of(target_url, tables, target_schema)
+        overlap; a log batch is one partition): no exchange of rows between tasks.
+        ``more_tables`` is asked before each batch for tables the stream captures now (a
+        table added to a running sync): they are mirrored too, their target tables created."""
+        self.target = Target.of(target_url, target_schema)
         self.tables = list(tables)
+        self.more_tables = more_tables
         self.partitions = partitions
         self.shuffle = shuffle
         self.envelope = len(self.tables) > 1 if envelope is None else envelope
         self.tally = Tally()
-        self.target.create_tables()
+        self.target.create_tables(self.tables)
+
+    def _learn_tables(self) -> None:
+        """Mirror the tables ``more_tables`` names that this mirror does not know yet."""
+        if self.more_tables is None:
+            return
+        known = {t.table for t in self.tables}
+        new = [t for t in self.more_tables() if t.table not in known]
+        if new:
+            self.target.create_tables(new)
+            self.tables.extend(new)
 
     @property
     def applied(self) -> dict[str, int]:
@@ -91,6 +106,7 @@ class Mirror:
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
+        self._learn_tables()
         if not self.envelope:
             table = self.tables[0]
             df = df.select(*[_as_units(c.name, c.type) for c in table.columns],
@@ -128,6 +144,7 @@ class _PartitionApplier:
         """Where each column of the batch is (the batches carry positional names)."""
         self.target = mirror.target
         self.by_name = {str(t.table): t for t in mirror.tables}
+        self.by_id = {t.table: t for t in mirror.tables}
         self.envelope = mirror.envelope
         self.batch_id = batch_id
 
@@ -160,7 +177,7 @@ class _PartitionApplier:
         applier = Applier(self.target)
         try:
             for table, events in per_table.items():
-                applier.apply(table, events, f"{self.batch_id}-{task}")
+                applier.apply(self.by_id[table], events, f"{self.batch_id}-{task}")
         finally:
             applier.close()
         yield pa.RecordBatch.from_pylist(applier.report(), schema=REPORT_ARROW)
@@ -178,7 +195,11 @@ class _PartitionApplier:
             columns = [self._column(batch, n).to_pylist() for n in ("table", "op", "key", "after",
                                                                "seq")]
             for name, op, key_text, after, seq, stamp in zip(*columns, stamps, strict=True):
-                table = self.by_name[name]
+                table = self.by_name.get(name)
+                if table is None:
+                    raise ConfigurationError(
+                        f"the batch has changes of table {name}, which this Mirror was not "
+                        "given: pass its schema in tables (or more_tables)")
                 key = tuple(decode_value(v) for v in json.loads(key_text))
                 row = None
                 if op != "d":  # a delete needs only its key

@@ -45,9 +45,18 @@ class SplitPartition(InputPartition):
     """A shared snapshot view the splits join (see :class:`sdk.algorithm.SharedView`)."""
     share: float = 1.0
     """This task's share of ``snapshot.rows-per-second`` (1 / the tasks reading at once)."""
+    schemas: list[TableSchema] | None = None
+    """The schemas of the splits' tables, as the sync state has them (a stream's tables may
+    be added after it started); None: the source's tables (a batch read)."""
 
     def __post_init__(self) -> None:
         super().__init__(None)
+
+    def schema_of(self, spec: SourceSpec, table: TableId) -> TableSchema:
+        for schema in self.schemas or ():
+            if schema.table == table:
+                return schema
+        return spec.schema_of(table)
 
 
 @dataclass
@@ -75,7 +84,7 @@ def _split_output(spec: SourceSpec, schema: TableSchema, rows: list[Any], waterm
         if _envelope_out(spec):
             events = [ChangeEvent(schema.table, "r", schema.key_of(r), r, watermark)
                       for r in chunk]
-            out.append(envelope_batch(spec.table_map(), events, 0))
+            out.append(envelope_batch({schema.table: schema}, events, 0))
         else:
             out.append(TableBatcher(schema).snapshot_batch(chunk, dumps(watermark.to_json())))
     return [b for b in out if b.num_rows]
@@ -134,7 +143,7 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
     pace = throttle(spec.options.snapshot_rows_per_second, partition.share)
     try:
         for split in partition.splits:
-            schema = spec.schema_of(split.table)
+            schema = partition.schema_of(spec, split.table)
             name = stage_name(split)
             staged = None
             if store is not None and partition.stage is not None:
@@ -166,7 +175,7 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                     continue
             assert sink is not None and partition.stage is not None
             key_of, table = schema.key_of, schema.table
-            sink.apply(table, [ChangeEvent(table, "r", key_of(r), r, watermark) for r in rows],
+            sink.apply(schema, [ChangeEvent(table, "r", key_of(r), r, watermark) for r in rows],
                        split_ledger_id(partition.stage, split))
         if sink is not None:
             yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
@@ -184,27 +193,28 @@ def read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBat
 
 
 def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
+    assert spec.state_dir
+    engine = EngineState.load(StateStore(spec.state_dir), partition.state)
     if spec.target is not None:
-        yield from _apply_log(spec, partition)
+        yield from _apply_log(spec, partition, engine)
         return
-    tables = spec.table_map()
-    batchers = {t: TableBatcher(s) for t, s in tables.items()}
+    tables = dict(engine.sync.tables)
+    batcher = None if spec.envelope else TableBatcher(spec.tables[0])
     seq = 0
     pending: list[ChangeEvent] = []
 
     def flush() -> pa.RecordBatch:
         nonlocal seq
-        if spec.envelope:
+        if batcher is None:
             batch = envelope_batch(tables, pending, seq)
         else:
-            batcher = batchers[spec.tables[0].table]
             rows, ops, offsets, stamps = event_rows(batcher, pending)
             batch = batcher.batch(rows, ops, offsets, stamps, seq)
         seq += batch.num_rows
         pending.clear()
         return batch
 
-    for event in _log_events(spec, partition):
+    for event in _log_events(spec, engine):
         pending.append(event)
         if len(pending) >= BATCH_ROWS:
             yield flush()
@@ -212,7 +222,8 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
         yield flush()
 
 
-def _apply_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
+def _apply_log(spec: SourceSpec, partition: LogPartition, engine: EngineState
+               ) -> Iterator[pa.RecordBatch]:
     """A chained log batch: its changes applied in log order, in chunks of ``BATCH_ROWS``
     changes (memory stays O(chunk) however far behind the batch starts), each chunk in one
     transaction per table recording ``log/<state>/<chunk>``, on a writer thread while the
@@ -230,13 +241,14 @@ def _apply_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordB
 
         def apply() -> None:
             for table, changes in events.items():
-                sink.apply(table, changes, ledger)
+                sink.apply(tables[table], changes, ledger)
 
         writer.submit(apply)
         chunk, held, number = {}, 0, number + 1
 
+    tables = engine.sync.tables
     try:
-        for event in _log_events(spec, partition):
+        for event in _log_events(spec, engine):
             chunk.setdefault(event.table, []).append(event)
             held += 1
             if held >= BATCH_ROWS:
@@ -249,17 +261,17 @@ def _apply_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordB
     yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
 
 
-def _log_events(spec: SourceSpec, partition: LogPartition) -> Iterator[ChangeEvent]:
-    """The changes of a log batch's range that the incremental filter lets through."""
-    assert spec.state_dir
-    engine = EngineState.load(StateStore(spec.state_dir), partition.state)
+def _log_events(spec: SourceSpec, engine: EngineState) -> Iterator[ChangeEvent]:
+    """The changes of a log batch's range (``engine``: its end state) of the tables the sync
+    captures there, that the incremental filter lets through."""
     dialect = spec.dialect_obj
     flt = log_filter(engine.sync, dialect.compare_offset)
     pace = throttle(spec.options.log_changes_per_second)
     assert engine.log_from is not None and engine.sync.position is not None
     conn = dialect.connect(spec.config)
     try:
-        for item in dialect.stream_log(conn, spec.tables, engine.log_from, engine.sync.position):
+        for item in dialect.stream_log(conn, list(engine.sync.tables.values()),
+                                       engine.log_from, engine.sync.position):
             if isinstance(item, ChangeEvent):
                 if pace is not None:
                     pace.take(1)

@@ -90,7 +90,7 @@ class CdcDataSource(DataSource):
                 'a cdc stream needs option("stateDir", ...) on storage shared by the driver '
                 "and the executors, e.g. <checkpointLocation>/cdc-state")
         if spec.target is not None:
-            spec.target.create_tables()
+            spec.target.create_tables(spec.tables)
         return CdcStreamReader(spec)
 
 
@@ -287,7 +287,10 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             token = self._view_token()
             groups = task_groups(engine.inflight, self.spec.parallelism)
             share = 1 / min(len(groups), self.spec.cores or len(groups))  # tasks at once
-            return [SplitPartition(group, end["state"], token, share) for group in groups]
+            tables = engine.sync.tables
+            return [SplitPartition(group, end["state"], token, share,
+                                   [tables[t] for t in dict.fromkeys(s.table for s in group)])
+                    for group in groups]
         if engine.log_from is not None:
             return [LogPartition(end["state"])]
         return []

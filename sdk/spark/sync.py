@@ -218,7 +218,7 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
     spec = checkpointed(resolved)
     mirror: Mirror | Tally | None = None
     if spec.target is not None:
-        spec.target.create_tables()
+        spec.target.create_tables(spec.tables)
         mirror = Tally()
     elif target is not None:
         mirror = Mirror(target, spec.tables, envelope=spec.envelope,
