@@ -104,7 +104,7 @@ def main() -> None:
     thread.start()
     runs = []
     try:
-        splits = re.compile(r"(\d+)/(\d+) splits, \d+ rows, snapshot \|")
+        splits = re.compile(r"(\d+)/(\d+) splits, \d+ rows, snapshotting \|")
         for k in range(1, args.snapshot_kills + 1):
             fraction = k / (args.snapshot_kills + 1)
 

@@ -159,6 +159,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    """Ask a sync (running or stopped) to read a table again while it streams."""
+    from .spark import request_snapshot
+    from .spec import checkpoint_paths
+
+    state_dir, _ = checkpoint_paths(args.checkpoint)
+    request = request_snapshot(state_dir, args.table, args.where)
+    rows = f"the rows of {args.table} where {args.where}" if args.where else args.table
+    print(f"snapshot of {rows} requested ({request}); the sync reads it at its next batch "
+          "(sdk status shows it re-snapshotting)")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Start an embedded PostgreSQL, fill a shop, sync it to SQLite under writes, verify."""
     from pathlib import Path
@@ -236,6 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true",
                         help="the report as JSON (the figures of sdk sync --metrics-port)")
     status.set_defaults(func=cmd_status)
+    snapshot = sub.add_parser("snapshot", help=cmd_snapshot.__doc__)
+    snapshot.add_argument("--checkpoint", default="sdk-checkpoint")
+    snapshot.add_argument("--table", required=True, help="the captured table, schema.table")
+    snapshot.add_argument("--where", help="only the rows meeting this SQL condition, e.g. "
+                          "\"created_at >= '2026-01-01'\"")
+    snapshot.set_defaults(func=cmd_snapshot)
     new = sub.add_parser("new-dialect", help=cmd_new_dialect.__doc__)
     new.add_argument("name", help="the dialect's name, e.g. cockroach (package sdk_<name>)")
     new.add_argument("--dir", default=".", help="where to create sdk-<name>/ (default: here)")

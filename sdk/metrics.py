@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .algorithm.progress import TABLE_STATES
+
 PHASES = ("starting", "snapshot", "log", "done")
 
 
@@ -64,6 +66,10 @@ def render(report: Mapping[str, Any], retries: int = 0) -> str:
         metric(name, kind, help_text,
                [({"table": table}, float(values.get(key, 0))) for table, values in
                 sorted(tables.items())])
+    metric("sdk_table_state", "gauge", "1 for the state each table is in (snapshotting, "
+           "snapshot done, streaming, leaving, dropped)",
+           [({"table": table, "state": state}, 1.0 if values.get("state") == state else 0.0)
+            for table, values in sorted(tables.items()) for state in TABLE_STATES])
     return "\n".join(out) + "\n"
 
 

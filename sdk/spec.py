@@ -9,7 +9,8 @@ before a replication slot or a trigger is created.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,21 @@ from .errors import ConfigurationError, PreflightError
 from .options import Option, OptionTable, boolean, choice, positive_int, text
 from .tables import parse_patterns, select_tables
 from .target import Target
-from .types import Connection, TableId, TableSchema
+from .types import Connection, Offset, TableId, TableSchema
 
 log = logging.getLogger(__name__)
 
 
 def _milliseconds(value: str) -> float:
     return positive_int(value) / 1000
+
+
+def _interval(value: str) -> float:
+    """Milliseconds, 0 for never, as seconds."""
+    millis = int(value)
+    if millis < 0:
+        raise ValueError(f"must be 0 (never) or more milliseconds, got {value!r}")
+    return millis / 1000
 
 
 def _port(value: str) -> int:
@@ -75,6 +84,12 @@ SOURCE_OPTIONS = OptionTable(
     Option("log.poll-interval.ms", "head_poll_seconds", _milliseconds, 0.5,
            "how often an idle stream asks the source for its log head (milliseconds)",
            "source", (), "500"),
+    Option("tables.discovery-interval.ms", "discovery_seconds", _interval, 10.0,
+           "how often a stream in its log phase looks for tables that newly match `tables` "
+           "(snapshotted while the log flows, then streamed) and captured tables gone from "
+           "the source or the patterns (they leave the capture); 0: never. Needs the "
+           "envelope (more than one table, or `envelope=true`) or a `target`", "source", (),
+           "10000"),
     Option("cores", "cores", positive_int, None, "tasks Spark runs at once (`sdk sync` sets "
            "it from its session): `snapshot.rows-per-second` is shared by that many",
            "source", (), "the batch's tasks"),
@@ -142,6 +157,17 @@ class SourceSpec:
     """``envelope=true`` was given (else the envelope is used for more than one table)."""
     target: Target | None = None
     """Where the tasks apply what they read themselves (option ``target``), if anywhere."""
+    patterns: str = "*"
+    """The include/exclude table patterns the tables were chosen by."""
+    discovery_seconds: float = 0.0
+    """How often a stream looks for tables that newly match ``patterns`` (0: never)."""
+
+    @property
+    def follows_tables(self) -> bool:
+        """Whether a stream adds and removes tables as the source and patterns change: its
+        output must be able to carry any table (the envelope or a target's reports)."""
+        return bool(self.state_dir) and self.discovery_seconds > 0 and \
+            (self.envelope or self.target is not None)
 
     @property
     def dialect_obj(self) -> Dialect:
@@ -196,7 +222,8 @@ def resolve(options: Mapping[str, str]) -> SourceSpec:
         splits_per_batch(source["batch_rows"], parsed.options.split_size),
         parallelism=source["parallelism"],
         head_poll_seconds=source["head_poll_seconds"], envelope_forced=source["envelope"],
-        cores=source["cores"],
+        cores=source["cores"], patterns=parsed.tables,
+        discovery_seconds=source["discovery_seconds"],
         target=Target.of(source["target"], source["target_schema"])
         if source["target"] else None)
 
@@ -218,17 +245,70 @@ def discover(dialect: Dialect, config: ConnectionConfig, patterns: str,
     try:
         chosen = chosen_tables(dialect, conn, config, patterns)
         schemas = [choose_key(dialect.describe_table(conn, t), sync_options) for t in chosen]
-        dialect.prepare_capture(conn, schemas)
-        checks = dialect.preflight(conn, chosen)
-        for advice in (r for r in checks if not r.ok and not r.required):
-            log.warning("%s: %s", config.masked_url, advice)
-        missing = [r for r in checks if not r.ok and r.required]
-        if missing:
-            raise PreflightError(f"{config.masked_url} is not ready for change capture:\n"
-                                 + "\n".join(str(r) for r in missing))
+        _prepare(dialect, conn, config, schemas)
     finally:
         conn.close()
     return schemas
+
+
+def _prepare(dialect: Dialect, conn: Connection, config: ConnectionConfig,
+             schemas: list[TableSchema]) -> None:
+    """Prepare the capture of ``schemas`` and pass the source's preflight for them."""
+    dialect.prepare_capture(conn, schemas)
+    checks = dialect.preflight(conn, [s.table for s in schemas])
+    for advice in (r for r in checks if not r.ok and not r.required):
+        log.warning("%s: %s", config.masked_url, advice)
+    missing = [r for r in checks if not r.ok and r.required]
+    if missing:
+        raise PreflightError(f"{config.masked_url} is not ready for change capture:\n"
+                             + "\n".join(str(r) for r in missing))
+
+
+@dataclass
+class TableChanges:
+    """What a look at the source found: tables to add (their capture prepared) and captured
+    tables gone, with the log offset they leave at (read after the listing)."""
+
+    added: list[TableSchema]
+    gone: list[TableId]
+    at: Offset | None
+
+
+class TableWatch:
+    """Looks, every ``spec.discovery_seconds``, for tables that newly match a running sync's
+    patterns and for captured tables that no longer exist or match. A new table that cannot
+    be captured (no key, a preflight failure) is skipped with one warning, not retried."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        self.spec = spec
+        self._next = 0.0
+        self.skipped: dict[TableId, str] = {}
+
+    def look(self, conn: Connection, captured: Mapping[TableId, TableSchema],
+             leaving: Collection[TableId] = ()) -> TableChanges | None:
+        """The changes against ``captured``, or None when it is not time to look yet."""
+        now = time.monotonic()
+        if now < self._next:
+            return None
+        self._next = now + self.spec.discovery_seconds
+        spec, dialect = self.spec, self.spec.dialect_obj
+        listed = select_tables(dialect.list_tables(conn), parse_patterns(spec.patterns))
+        present = set(listed)
+        gone = [t for t in captured if t not in present and t not in leaving]
+        at = dialect.current_offset(conn) if gone else None  # after the listing: past the drop
+        added = []
+        for table in listed:
+            if table in captured or table in self.skipped:
+                continue
+            try:
+                schema = choose_key(dialect.describe_table(conn, table), spec.options)
+                _prepare(dialect, conn, spec.config, [schema])
+            except ConfigurationError as exc:
+                self.skipped[table] = str(exc)
+                log.warning("new table %s is not captured: %s", table, exc)
+                continue
+            added.append(schema)
+        return TableChanges(added, gone, at)
 
 
 def sync_settings(values: Mapping[str, Any], options: Mapping[str, str]) -> dict[str, Any]:

@@ -47,3 +47,12 @@ def lexicographic_range(columns: Sequence[str], start: Key | None, end: Key | No
             args.extend([*bound[:i], bound[i]])
         clauses.append("(" + " OR ".join(alternatives) + ")")
     return (" AND ".join(clauses) or always), args
+
+
+def with_condition(where: str, condition: str | None, mark: str = "%s") -> str:
+    """``where`` and a user's SQL ``condition`` (the predicate of a snapshot on demand, a
+    split's ``where``), its ``%`` doubled for drivers that format ``%s`` parameters."""
+    if condition is None:
+        return where
+    text = condition.replace("%", "%%") if mark == "%s" else condition
+    return f"({where}) AND ({text})"

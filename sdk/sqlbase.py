@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from .errors import ConfigurationError
 from .hookspecs import CONTRACT, hookimpl
-from .sql import lexicographic_range, row_range
+from .sql import lexicographic_range, row_range, with_condition
 from .types import Column, Key, Row, SnapshotSplit, TableId, TableSchema, TableStats
 
 
@@ -161,6 +161,7 @@ class SqlDialect:
     def read_range(self, conn: Any, table: TableSchema, split: SnapshotSplit, fetch_size: int
                    ) -> Iterator[Sequence[Row]]:
         where, args = self._range(table, split.start, split.end)
+        where = with_condition(where, split.where, self.mark)
         columns = ", ".join(self.quote(c.name) for c in table.columns)
         cursor = self.dbapi(conn).cursor()
         try:

@@ -12,7 +12,7 @@ from typing import Any
 from .config import ConnectionConfig
 from .dialects import default_manager, get_dialect
 from .errors import ConfigurationError
-from .types import Capability, ChangeEvent, TableId, TableSchema
+from .types import Capability, ChangeEvent, Offset, SnapshotSplit, TableId, TableSchema
 
 REPORT_SCHEMA = "table string, applied long, committed double"
 """What each task reports as a Spark DDL schema: per source table, the changes it applied and
@@ -66,10 +66,13 @@ class Applier:
     """The newest commit time (microseconds since the epoch) seen per table."""
     _conn: Any = None
 
-    def apply(self, source: TableSchema, events: Sequence[ChangeEvent], batch_id: str) -> None:
+    def apply(self, source: TableSchema, events: Sequence[ChangeEvent], batch_id: str,
+              replaces: SnapshotSplit | None = None) -> None:
         """Apply ``events`` of source table ``source`` in one transaction recording
-        ``batch_id``; a batch id applied before writes nothing (a replay) and counts nothing."""
-        if not events:
+        ``batch_id``; a batch id applied before writes nothing (a replay) and counts nothing.
+        ``replaces``: the events are the whole key range of this split (a table read again),
+        so target rows in it that they do not hold are deleted too."""
+        if not events and replaces is None:
             return
         table = source.table
         dialect = get_dialect(self.target.dialect_name)
@@ -79,9 +82,25 @@ class Applier:
         with dialect.passing_faults():  # a target that drops out is retried like a source
             if self._conn is None:
                 self._conn = dialect.connect(self.target.config)
-            done = dialect.apply_changes(self._conn, self.target.table_for(source), events,
-                                         batch_id)
+            mirrored = self.target.table_for(source)
+            if replaces is not None:
+                events = [*self._stale(mirrored, replaces, events), *events]
+            done = dialect.apply_changes(self._conn, mirrored, events, batch_id)
         self.applied[table] = self.applied.get(table, 0) + (len(events) if done else 0)
+
+    def _stale(self, mirrored: TableSchema, split: SnapshotSplit,
+               events: Sequence[ChangeEvent]) -> list[ChangeEvent]:
+        """Deletes of the target rows in ``split``'s key range that ``events`` do not hold
+        (read with the target dialect's ``read_range``; deletes first, so a key read back in
+        another form than the source's is deleted and then written again, never lost). A
+        replay finds the batch applied and writes nothing."""
+        dialect = get_dialect(self.target.dialect_name)
+        held = {e.key for e in events if e.op != "d"}
+        whole = SnapshotSplit(mirrored.table, split.index, split.start, split.end)
+        stale = [key for batch in dialect.read_range(self._conn, mirrored, whole, 10_000)
+                 for key in map(mirrored.key_of, batch) if key not in held]
+        offset = events[0].offset if events else Offset("target")
+        return [ChangeEvent(split.table, "d", key, None, offset) for key in stale]
 
     def report(self) -> list[dict[str, Any]]:
         """Rows of :data:`REPORT_SCHEMA`: one per table this applier was given changes of."""

@@ -273,6 +273,12 @@ class SnapshotSplit:
     index: int
     start: Key | None
     end: Key | None
+    where: str | None = None
+    """A SQL condition on the table's columns that the rows read must also meet (a snapshot
+    on demand of some rows); only dialects with :attr:`Capability.FILTERED_READS` get one."""
+    since: Offset | None = None
+    """For a table read again while its changes flow (a snapshot on demand): the log
+    position up to which they were emitted. The engine's concern; dialects ignore it."""
 
     @property
     def split_id(self) -> str:
@@ -282,13 +288,20 @@ class SnapshotSplit:
         return (self.start is None or key >= self.start) and (self.end is None or key < self.end)
 
     def to_json(self) -> dict[str, Any]:
-        return {"table": self.table.to_json(), "index": self.index,
-                "start": encode_key(self.start), "end": encode_key(self.end)}
+        out = {"table": self.table.to_json(), "index": self.index,
+               "start": encode_key(self.start), "end": encode_key(self.end)}
+        if self.where is not None:
+            out["where"] = self.where
+        if self.since is not None:
+            out["since"] = self.since.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SnapshotSplit:
+        since = data.get("since")
         return cls(TableId.from_json(data["table"]), data["index"],
-                   decode_key(data["start"]), decode_key(data["end"]))
+                   decode_key(data["start"]), decode_key(data["end"]), data.get("where"),
+                   Offset.from_json(since) if since is not None else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,6 +394,9 @@ class Capability(StrEnum):
     """``earliest_offset`` works (startup mode ``earliest``)."""
     TIMESTAMP = "timestamp"
     """``offset_at_time`` works (startup mode ``timestamp``)."""
+    FILTERED_READS = "filtered_reads"
+    """``read_range`` also applies a split's ``where`` condition (a snapshot on demand of the
+    rows matching a predicate); declared in :class:`DialectInfo`."""
 
 
 @dataclass(frozen=True, slots=True)

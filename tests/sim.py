@@ -165,7 +165,8 @@ class MemoryDialect:
         last: Key | None = None
         while True:
             source = conn.view if conn.view is not None else conn.db.rows
-            keys = sorted(k for k in source if split.contains(k) and (last is None or k > last))
+            keys = sorted(k for k in source if split.contains(k) and (last is None or k > last)
+                          and _meets(split.where, source[k]))
             batch = [source[k] for k in keys[:fetch_size]]
             if not batch:
                 return
@@ -208,6 +209,11 @@ class MemoryDialect:
     @hookimpl
     def end_snapshot(self, conn: MemoryConnection) -> None:
         conn.view = None
+
+
+def _meets(where: str | None, row: Row) -> bool:
+    """The simulated table's rows condition: a Python expression on ``id`` and ``v``."""
+    return where is None or bool(eval(where, {}, {"id": row[0], "v": row[1]}))
 
 
 def memory_dialect(leaky: bool = False, atomic: bool = False) -> Any:

@@ -52,7 +52,7 @@ def test_sync_resumes_from_its_checkpoint(spark: Any, tmp_path: Path,
     assert len(changes) == len(set(changes)) == 21
     assert main(["status", "--checkpoint", str(tmp_path / "ck")]) == 0
     status = capsys.readouterr().out
-    assert "main.orders: 5/5 splits, 500 rows, snapshot done" in status
+    assert "main.orders: 5/5 splits, 500 rows, streaming" in status
     assert "caught up" in status
 
 

@@ -113,7 +113,7 @@ def test_sync_and_status_with_a_file_uri_checkpoint(spark: Any, tmp_path: Path,
     assert (tmp_path / "ck" / "checkpoint").is_dir()
     assert not (Path.cwd() / "file:").exists()
     assert main(["status", "--checkpoint", checkpoint]) == 0
-    assert "main.items: 1/1 splits, 300 rows, snapshot done" in capsys.readouterr().out
+    assert "main.items: 1/1 splits, 300 rows, streaming" in capsys.readouterr().out
     with sqlite3.connect(tmp_path / "src.db") as conn:
         conn.execute("DELETE FROM items WHERE id < 5")
     assert main(args) == 0  # resumes from the URI checkpoint

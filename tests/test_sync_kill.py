@@ -43,7 +43,7 @@ def kill_when(process: subprocess.Popen[str], moment: Callable[[str], bool]) -> 
 
 
 def mid_snapshot(line: str) -> bool:
-    found = re.search(r"(\d+)/(\d+) splits, \d+ rows, snapshot \|", line)
+    found = re.search(r"(\d+)/(\d+) splits, \d+ rows, snapshotting \|", line)
     return found is not None and int(found.group(1)) >= 2
 
 

@@ -39,7 +39,7 @@ from sdk import (
     hookimpl,
 )
 from sdk.apply import check_target_columns, net_changes
-from sdk.sql import lexicographic_range
+from sdk.sql import lexicographic_range, with_condition
 
 from . import _target, _visibility
 from ._binlog import CONNECTION_LOST, read_changes
@@ -115,7 +115,7 @@ def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="MySQL / MariaDB (binlog)", drivers=("pymysql", "pymysqlreplication"),
         extra="mysql", url_schemes=("mysql", "mariadb"),
-        capabilities=frozenset({Capability.BEFORE_IMAGES}),
+        capabilities=frozenset({Capability.BEFORE_IMAGES, Capability.FILTERED_READS}),
         url_options=(
             ("heartbeat_seconds", "binlog heartbeat period, seconds (default 0.5)"),
             ("read_timeout", "seconds a binlog read may hang before it is reopened (default 60; "
@@ -466,6 +466,7 @@ def read_range(conn: MySqlConnection, table: TableSchema, split: SnapshotSplit,
     import pymysql.cursors
 
     where, args = _key_range(table, split.start, split.end)
+    where = with_condition(where, split.where)
     columns = ", ".join(select_term(c, qp(c.name)) for c in table.columns)
     with conn.raw.cursor(pymysql.cursors.SSCursor) as cur:  # args: formatted even when empty
         cur.execute(f"SELECT {columns} FROM {_table(table.table, True)} WHERE {where}", args)

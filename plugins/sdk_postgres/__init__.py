@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sdk import (
+    Capability,
     ChangeEvent,
     ConfigurationError,
     ConnectionConfig,
@@ -48,7 +49,7 @@ from sdk import (
     hookimpl,
 )
 from sdk.apply import check_target_columns, net_changes
-from sdk.sql import row_range
+from sdk.sql import row_range, with_condition
 
 from . import _capture, _snapshot, _target
 from ._connection import PgConnection, q, qp, qualified
@@ -74,6 +75,7 @@ def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="PostgreSQL (logical replication, pgoutput)", drivers=("psycopg",),
         extra="postgres", url_schemes=("postgres", "postgresql"),
+        capabilities=frozenset({Capability.FILTERED_READS}),
         url_options=(
             ("slot", "the replication slot (default sdk_slot)"),
             ("publication", "the publication (default sdk_pub)"),
@@ -365,6 +367,7 @@ def current_offset(conn: PgConnection) -> Offset:
 def read_range(conn: PgConnection, table: TableSchema, split: SnapshotSplit, fetch_size: int
                ) -> Iterator[Sequence[Row]]:
     where, args = _range(table, split.start, split.end)
+    where = with_condition(where, split.where)
     with conn.raw.transaction(), conn.raw.cursor(name="sdk_split") as cur:
         cur.itersize = fetch_size
         cur.execute(f"SELECT {_select_list(table)} FROM {qualified(table.table, params=True)} "

@@ -65,7 +65,7 @@ def dialect_info() -> DialectInfo:
         name=NAME,
         title="SQLite (trigger-maintained change table)",
         drivers=("sqlite3",),
-        capabilities=frozenset({Capability.BEFORE_IMAGES}),
+        capabilities=frozenset({Capability.BEFORE_IMAGES, Capability.FILTERED_READS}),
         url_options=(),
     )
 

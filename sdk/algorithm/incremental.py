@@ -10,7 +10,10 @@ is judged as a delete of the old key and an insert of the new one, each against 
 A table added while the log flows (``pending``: its splits are still being read, between log
 batches) has only some splits read: an event for a key of a split not read yet is not emitted
 (that split's read, later, at a watermark above the event, brings the key's state), one for a
-key of a read split is judged against that split's watermark as above.
+key of a read split is judged against that split's watermark as above. A table read again
+while its changes flow (``open``: a snapshot on demand) differs in one point: an event for a
+key of a split not read yet is emitted (the sync streamed the table until then; the split's
+read later sends its keys as at its watermark).
 """
 
 from __future__ import annotations
@@ -92,9 +95,10 @@ class IncrementalFilter:
     ``pending`` were added while the log flows and have some splits read (see above)."""
 
     def __init__(self, finished: Mapping[TableId, Sequence[FinishedSplit]], compare: Compare,
-                 pending: Iterable[TableId] = ()):
+                 pending: Iterable[TableId] = (), open: Iterable[TableId] = ()):
         self.compare = compare
         pending = set(pending)
+        self._open = set(open) & pending
         self._tables = {table: table_splits(splits, compare)
                         for table, splits in finished.items() if table not in pending}
         self._partial = {table: read_splits(finished.get(table, ())) for table in pending}
@@ -137,9 +141,11 @@ class IncrementalFilter:
         return self._halves(event, new_due, old_due)
 
     def _route_partial(self, partial: _ReadSplits, event: ChangeEvent) -> ChangeEvent | None:
+        unread = event.table in self._open  # a key of a split not read yet: emitted or not
+
         def due(key: Key) -> bool:
             mark = partial.watermark_of(key)
-            return mark is not None and self.compare(event.offset, mark) >= 0
+            return unread if mark is None else self.compare(event.offset, mark) >= 0
         new_due = due(event.key)
         if event.old_key is None:
             return event if new_due else None

@@ -193,6 +193,27 @@ class PhaseMachine:
                      state.position)
         return replace(state, tables=schemas, plans=plans)
 
+    def reread(self, conn: Connection, state: SyncState, table: TableId,
+               where: str | None = None, request: str | None = None) -> SyncState:
+        """``state`` with ``table`` to be read again while its changes keep flowing (a
+        snapshot on demand), only the rows meeting ``where`` when given. Each split is read
+        ``since`` the log position at its hand-out: the keys it holds are then sent as at its
+        watermark (those gone as deletes), and the filter drops the split's changes below
+        it; the changes of keys whose split is not read yet flow on. ``request`` is recorded
+        as served. Only in the log phase, for a table streaming (not being read)."""
+        if state.phase is not Phase.LOG:
+            raise ValueError(f"tables are read again in the log phase, not {state.phase.value}")
+        if table not in state.tables:
+            raise ValueError(f"table {table} is not captured")
+        if table in state.plans or table in state.finished or table in state.leaving:
+            raise ValueError(f"table {table} is being read or leaving")
+        plan = self.assigner.plan(conn, state.tables[table])
+        log.info("table %s read again%s at %s", table, f" where {where}" if where else "",
+                 state.position)
+        return replace(state, plans={**state.plans, table: plan},
+                       rereads={**state.rereads, table: where},
+                       served=(*state.served, request) if request else state.served)
+
     def remove_tables(self, state: SyncState, tables: Iterable[TableId], at: Offset
                       ) -> SyncState:
         """``state`` with ``tables`` leaving the capture once the log position reaches ``at``
@@ -229,7 +250,7 @@ class PhaseMachine:
                  ) -> tuple[SyncState, list[SnapshotSplit]]:
         """Up to ``limit`` next splits, table after table, and the state with their plans
         advanced (a table whose last split was handed out leaves ``plans``)."""
-        plans = dict(state.plans)
+        plans, rereads = dict(state.plans), dict(state.rereads)
         handed: list[SnapshotSplit] = []
         for table, plan in state.plans.items():
             if len(handed) >= limit:
@@ -240,12 +261,15 @@ class PhaseMachine:
                 if nxt is None:
                     break
                 split, plan = nxt
+                if table in state.rereads:
+                    split = replace(split, where=state.rereads[table], since=state.position)
                 handed.append(split)
             if plan.done:
                 del plans[table]
+                rereads.pop(table, None)
             else:
                 plans[table] = plan
-        return replace(state, plans=plans), handed
+        return replace(state, plans=plans, rereads=rereads), handed
 
     def fold(self, state: SyncState, done: Iterable[FinishedSplit]) -> SyncState:
         """``state`` with the read splits' watermarks added to their tables' finished splits.
@@ -312,9 +336,9 @@ class PhaseMachine:
 
 def log_filter(state: SyncState, compare: Callable[[Offset, Offset], int]) -> IncrementalFilter:
     """The incremental filter of ``state``'s log batches: its finished splits, and in the log
-    phase the tables added there (those with plans) as partly read."""
+    phase the tables added or read again there (those with plans) as partly read."""
     pending = list(state.plans) if state.phase is Phase.LOG else []
-    return IncrementalFilter(state.finished, compare, pending)
+    return IncrementalFilter(state.finished, compare, pending, open=state.rereads)
 
 
 def splits_per_batch(batch_rows: int, split_size: int) -> int:

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..codec import dumps
-from ..types import FinishedSplit
-from .state import SyncState
+from ..types import FinishedSplit, TableId
+from .state import Phase, SyncState
 
 
 def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | None = None,
@@ -20,12 +20,19 @@ def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | No
     now = time.time()
     previous = previous or {}
     tables: dict[str, dict[str, Any]] = dict(previous.get("tables", {}))
+    position = dumps(state.position.to_json()) if state.position else None
+    captured = {str(t) for t in state.tables}
+    for name, entry in list(tables.items()):
+        if name not in captured and entry.get("state") != "dropped":
+            tables[name] = {**entry, "state": "dropped", "dropped_at": position}
     for table in state.tables:
         name = str(table)
         finished = state.finished.get(table, ())
         plan = state.plans.get(table)
-        if not finished and plan is None and name in tables:
-            tables[name]["snapshot_done"] = True
+        if not finished and plan is None and name in tables and \
+                tables[name].get("state") != "dropped":
+            tables[name] = {**tables[name], "snapshot_done": True,
+                            "state": _table_state(state, table, True)}
             continue
         done = len(finished)
         rows = sum(f.rows for f in finished)
@@ -34,7 +41,8 @@ def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | No
         else:
             estimate = done
         tables[name] = {"splits_done": done, "splits_estimated": estimate, "rows": rows,
-                        "snapshot_done": plan is None}
+                        "snapshot_done": plan is None,
+                        "state": _table_state(state, table, plan is None)}
     started = previous.get("started_at", now)
     rows_total = sum(t["rows"] for t in tables.values())
     elapsed = max(now - started, 1e-9)
@@ -45,13 +53,31 @@ def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | No
         "rows_per_second": round(rows_total / elapsed, 1),
         "started_at": started,
         "updated_at": now,
-        "position": dumps(state.position.to_json()) if state.position else None,
+        "position": position,
     }
     if head is not None:
         report["head"] = dumps(head.to_json())
     if caught_up is not None:
         report["caught_up"] = caught_up
     return report
+
+
+TABLE_STATES = ("snapshotting", "snapshot done", "streaming", "re-snapshotting", "leaving",
+                "dropped")
+"""A table's state in a progress report: its snapshot is being read (in the log phase too,
+for a table added there), read (the log phase is still to start, or the sync stops there),
+its changes are followed, it is read again while they are (a snapshot on demand), it leaves
+the capture at a log offset (gone from the source or the patterns), or it left."""
+
+
+def _table_state(state: SyncState, table: TableId, snapshot_done: bool) -> str:
+    if table in state.leaving:
+        return "leaving"
+    if table in state.rereads:
+        return "re-snapshotting"
+    if not snapshot_done:
+        return "snapshotting"
+    return "streaming" if state.phase is Phase.LOG else "snapshot done"
 
 
 def with_staged(report: Mapping[str, Any], staged: Sequence[FinishedSplit]) -> dict[str, Any]:
@@ -76,9 +102,16 @@ def describe_progress(progress: Mapping[str, Any]) -> list[str]:
     """Progress as plain lines: per table splits, rows and state; then the log position."""
     lines = []
     for name, table in sorted(progress.get("tables", {}).items()):
-        state = "snapshot done" if table.get("snapshot_done") else "snapshot"
+        state = table.get("state") or ("snapshot done" if table.get("snapshot_done")
+                                       else "snapshot")
+        if state == "dropped" and table.get("dropped_at"):
+            state += f" at {table['dropped_at']}"
         lines.append(f"{name}: {table['splits_done']}/{table['splits_estimated']} splits, "
                      f"{table['rows']} rows, {state}")
+    for request_id, request in progress.get("requests", {}).items():
+        if request.get("state") == "refused":
+            lines.append(f"snapshot request {request_id} of {request['table']} refused: "
+                         f"{request.get('reason')}")
     phase = progress.get("phase", "starting")
     summary = f"phase {phase}, {progress.get('rows', 0)} rows, " \
               f"{progress.get('rows_per_second', 0):,.0f} rows/s"

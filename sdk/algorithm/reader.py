@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..dialects import Dialect
 from ..types import (
@@ -66,13 +66,61 @@ class SplitResult:
     high: Offset
     window_events: int = 0
     peak_buffer: int = 0
+    deleted: list[Key] = field(default_factory=list)
+    """Keys of the split gone at the watermark that the sync may have emitted before (a read
+    ``since`` a log position): a table read again must delete them downstream."""
 
 
 def read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: SnapshotSplit,
                options: SyncOptions, hooks: PhaseHooks | None = None,
                view_token: str | None = None, pace: Throttle | None = None) -> SplitResult:
     """Read ``split`` and merge it with the log window read during it (see module doc);
-    ``pace`` paces the rows read (``snapshot.rows-per-second``)."""
+    ``pace`` paces the rows read (``snapshot.rows-per-second``). A split with ``since``
+    reads again a table whose changes were emitted up to there (see :func:`reread`)."""
+    result = _read_split(dialect, conn, table, split, options, hooks, view_token, pace)
+    return result if split.since is None else reread(dialect, conn, table, result, split.since)
+
+
+def reread(dialect: Dialect, conn: Connection, table: TableSchema, result: SplitResult,
+           since: Offset) -> SplitResult:
+    """``result`` completed for a table read again while its changes were emitted up to
+    ``since``: each key of the split changed in ``[since, watermark)`` gets its state at the
+    watermark, the row of its last change or, when that removed it, a delete (in
+    ``deleted``). Downstream then holds every key of the split as at the watermark, whatever
+    the rows' condition (``where``) selects, and the log phase may drop the split's changes
+    below it (docs/design.md, 'Snapshots on demand')."""
+    if dialect.compare_offset(result.watermark, since) <= 0:
+        return result
+    split = result.split
+    last: dict[Key, Row | None] = {}
+    events = 0
+    for item in dialect.stream_log(conn, [table], since, result.watermark):
+        if not isinstance(item, ChangeEvent) or item.table != table.table:
+            continue
+        events += 1
+        if item.old_key is not None and split.contains(item.old_key):
+            last[item.old_key] = None
+        if split.contains(item.key):
+            last[item.key] = None if item.op == "d" else item.after
+    if not last:
+        return result
+    rows = {table.key_of(row): row for row in result.rows}
+    deleted = []
+    for key, row in last.items():
+        if row is None:
+            rows.pop(key, None)
+            deleted.append(key)
+        else:
+            rows[key] = row
+    log.debug("split %s read again: %d changes since %s, %d keys gone", split.split_id,
+              events, since, len(deleted))
+    return replace(result, rows=list(rows.values()), deleted=deleted,
+                   window_events=result.window_events + events)
+
+
+def _read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: SnapshotSplit,
+                options: SyncOptions, hooks: PhaseHooks | None, view_token: str | None,
+                pace: Throttle | None) -> SplitResult:
     hooks = hooks or PhaseHooks()
     sid = split.split_id
     hooks.before_low_watermark(split)

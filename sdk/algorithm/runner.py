@@ -87,6 +87,8 @@ class SyncRunner:
             done.append(FinishedSplit(split, result.watermark, len(result.rows)))
             events.extend(ChangeEvent(split.table, "r", schema.key_of(row), row,
                                       result.watermark) for row in result.rows)
+            events.extend(ChangeEvent(split.table, "d", key, None, result.watermark)
+                          for key in result.deleted)  # a table read again: keys gone
         return events, self.machine.fold(batch.state, done)
 
     def _read_log(self, batch: Batch) -> tuple[list[ChangeEvent], SyncState]:

@@ -43,6 +43,11 @@ class SyncState:
     leaving: Mapping[TableId, Offset] = field(default_factory=dict)
     """Tables that stop being captured once the log ``position`` reaches their offset (gone
     from the source or from the table patterns): their changes before it are still emitted."""
+    rereads: Mapping[TableId, str | None] = field(default_factory=dict)
+    """Tables read again while their changes flow (a snapshot on demand), with the condition
+    the rows read must meet (None: all): their splits left to hand out are in ``plans``."""
+    served: tuple[str, ...] = ()
+    """The snapshot requests this sync took up (each is served once)."""
 
     def to_json(self, finished: bool = True) -> dict[str, Any]:
         """``finished=False`` leaves the finished splits out (``"finished": []``), for a store
@@ -58,6 +63,9 @@ class SyncState:
             "stop_after_snapshot": self.stop_after_snapshot,
             **({"leaving": [[t.to_json(), o.to_json()] for t, o in self.leaving.items()]}
                if self.leaving else {}),
+            **({"rereads": [[t.to_json(), w] for t, w in self.rereads.items()]}
+               if self.rereads else {}),
+            **({"served": list(self.served)} if self.served else {}),
         }
 
     def dumps(self) -> str:
@@ -81,6 +89,8 @@ class SyncState:
             stop_after_snapshot=data["stop_after_snapshot"],
             leaving={TableId.from_json(t): Offset.from_json(o)
                      for t, o in data.get("leaving", [])},
+            rereads={TableId.from_json(t): w for t, w in data.get("rereads", [])},
+            served=tuple(data.get("served", [])),
         )
 
     @classmethod

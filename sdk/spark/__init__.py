@@ -28,6 +28,15 @@ def progress(state_dir: str) -> dict[str, Any] | None:
     return live_progress(StateStore(state_dir))
 
 
+def request_snapshot(state_dir: str, table: str, where: str | None = None) -> str:
+    """Ask the stream using ``state_dir`` (running or stopped) to read ``table`` again while
+    it streams, only the rows meeting ``where`` (SQL on its columns) when given: a snapshot
+    on demand, durable and served once (:mod:`.requests`). Returns the request's id."""
+    from .requests import request_snapshot as request
+
+    return request(state_dir, table, where).id
+
+
 def __getattr__(name: str) -> Any:
     """``CdcDataSource`` and ``split_tables`` import pyspark: loaded when first asked for."""
     if name == "CdcDataSource":
@@ -41,4 +50,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CdcDataSource", "progress", "register", "split_tables"]
+__all__ = ["CdcDataSource", "progress", "register", "request_snapshot", "split_tables"]

@@ -18,7 +18,7 @@ from ..algorithm.progress import with_staged
 from ..codec import dumps
 from ..errors import ConfigurationError
 from ..spec import SourceSpec
-from ..types import FinishedSplit, Offset, SnapshotSplit, TableId
+from ..types import FinishedSplit, Offset, SnapshotSplit, TableId, TableSchema
 from .statestore import StateStore
 
 log = logging.getLogger(__name__)
@@ -147,26 +147,46 @@ def latest(store: StateStore) -> EngineState | None:
     return EngineState.load(store, names[-1]) if names else None
 
 
+def captured_tables(store: StateStore) -> list[TableSchema]:
+    """The tables the newest state captures (its finished splits are not read)."""
+    names = sorted(n.removesuffix(".json") for n in store.list_dir("states"))
+    pointer = store.read_json("states", f"{names[-1]}.json") if names else None
+    content = store.read_json("content", f"{pointer['content']}.json") if pointer else None
+    return [TableSchema.from_json(t) for t in content["sync"]["tables"]] if content else []
+
+
+STREAM_FILE = "stream.json"
+"""What a stream's output was when it started (``{"envelope": bool}``): a restart keeps it,
+however many tables it captures by then."""
+
+
 def checkpointed(spec: SourceSpec) -> SourceSpec:
-    """``spec`` restricted to the tables its state directory already syncs, in their order:
-    a table that newly matches the patterns is left out (with a warning) so a restart reads
-    and replays exactly what it did before; a synced table no longer found is an error."""
+    """``spec`` restricted to the tables its state directory already syncs, in their order,
+    and with the output it started with: a restart reads and replays exactly what it did
+    before. A table that newly matches the patterns, or a synced table no longer found, is
+    left to the stream when it follows tables (:attr:`SourceSpec.follows_tables`: it adds
+    and removes them in its log phase); otherwise the first gets a warning and the second is
+    an error."""
     if not spec.state_dir:
         return spec
-    state = latest(StateStore(spec.state_dir))
+    store = StateStore(spec.state_dir)
+    state = latest(store)
     if state is None:
         return spec
     resolved = spec.table_map()
     synced = list(state.sync.tables)
+    started = store.read_json(STREAM_FILE) or {}
+    envelope = spec.envelope_forced or len(synced) > 1 or bool(started.get("envelope"))
+    spec = replace(spec, envelope=envelope)
     gone = [str(t) for t in synced if t not in resolved]
-    if gone:
+    if gone and not spec.follows_tables:
         raise ConfigurationError(
             f"the sync in {spec.state_dir} captures {', '.join(gone)}, which the source no "
             "longer has or the table patterns no longer select: restore the table or the "
             "patterns, or start a new sync with a new checkpoint")
     new = [str(t) for t in resolved if t not in state.sync.tables]
-    if new:
+    if new and not spec.follows_tables:
         log.warning("%s: not captured by this sync, which started without them (start a new "
-                    "checkpoint to capture them)", ", ".join(new))
-    return replace(spec, tables=[resolved[t] for t in synced],
-                   envelope=spec.envelope_forced or len(synced) > 1)
+                    "checkpoint to capture them, or use the envelope or a target, whose "
+                    "streams add tables as they appear)", ", ".join(new))
+    return replace(spec, tables=[resolved[t] for t in synced if t in resolved])

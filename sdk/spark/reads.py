@@ -22,6 +22,7 @@ from ..types import (
     ChangeEvent,
     Connection,
     FinishedSplit,
+    Key,
     Offset,
     SnapshotSplit,
     TableId,
@@ -75,10 +76,12 @@ def _envelope_out(spec: SourceSpec) -> bool:
     return spec.envelope and spec.target is None
 
 
-def _split_output(spec: SourceSpec, schema: TableSchema, rows: list[Any], watermark: Offset
-                  ) -> list[pa.RecordBatch]:
-    """A split's rows as batches of the table's typed columns or of the envelope."""
+def _split_output(spec: SourceSpec, schema: TableSchema, rows: list[Any], watermark: Offset,
+                  deleted: list[Key]) -> list[pa.RecordBatch]:
+    """A split's rows as batches of the table's typed columns or of the envelope, then the
+    deletes of a table read again (its keys gone at the watermark)."""
     out = []
+    batcher = TableBatcher(schema)
     for start in range(0, max(len(rows), 1), BATCH_ROWS):
         chunk = rows[start:start + BATCH_ROWS]
         if _envelope_out(spec):
@@ -86,8 +89,26 @@ def _split_output(spec: SourceSpec, schema: TableSchema, rows: list[Any], waterm
                       for r in chunk]
             out.append(envelope_batch({schema.table: schema}, events, 0))
         else:
-            out.append(TableBatcher(schema).snapshot_batch(chunk, dumps(watermark.to_json())))
+            out.append(batcher.snapshot_batch(chunk, dumps(watermark.to_json())))
+    if deleted:
+        gone = _deletes(schema, deleted, watermark)
+        if _envelope_out(spec):
+            out.append(envelope_batch({schema.table: schema}, gone, 0))
+        else:
+            out.append(batcher.batch(*event_rows(batcher, gone), 0))
     return [b for b in out if b.num_rows]
+
+
+def _deletes(schema: TableSchema, keys: list[Key], watermark: Offset) -> list[ChangeEvent]:
+    return [ChangeEvent(schema.table, "d", key, None, watermark) for key in keys]
+
+
+def _staged_rows(schema: TableSchema, staged: pa.Table) -> tuple[list[Any], list[Key]]:
+    """A staged split's rows and deleted keys (typed columns: a chained task's stage)."""
+    values = TableBatcher(schema).rows_of(staged)
+    ops = staged.column("_op").to_pylist()
+    return ([row for row, op in zip(values, ops, strict=True) if op != "d"],
+            [schema.key_of(row) for row, op in zip(values, ops, strict=True) if op == "d"])
 
 
 def _stage_schema(spec: SourceSpec, schema: TableSchema) -> pa.Schema:
@@ -155,15 +176,15 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                 if sink is None:
                     yield from staged.to_batches(BATCH_ROWS)
                     continue
-                rows: list[Any] = TableBatcher(schema).rows_of(staged)
+                rows, deleted = _staged_rows(schema, staged)
                 watermark = FinishedSplit.from_json(finished).watermark
             else:
                 if conn is None:
                     conn = dialect.connect(spec.config)
                 result = read_split(dialect, conn, schema, split, spec.options,
                                     view_token=partition.view_token, pace=pace)
-                rows, watermark = result.rows, result.watermark
-                batches = _split_output(spec, schema, rows, watermark)
+                rows, watermark, deleted = result.rows, result.watermark, result.deleted
+                batches = _split_output(spec, schema, rows, watermark, deleted)
                 if store is not None and partition.stage is not None:
                     store.write_arrow(pa.Table.from_batches(batches,
                                                             schema=_stage_schema(spec, schema)),
@@ -175,8 +196,10 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                     continue
             assert sink is not None and partition.stage is not None
             key_of, table = schema.key_of, schema.table
-            sink.apply(schema, [ChangeEvent(table, "r", key_of(r), r, watermark) for r in rows],
-                       split_ledger_id(partition.stage, split))
+            whole_range = split.since is not None and split.where is None  # a table read again
+            sink.apply(schema, [*(ChangeEvent(table, "r", key_of(r), r, watermark)
+                                  for r in rows), *_deletes(schema, deleted, watermark)],
+                       split_ledger_id(partition.stage, split), split if whole_range else None)
         if sink is not None:
             yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
     finally:

@@ -22,6 +22,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import pyarrow as pa
@@ -38,11 +39,12 @@ from ..algorithm import Batch, Phase, PhaseMachine, SharedView, SyncState
 from ..algorithm.progress import progress_of
 from ..codec import dumps
 from ..errors import ConfigurationError
-from ..spec import SourceSpec, resolve
-from ..types import Connection, FinishedSplit, Offset, SnapshotSplit
+from ..spec import SourceSpec, TableWatch, resolve
+from ..types import Capability, Connection, FinishedSplit, Offset, SnapshotSplit
 from .arrow import REPORT_SPARK, TableBatcher, envelope_schema
-from .engine_state import ChunkCache, EngineState, checkpointed, stage_name
+from .engine_state import STREAM_FILE, ChunkCache, EngineState, checkpointed, stage_name
 from .reads import LogPartition, SplitPartition, read_log, read_splits
+from .requests import forget_requests, pending_requests
 from .statestore import StateStore
 
 log = logging.getLogger(__name__)
@@ -155,6 +157,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         and end state three times (latestOffset, partitions, commit)."""
         self._chunks: ChunkCache = {}
         self.machine = PhaseMachine(spec.dialect_obj, spec.options)
+        self._watch = TableWatch(spec) if spec.follows_tables else None
+        self._outcomes: dict[str, dict[str, Any]] = {}
+        """The snapshot requests taken up by this driver, for the progress report."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -216,6 +221,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._progress = progress_of(sync, self.spec.options.split_size, previous,
                                      head, caught_up)
         self._progress["counted"] = counted
+        requests = {**(previous or {}).get("requests", {}), **self._outcomes}
+        if requests:
+            self._progress["requests"] = dict(list(requests.items())[-20:])  # the last ones
         self.store.write_json(self._progress, "progress.json")
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
@@ -230,6 +238,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @_passing_faults
     def initialOffset(self) -> dict[str, Any]:
+        self.store.write_json({"envelope": self.spec.envelope}, STREAM_FILE)
         return self._offset(EngineState(self.machine.start(self.conn, self.spec.tables)))
 
     @_passing_faults
@@ -256,6 +265,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if engine.inflight:
             sync = self.machine.fold(sync, self._staged(start["state"], engine))
             self._report(sync, engine.seq)  # before a table may turn pure-log, dropping splits
+        sync = self._serve_requests(self._follow_tables(sync))
         batch = self.machine.next_batch(self.conn, sync, self._log_head,
                                         self.spec.splits_per_batch)
         if batch is None:
@@ -266,6 +276,52 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._close_view()
         return self._offset(EngineState(batch.state, list(batch.splits), batch.log_from,
                                         engine.seq + 1))
+
+    def _follow_tables(self, sync: SyncState) -> SyncState:
+        """``sync`` with the tables a look at the source found added (their target tables
+        created first) or leaving; in the log phase, every ``tables.discovery-interval.ms``."""
+        if self._watch is None or sync.phase is not Phase.LOG:
+            return sync
+        found = self._watch.look(self.conn, sync.tables, sync.leaving)
+        if found is None:
+            return sync
+        if found.gone:
+            assert found.at is not None
+            sync = self.machine.remove_tables(sync, found.gone, found.at)
+        if found.added:
+            if self.spec.target is not None:
+                self.spec.target.create_tables(found.added)
+            sync = self.machine.add_tables(self.conn, sync, found.added)
+        return sync
+
+    def _serve_requests(self, sync: SyncState) -> SyncState:
+        """``sync`` with the snapshot requests waiting in the state directory taken up (see
+        :mod:`.requests`): the files of those ``sync`` holds already are deleted (it is a
+        committed state), a table being read waits for its read to end, and a request that
+        cannot be served is recorded as refused."""
+        if sync.phase is not Phase.LOG:
+            return sync
+        waiting = pending_requests(self.store)
+        forget_requests(self.store, [r.id for r in waiting if r.id in sync.served])
+        dialect = self.spec.dialect_obj
+        for request in (r for r in waiting if r.id not in sync.served):
+            table = request.table
+            refusal = None
+            if table not in sync.tables:
+                refusal = f"table {table} is not captured"
+            elif request.where is not None and not dialect.has(Capability.FILTERED_READS):
+                refusal = f"dialect {dialect.name!r} cannot read the rows meeting a condition"
+            if refusal is not None:
+                log.warning("snapshot request %s refused: %s", request.id, refusal)
+                self._outcomes[request.id] = {"table": str(table), "state": "refused",
+                                              "reason": refusal}
+                sync = replace(sync, served=(*sync.served, request.id))
+            elif table not in sync.plans and table not in sync.finished and \
+                    table not in sync.leaving:
+                sync = self.machine.reread(self.conn, sync, table, request.where, request.id)
+                self._outcomes[request.id] = {"table": str(table), "state": "served",
+                                              "where": request.where}
+        return sync
 
     def _staged(self, name: str, engine: EngineState) -> list[FinishedSplit]:
         """The watermarks the split tasks of batch ``name`` staged."""

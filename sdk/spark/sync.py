@@ -21,7 +21,7 @@ from ..errors import ConfigurationError
 from ..metrics import MetricsServer
 from ..spec import UNTIL, SourceSpec, checkpoint_paths, resolve
 from ..types import FinishedSplit
-from .engine_state import checkpointed, live_progress
+from .engine_state import captured_tables, checkpointed, live_progress
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
 from .statestore import StateStore
@@ -221,8 +221,11 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
         spec.target.create_tables(spec.tables)
         mirror = Tally()
     elif target is not None:
+        store = StateStore(state_dir)
         mirror = Mirror(target, spec.tables, envelope=spec.envelope,
-                        target_schema=target_schema, shuffle=False)
+                        target_schema=target_schema, shuffle=False,
+                        more_tables=lambda: captured_tables(store) if spec.follows_tables
+                        else ())
     change_log = ChangeLog(changes) if changes is not None else None
 
     def each_batch(df: Any, batch_id: int) -> None:
