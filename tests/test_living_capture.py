@@ -1,8 +1,10 @@
 """``sdk sync`` following the tables as the source changes them, under a writer and SIGKILLs:
 a table created while the log flows is snapshotted beside it (killed in the middle of that
-snapshot) and then streamed, another one created later too, and a table dropped on the source
-leaves the capture with a record in the progress. The mirror equals the source for every
-table still there, and (with the change log kept) nothing was delivered twice."""
+snapshot) and then streamed, another one created later too, a table dropped on the source
+leaves the capture with a record in the progress, and a whole table and the rows of another
+meeting a condition are read again on request (killed in the middle of that too). The mirror
+equals the source for every table still there, and (with the change log kept) nothing was
+delivered twice."""
 
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ from helpers.servers import MYSQL_ADMIN_URL
 from test_sync_kill import sync_process
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
+from sdk.spark import request_snapshot
+from sdk.spark.engine_state import latest
+from sdk.spark.statestore import StateStore
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 
@@ -161,6 +166,7 @@ def test_tables_created_and_dropped_while_streaming_are_followed_exactly_once(
             "--option", "tables.discovery-interval.ms=300"]
     if not chained:
         args += ["--changes", str(tmp_path / "changes")]
+    state_dir = str(tmp_path / "ck" / "state")
     stop = threading.Event()
 
     def write() -> None:
@@ -175,7 +181,7 @@ def test_tables_created_and_dropped_while_streaming_are_followed_exactly_once(
     try:
         first = sync_process([*args, "--until", "never"])
         _read_until(first, lambda line: "phase log" in line)
-        source.create("c", 12000)  # 12 splits, each its own batch between log batches
+        source.create("c", 8000)  # 8 splits, each its own batch between log batches
         _read_until(first, _table_line(shown["c"], "snapshotting", at_least=3))
         _kill(first)  # in the middle of the new table's snapshot
         second = sync_process([*args, "--until", "never"])
@@ -184,12 +190,22 @@ def test_tables_created_and_dropped_while_streaming_are_followed_exactly_once(
         source.create("d", 200)
         _read_until(second, _table_line(shown["b"], "dropped"),
                     _table_line(shown["d"], "streaming"))
-        _kill(second)  # in the log phase
+        request_snapshot(state_dir, shown["c"])  # the whole table, read again
+        request_snapshot(state_dir, shown["a"], "n % 2 = 0")  # the rows meeting a condition
+        _read_until(second, _table_line(shown["c"], "re-snapshotting", at_least=3),
+                    _table_line(shown["a"], "re-snapshotting"))
+        _kill(second)  # in the middle of reading them again
+        third = sync_process([*args, "--until", "never"])
+        _read_until(third, _table_line(shown["c"], "streaming"),
+                    _table_line(shown["a"], "streaming"))
+        _kill(third)  # in the log phase
     finally:
         stop.set()
         thread.join()
     done = sync_process([*args, "--until", "caught-up"])
     assert done.wait(timeout=600) == 0
+    state = latest(StateStore(state_dir))
+    assert state is not None and len(state.sync.served) == 2 and not state.sync.rereads
     try:
         for n in "acd":
             source_table = TableId(*shown[n].split(".", 1)) if source.dialect == "postgres" \
@@ -199,6 +215,6 @@ def test_tables_created_and_dropped_while_streaming_are_followed_exactly_once(
             assert got == expected, f"table {n}"
         if not chained:
             snapshot_rows, changes = assert_once(tmp_path / "changes", source.dialect)
-            assert snapshot_rows >= 3000 + 500 + 12000 + 200 and changes > 0
+            assert snapshot_rows >= 3000 + 500 + 8000 + 200 + 8000 + 1000 and changes > 0
     finally:
         postgres_admin.execute(f"DROP SCHEMA {target_schema} CASCADE")

@@ -18,26 +18,32 @@ def delivered_twice(path: Path | str, dialect: str, key: str | None = None
                     ) -> dict[str, list[Any]]:
     """What a sync delivered twice, across all its batches:
 
-    - snapshot rows whose key arrived more than once;
+    - snapshot rows of a key at one watermark that arrived more than once (a table read
+      again sends its keys once more, at a later watermark: not a repeat);
     - log changes (offset, op, key) that arrived more than once;
-    - log changes older than their key's snapshot row (offset below its watermark): the row
-      already holds their effect, so applying them again applies them twice.
+    - log changes older than a snapshot row of their key delivered in an earlier batch
+      (offset below its watermark): the row already holds their effect, so applying them
+      again applies them twice.
 
     ``dialect`` orders the offsets; ``key``: the key column of a single-table log, None for the
     multi-table envelope (``table``, ``op``, ``key``, ``offset``)."""
     compare = get_dialect(dialect).compare_offset
     columns = ["table", "op", "key", "offset"] if key is None else ["_op", "_offset", key]
     rows = ds.dataset(str(path), format="parquet", partitioning="hive").to_table(
-        columns=columns).to_pylist()
+        columns=[*columns, "batch_id"]).to_pylist()
     if key is None:
-        items = [(r["op"], r["offset"], (r["table"], r["key"])) for r in rows]
+        items = [(r["op"], r["offset"], (r["table"], r["key"]), r["batch_id"]) for r in rows]
     else:
-        items = [(r["_op"], r["_offset"], r[key]) for r in rows]
-    snapshot = Counter(k for op, _, k in items if op == "r")
-    watermarks = {k: Offset.from_json(json.loads(o)) for op, o, k in items if op == "r"}
-    changes = Counter((offset, op, k) for op, offset, k in items if op != "r")
-    stale = [(offset, op, k) for offset, op, k in changes if k in watermarks
-             and compare(Offset.from_json(json.loads(offset)), watermarks[k]) < 0]
+        items = [(r["_op"], r["_offset"], r[key], r["batch_id"]) for r in rows]
+    snapshot = Counter((k, o) for op, o, k, _ in items if op == "r")
+    reads: dict[Any, list[tuple[int, Offset]]] = {}
+    for op, offset, k, batch in items:
+        if op == "r":
+            reads.setdefault(k, []).append((batch, Offset.from_json(json.loads(offset))))
+    changes = Counter((offset, op, k) for op, offset, k, _ in items if op != "r")
+    stale = [(offset, op, k) for op, offset, k, batch in items if op != "r" and any(
+        earlier <= batch and compare(Offset.from_json(json.loads(offset)), mark) < 0
+        for earlier, mark in reads.get(k, ()))]
     return {"snapshot rows": [k for k, n in snapshot.items() if n > 1],
             "changes": [c for c, n in changes.items() if n > 1],
             "changes before their snapshot row": stale,
