@@ -191,6 +191,20 @@ class TestReadRange:
         assert kit.rows(items) == []
         assert kit.splits(items, 10) == [SnapshotSplit(items.table, 0, None, None)]
 
+    @requires(Capability.FILTERED_READS)
+    def test_a_split_condition_keeps_only_the_rows_meeting_it(self, kit: Kit) -> None:
+        """A snapshot on demand of some rows (``sdk snapshot --where``) reads its splits with
+        the user's SQL condition; a ``%`` in it is the SQL's, not a parameter marker."""
+        rows = [(i, f"{i % 3}% off") for i in range(30)]
+        items = kit.items(rows)
+        v = kit.harness.quote("v")
+        for start, end in [(None, None), ((5,), (20,)), ((12,), None)]:
+            split = SnapshotSplit(items.table, 0, start, end, f"{v} LIKE '1%'")
+            got = sorted(kit.rows(items, split))
+            expected = [r for r in rows if split.contains((r[0],)) and r[1].startswith("1")]
+            assert got == expected, f"read_range with where {split.where!r} over [{start}, " \
+                f"{end}) returned {got}"
+
     @requires("table_stats")
     def test_table_stats_give_the_key_ends(self, kit: Kit) -> None:
         pairs = kit.pairs([("m", 5, "x"), ("c", 9, "x"), ("z", -1, "x"), ("c", 2, "x")])
