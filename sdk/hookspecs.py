@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         Offset,
         Requirement,
         Row,
+        SchemaChange,
         SnapshotSplit,
         SnapshotView,
         TableId,
@@ -160,7 +161,7 @@ def read_range(conn: Connection, table: TableSchema, split: SnapshotSplit, fetch
 
 @fetch_task
 def stream_log(conn: Connection, tables: Sequence[TableSchema], start: Offset,
-               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat | SchemaChange]:
     """Yield the committed row changes of ``tables`` with ``start <= offset < end``, in log
     order, each once.
 
@@ -170,6 +171,11 @@ def stream_log(conn: Connection, tables: Sequence[TableSchema], start: Offset,
     yields the same events every time it is repeated. Rolled-back work never appears. Raise
     :class:`sdk.errors.OffsetExpiredError` when ``start`` is no longer in the log.
     Events carry ``key`` (and ``old_key`` when an update changed the key) on ``table.key``.
+    Rows are shaped by the :class:`~sdk.types.TableSchema` given in ``tables``. With
+    capability ``schema_changes``: when a table's rows in the log stop matching it (a column
+    added, dropped, renamed or retyped), yield a :class:`sdk.types.SchemaChange` with the new
+    schema (as ``describe_table`` gives it) before the first change in the new shape, and shape
+    that table's later rows by it; a bounded read repeated yields the same items.
     """
 
 

@@ -366,6 +366,21 @@ class Heartbeat:
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaChange:
+    """Yielded by ``stream_log`` (dialects with :attr:`Capability.SCHEMA_CHANGES`) before the
+    first change of a table whose rows in the log no longer have the columns of the schema it
+    was given: from ``offset`` on, that table's rows are shaped by ``schema`` (a column added,
+    dropped, renamed or retyped)."""
+
+    schema: TableSchema
+    offset: Offset
+
+    @property
+    def table(self) -> TableId:
+        return self.schema.table
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotView:
     """A consistent read view opened by ``begin_snapshot``: reads on that connection see exactly
     the changes below ``offset``. ``token`` lets other connections join the same view."""
@@ -394,6 +409,10 @@ class Capability(StrEnum):
     """``earliest_offset`` works (startup mode ``earliest``)."""
     TIMESTAMP = "timestamp"
     """``offset_at_time`` works (startup mode ``timestamp``)."""
+    SCHEMA_CHANGES = "schema_changes"
+    """``stream_log`` yields a :class:`SchemaChange` when a table's columns change in the log
+    (then shapes its rows by the new schema), instead of failing; declared in
+    :class:`DialectInfo`."""
     FILTERED_READS = "filtered_reads"
     """``read_range`` also applies a split's ``where`` condition (a snapshot on demand of the
     rows matching a predicate); declared in :class:`DialectInfo`."""
