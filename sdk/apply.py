@@ -85,8 +85,9 @@ def net_changes(events: Sequence[ChangeEvent], convert: Callable[[Any], Any] | N
 
 def check_target_columns(existing: Sequence[str], table: TableSchema) -> None:
     """Refuse a target table that exists with other columns than the source table's (an empty
-    ``existing`` means it does not exist yet)."""
-    if existing and list(existing) != list(table.column_names):
+    ``existing`` means it does not exist yet). Their order may differ: a table altered after a
+    schema change has its new columns last, and targets name the columns they write."""
+    if existing and sorted(existing) != sorted(table.column_names):
         raise ConfigurationError(
             f"target table {table.table} exists with columns {list(existing)}, not "
             f"{list(table.column_names)}: drop it or choose another target")

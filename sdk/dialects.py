@@ -414,6 +414,9 @@ class Dialect:
     def create_table(self, conn: Connection, table: TableSchema) -> None:
         self._call("create_table", conn=conn, table=table)
 
+    def alter_table(self, conn: Connection, old: TableSchema, new: TableSchema) -> None:
+        self._call("alter_table", conn=conn, old=old, new=new)
+
     def apply_changes(self, conn: Connection, table: TableSchema,
                       events: Sequence[ChangeEvent], batch_id: str) -> bool:
         result: bool = self._call("apply_changes", conn=conn, table=table, events=events,

@@ -368,6 +368,16 @@ def apply_changes(conn: Connection, table: TableSchema, events: Sequence[ChangeE
     """
 
 
+@_spec(Role.TARGET, Capability.ALTER)
+def alter_table(conn: Connection, old: TableSchema, new: TableSchema) -> None:
+    """Alter target table ``old`` (made by ``create_table``) to ``new``'s columns, in place,
+    keeping its rows: add the columns ``new`` adds (nullable), drop those it drops, change a
+    column's type to a wider one. ``new`` keeps the key. Idempotent: called again when the
+    table is already altered (a replayed batch), it changes nothing. Capability ``alter``;
+    without it a sync stops at a schema change it would follow (``schema.changes=evolve``).
+    """
+
+
 # ---------------------------------------------------------------------------------------------
 # Derived from the marks above
 # ---------------------------------------------------------------------------------------------

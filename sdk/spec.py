@@ -22,6 +22,7 @@ from .config import ConnectionConfig
 from .dialects import Dialect, default_manager, get_dialect
 from .errors import ConfigurationError, PreflightError
 from .options import Option, OptionTable, boolean, choice, positive_int, text
+from .schema import POLICIES
 from .tables import parse_patterns, select_tables
 from .target import Target
 from .types import Connection, Offset, TableId, TableSchema
@@ -90,6 +91,13 @@ SOURCE_OPTIONS = OptionTable(
            "the source or the patterns (they leave the capture); 0: never. Needs the "
            "envelope (more than one table, or `envelope=true`) or a `target`", "source", (),
            "10000"),
+    Option("schema.changes", "schema_changes", choice(*POLICIES), "evolve",
+           "when a captured table's columns change in the log (dialects with "
+           "`schema_changes`): `evolve` follows it (a target's table is altered the same "
+           "way, the envelope carries the new columns, a table with new columns is read "
+           "again), `stop` ends with an error naming it, `ignore` keeps the columns the sync "
+           "has; a change that could lose values (a narrowed type, a new key) always stops",
+           "source"),
     Option("cores", "cores", positive_int, None, "tasks Spark runs at once (`sdk sync` sets "
            "it from its session): `snapshot.rows-per-second` is shared by that many",
            "source", (), "the batch's tasks"),
@@ -161,6 +169,8 @@ class SourceSpec:
     """The include/exclude table patterns the tables were chosen by."""
     discovery_seconds: float = 0.0
     """How often a stream looks for tables that newly match ``patterns`` (0: never)."""
+    schema_changes: str = "evolve"
+    """What a log batch does when a table's columns change (:data:`sdk.schema.POLICIES`)."""
 
     @property
     def follows_tables(self) -> bool:
@@ -224,6 +234,7 @@ def resolve(options: Mapping[str, str]) -> SourceSpec:
         head_poll_seconds=source["head_poll_seconds"], envelope_forced=source["envelope"],
         cores=source["cores"], patterns=parsed.tables,
         discovery_seconds=source["discovery_seconds"],
+        schema_changes=source["schema_changes"],
         target=Target.of(source["target"], source["target_schema"])
         if source["target"] else None)
 

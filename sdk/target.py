@@ -43,14 +43,23 @@ class Target:
         return replace(source, table=TableId(self.schema_name or source.table.schema,
                                              source.table.name))
 
-    def create_tables(self, tables: Iterable[TableSchema]) -> None:
-        """Create the target table of each source table in ``tables`` that does not exist
-        (an existing one with other columns is refused by the dialect)."""
+    def create_tables(self, tables: Iterable[TableSchema], own: bool = False) -> None:
+        """Create the target table of each source table in ``tables`` that does not exist.
+        An existing one with other columns is refused by the dialect, unless ``own`` (the
+        tables of a sync resumed from its checkpoint): then it is one whose columns lag
+        behind a schema change the sync followed, and it is altered to ``tables``'."""
         dialect = get_dialect(self.dialect_name)
         conn = dialect.connect(self.config)
         try:
             for table in tables:
-                dialect.create_table(conn, self.table_for(table))
+                mirrored = self.table_for(table)
+                try:
+                    dialect.create_table(conn, mirrored)
+                except ConfigurationError:
+                    if not own or not dialect.has(Capability.ALTER):
+                        raise
+                    dialect.alter_table(conn, mirrored, mirrored)
+                    dialect.create_table(conn, mirrored)
         finally:
             conn.close()
 
@@ -87,6 +96,21 @@ class Applier:
                 events = [*self._stale(mirrored, replaces, events), *events]
             done = dialect.apply_changes(self._conn, mirrored, events, batch_id)
         self.applied[table] = self.applied.get(table, 0) + (len(events) if done else 0)
+
+    def alter(self, old: TableSchema, new: TableSchema) -> None:
+        """Alter the target table of source table ``old`` to hold ``new``'s rows (the target
+        dialect's ``alter_table``; done again after a replay, it changes nothing)."""
+        dialect = get_dialect(self.target.dialect_name)
+        if not dialect.has(Capability.ALTER):
+            raise ConfigurationError(
+                f"table {new.table}'s columns changed, and target dialect {dialect.name!r} "
+                "cannot alter its tables (no alter_table): use schema.changes=ignore, or a "
+                "new snapshot")
+        with dialect.passing_faults():
+            if self._conn is None:
+                self._conn = dialect.connect(self.target.config)
+            dialect.alter_table(self._conn, self.target.table_for(old),
+                                self.target.table_for(new))
 
     def _stale(self, mirrored: TableSchema, split: SnapshotSplit,
                events: Sequence[ChangeEvent]) -> list[ChangeEvent]:

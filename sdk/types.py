@@ -409,6 +409,8 @@ class Capability(StrEnum):
     """``earliest_offset`` works (startup mode ``earliest``)."""
     TIMESTAMP = "timestamp"
     """``offset_at_time`` works (startup mode ``timestamp``)."""
+    ALTER = "alter"
+    """A sync target that follows a source table's schema changes (``alter_table``)."""
     SCHEMA_CHANGES = "schema_changes"
     """``stream_log`` yields a :class:`SchemaChange` when a table's columns change in the log
     (then shapes its rows by the new schema), instead of failing; declared in

@@ -179,9 +179,12 @@ def test_table_stats_is_optional_and_defaults_to_none() -> None:
 
 
 BUILTIN_CAPABILITIES = {
-    "sqlite": {"atomic_snapshot", "before_images", "apply", "acknowledge", "earliest"},
-    "mysql": {"atomic_snapshot", "before_images", "earliest", "apply"},
-    "postgres": {"acknowledge", "earliest", "apply", "atomic_snapshot"},
+    "sqlite": {"atomic_snapshot", "before_images", "apply", "acknowledge", "earliest",
+               "filtered_reads", "alter"},
+    "mysql": {"atomic_snapshot", "before_images", "earliest", "apply", "filtered_reads",
+              "alter", "schema_changes"},
+    "postgres": {"acknowledge", "earliest", "apply", "atomic_snapshot", "filtered_reads",
+                 "alter", "schema_changes"},
     "oracle": {"atomic_snapshot", "earliest"},
     "sqlserver": {"before_images", "earliest", "timestamp"},
 }

@@ -8,6 +8,7 @@ delivered twice."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -61,13 +62,33 @@ class Source:
             self.live.remove(name)
             self.run(f"DROP TABLE {self.quote(name)}")
 
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A writer changing every live table, one round every 10 ms, until the block ends."""
+        stop = threading.Event()
+
+        def write() -> None:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                self.write_once(i)
+                time.sleep(0.01)
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
     def write_once(self, i: int) -> None:
         with self.lock:
             for name in self.live:
                 table = self.quote(name)
                 self.run(f"UPDATE {table} SET v = 'w{i}', n = n + 1 WHERE id = {i * 7 % 5000}")
                 self.run(f"DELETE FROM {table} WHERE id = {i * 13 % 5000}")
-                self.run(f"INSERT INTO {table} VALUES ({100000 + i}, 'new', {i})")
+                self.run(f"INSERT INTO {table} (id, v, n) VALUES ({100000 + i}, 'new', {i})")
                 self.run(f"UPDATE {table} SET id = {200000 + i} WHERE id = {i * 17 % 5000}")
 
 
@@ -167,18 +188,7 @@ def test_tables_created_and_dropped_while_streaming_are_followed_exactly_once(
     if not chained:
         args += ["--changes", str(tmp_path / "changes")]
     state_dir = str(tmp_path / "ck" / "state")
-    stop = threading.Event()
-
-    def write() -> None:
-        i = 0
-        while not stop.is_set():
-            i += 1
-            source.write_once(i)
-            time.sleep(0.01)
-
-    thread = threading.Thread(target=write)
-    thread.start()
-    try:
+    with source.writing():
         first = sync_process([*args, "--until", "never"])
         _read_until(first, lambda line: "phase log" in line)
         source.create("c", 8000)  # 8 splits, each its own batch between log batches
@@ -199,9 +209,6 @@ def test_tables_created_and_dropped_while_streaming_are_followed_exactly_once(
         _read_until(third, _table_line(shown["c"], "streaming"),
                     _table_line(shown["a"], "streaming"))
         _kill(third)  # in the log phase
-    finally:
-        stop.set()
-        thread.join()
     done = sync_process([*args, "--until", "caught-up"])
     assert done.wait(timeout=600) == 0
     state = latest(StateStore(state_dir))
@@ -216,5 +223,98 @@ def test_tables_created_and_dropped_while_streaming_are_followed_exactly_once(
         if not chained:
             snapshot_rows, changes = assert_once(tmp_path / "changes", source.dialect)
             assert snapshot_rows >= 3000 + 500 + 8000 + 200 + 8000 + 1000 and changes > 0
+    finally:
+        postgres_admin.execute(f"DROP SCHEMA {target_schema} CASCADE")
+
+
+DDL = {
+    "mysql": ["ALTER TABLE {t} ADD COLUMN extra INT DEFAULT 7",
+              "ALTER TABLE {t} MODIFY COLUMN n BIGINT",
+              "ALTER TABLE {t} MODIFY COLUMN v VARCHAR(200)",
+              "ALTER TABLE {t} ADD COLUMN amount DECIMAL(10,2) DEFAULT 1.25 AFTER id",
+              "ALTER TABLE {t} MODIFY COLUMN amount DECIMAL(14,2) DEFAULT 1.25",
+              "ALTER TABLE {t} RENAME COLUMN extra TO extra2",
+              "ALTER TABLE {t} DROP COLUMN extra2"],
+    "postgres": ["ALTER TABLE {t} ADD COLUMN extra INT DEFAULT 7",
+                 "ALTER TABLE {t} ALTER COLUMN n TYPE BIGINT",
+                 "ALTER TABLE {t} ALTER COLUMN v TYPE VARCHAR(200)",
+                 "ALTER TABLE {t} ADD COLUMN amount NUMERIC(10,2) DEFAULT 1.25",
+                 "ALTER TABLE {t} ALTER COLUMN amount TYPE NUMERIC(14,2)",
+                 "ALTER TABLE {t} RENAME COLUMN extra TO extra2",
+                 "ALTER TABLE {t} DROP COLUMN extra2"],
+}
+NARROWING = {"mysql": "ALTER TABLE {t} MODIFY COLUMN n SMALLINT",
+             "postgres": "ALTER TABLE {t} ALTER COLUMN n TYPE SMALLINT"}
+
+
+def _by_name(dialect_name: str, url: str, table: TableId) -> dict[Any, dict[str, Any]]:
+    """Rows by key as column name -> value (the mirror may order its columns otherwise)."""
+    dialect = get_dialect(dialect_name)
+    conn = dialect.connect(ConnectionConfig.from_url(url))
+    try:
+        schema = dialect.describe_table(conn, table)
+    finally:
+        conn.close()
+    return {key: dict(zip(schema.column_names, row, strict=True))
+            for key, row in _rows(dialect_name, url, table).items()}
+
+
+def _version_at_least(version: int) -> Callable[[str], bool]:
+    def seen(line: str) -> bool:
+        found = re.findall(r"schema version (\d+)", line)
+        return bool(found) and max(map(int, found)) >= version
+    return seen
+
+
+def test_schema_changes_are_followed_while_writers_run(
+        source: Source, postgres_admin: Any, postgres_url: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Columns added (with defaults, in the middle too), widened, renamed and dropped while
+    a writer changes the table, SIGKILLs between them: the mirror ends with the source's
+    columns and values; a narrowing stops the sync with an error naming it."""
+    source.create("s", 3000)
+    table = TableId("sdk_test", f"{source.schema.rsplit('.', 1)[-1]}_s") \
+        if source.dialect == "mysql" else TableId(source.schema, "s")
+    shown = str(table)
+    target_schema = f"lc_mirror_{uuid.uuid4().hex[:8]}"
+    postgres_admin.execute(f"CREATE SCHEMA {target_schema} AUTHORIZATION sdk_cdc")
+    chained = source.dialect == "postgres"
+    args = ["sync", "--source", source.url, "--target", postgres_url, "--tables", shown,
+            "--target-schema", target_schema, "--checkpoint", str(tmp_path / "ck"),
+            "--option", "snapshot.split.size=1000", "--option", "snapshot.splits-per-batch=1"]
+    if not chained:
+        args += ["--changes", str(tmp_path / "changes"), "--option", "envelope=true"]
+    ddl = [d.format(t=source.quote("s")) for d in DDL[source.dialect]]
+    with source.writing():
+        first = sync_process([*args, "--until", "never"])
+        _read_until(first, lambda line: "phase log" in line)
+        for statement in ddl[:3]:
+            source.run(statement)
+            time.sleep(0.3)  # the writer's changes between them: a version each
+        _read_until(first, _version_at_least(3))
+        _kill(first)
+        for statement in ddl[3:5]:
+            source.run(statement)
+            time.sleep(0.3)
+        second = sync_process([*args, "--until", "never"])
+        _read_until(second, _version_at_least(5))
+        for statement in ddl[5:]:
+            source.run(statement)
+            time.sleep(0.3)
+        _read_until(second, _version_at_least(7))
+        _kill(second)
+    done = sync_process([*args, "--until", "caught-up"])
+    assert done.wait(timeout=600) == 0
+    try:
+        expected = _by_name(source.dialect, source.url, table)
+        got = _by_name("postgres", postgres_url, TableId(target_schema, table.name))
+        assert set(next(iter(got.values()))) == {"id", "v", "n", "amount"}
+        assert got == expected
+        if not chained:
+            assert_once(tmp_path / "changes", source.dialect, reads_again=True)
+        source.run(NARROWING[source.dialect].format(t=source.quote("s")))
+        source.run(f"UPDATE {source.quote('s')} SET v = 'narrowed' WHERE id < 100")
+        refused = sync_process([*args, "--until", "caught-up"])
+        assert refused.wait(timeout=600) == 2
     finally:
         postgres_admin.execute(f"DROP SCHEMA {target_schema} CASCADE")

@@ -18,6 +18,7 @@ from sdk import (
     ConfigurationError,
     ConnectionConfig,
     Dialect,
+    SchemaChange,
     SnapshotSplit,
     TableId,
     get_dialect,
@@ -132,7 +133,9 @@ def test_a_table_altered_while_a_stream_follows_it_decodes_on_both_sides(
         conn: Any, mysql_admin: Any, table: str) -> None:
     """Columns added first, reordered, widened (a VARCHAR's length prefix from one byte to two,
     INT to BIGINT) and an added one dropped, each between two changes, while one stream
-    follows the table: every change comes with the values of its own time, by name."""
+    follows the table: every change comes with the values of its own time, after a
+    SchemaChange to the table's columns of that time (read once all the ALTERs ran, so most
+    columns are described from the table maps, the live table having changed since)."""
     run(mysql_admin, f"CREATE TABLE `{table}` (id INT PRIMARY KEY, v VARCHAR(10), n INT)")
     schema = mysql.describe_table(conn, TableId("sdk_test", table))
     stream = mysql.stream_log(conn, [schema], mysql.current_offset(conn), None)
@@ -148,19 +151,30 @@ def test_a_table_altered_while_a_stream_follows_it_decodes_on_both_sides(
         f"ALTER TABLE `{table}` DROP COLUMN x",
         f"DELETE FROM `{table}` WHERE id = 2",
     ]
-    run(mysql_admin, *steps)
-    seen: list[ChangeEvent] = []
+    shapes = []  # the table as each ALTER left it
+    for sql in steps:
+        run(mysql_admin, sql)
+        if sql.startswith("ALTER"):
+            shapes.append(mysql.describe_table(conn, TableId("sdk_test", table)))
+    seen: list[ChangeEvent | SchemaChange] = []
     deadline = time.monotonic() + 30
     for item in stream:
-        if isinstance(item, ChangeEvent):
+        if isinstance(item, ChangeEvent | SchemaChange):
             seen.append(item)
-        if len(seen) == 6 or time.monotonic() > deadline:
+        if len(seen) == 10 or time.monotonic() > deadline:
             break
     stream.close()  # type: ignore[attr-defined]
-    assert [(e.op, e.after or e.before) for e in seen] == [
-        ("c", (1, "a", 1)), ("c", (2, "b", 2)), ("c", (3, "c", 3)),
-        ("c", (4, "d" * 300, 2**40)), ("u", (1, "e", -1)), ("d", (2, "b", 2))]
-    assert seen[4].before == (1, "a", 1)
+    assert [item.schema for item in seen if isinstance(item, SchemaChange)] == shapes
+    assert [("s", item.schema.column_names) if isinstance(item, SchemaChange)
+            else (item.op, item.after or item.before) for item in seen] == [
+        ("c", (1, "a", 1)),
+        ("s", ("x", "id", "v", "n")), ("c", (dt.datetime(2024, 1, 1), 2, "b", 2)),
+        ("s", ("x", "id", "n", "v")), ("c", (None, 3, 3, "c")),
+        ("s", ("x", "id", "n", "v")), ("c", (None, 4, 2**40, "d" * 300)),
+        ("u", (None, 1, -1, "e")),
+        ("s", ("id", "n", "v")), ("d", (2, 2, "b"))]
+    update = seen[7]
+    assert isinstance(update, ChangeEvent) and update.before == (None, 1, 1, "a")
 
 
 def test_a_table_of_300_columns(conn: Any, mysql_admin: Any, table: str) -> None:

@@ -573,24 +573,33 @@ def test_heartbeat_period_must_be_positive(mysql: Dialect, mysql_url: str) -> No
         mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=soon"))
 
 
-def test_columns_added_later_are_left_out_and_a_dropped_one_stops(
+def test_columns_added_later_and_a_dropped_one_come_as_schema_changes(
         mysql: Dialect, conn: Any, make_table: Any, mysql_admin: Any) -> None:
-    """Binlog rows are matched to the captured schema by column name (row metadata FULL): a
-    column added after the sync read the schema is not captured; a captured one that is gone
-    stops the sync asking for a new snapshot."""
+    """Binlog rows are matched to the captured schema by column names and types (row metadata
+    FULL): a column added after the sync read the schema, and a captured one dropped, each
+    come as a SchemaChange to the table's new columns before its first change in the new
+    shape (more in tests/test_mysql_schema_changes.py)."""
+    from sdk import SchemaChange
+
     table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, v VARCHAR(10), w INT)")
     schema = mysql.describe_table(conn, table)
     low = mysql.current_offset(conn)
     admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (1, 'a', 10)")
     admin(mysql_admin, f"ALTER TABLE `{table.name}` ADD COLUMN x INT AFTER id")
+    added = mysql.describe_table(conn, table)
     admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (2, 99, 'b', 20)")
     mid = mysql.current_offset(conn)
-    assert [e.after for e in log(mysql, conn, [schema], low, mid)] == [(1, "a", 10),
-                                                                        (2, "b", 20)]
+    first, change, second = mysql.stream_log(conn, [schema], low, mid)
+    assert isinstance(first, ChangeEvent) and first.after == (1, "a", 10)
+    assert isinstance(second, ChangeEvent) and second.after == (2, 99, "b", 20)
+    assert change == SchemaChange(added, second.offset)
     admin(mysql_admin, f"ALTER TABLE `{table.name}` DROP COLUMN w")
+    dropped = mysql.describe_table(conn, table)
     admin(mysql_admin, f"INSERT INTO `{table.name}` VALUES (3, 98, 'c')")
-    with pytest.raises(OffsetExpiredError, match="have no column 'w'"):
-        log(mysql, conn, [schema], mid, mysql.current_offset(conn))
+    change, third = mysql.stream_log(conn, [added], mid, mysql.current_offset(conn))
+    assert isinstance(third, ChangeEvent) and third.after == (3, 98, "c")
+    assert change == SchemaChange(dropped, third.offset)
+    assert dropped.column_names == ("id", "x", "v")
 
 
 def test_read_timeout_must_cover_two_heartbeats(mysql: Dialect, mysql_url: str) -> None:

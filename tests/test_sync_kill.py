@@ -25,10 +25,16 @@ pytestmark = [pytest.mark.mysql, pytest.mark.postgres, pytest.mark.spark, pytest
 
 
 def sync_process(args: list[str]) -> subprocess.Popen[str]:
+    """``sdk sync`` in a process group of its own; its errors go to ``sync-errors.txt`` next
+    to the checkpoint (appended), so a failed test can show them."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    checkpoint = Path(args[args.index("--checkpoint") + 1]) if "--checkpoint" in args else None
+    errors: Any = subprocess.DEVNULL
+    if checkpoint is not None:
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        errors = (checkpoint.parent / "sync-errors.txt").open("a")
     return subprocess.Popen([sys.executable, "-m", "sdk.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=env,
-                            start_new_session=True)
+                            stderr=errors, text=True, env=env, start_new_session=True)
 
 
 def kill_when(process: subprocess.Popen[str], moment: Callable[[str], bool]) -> None:

@@ -31,6 +31,7 @@ from sdk import (
     Requirement,
     RetriableError,
     Row,
+    SchemaChange,
     SnapshotSplit,
     SnapshotView,
     TableId,
@@ -52,6 +53,7 @@ from ._offsets import (
     parts,
     position_key,
 )
+from ._rows import TableMap, describe_column, storage_matches
 from ._types import logical_column, normalizer, select_term, zero_date_none
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
@@ -115,7 +117,8 @@ def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="MySQL / MariaDB (binlog)", drivers=("pymysql", "pymysqlreplication"),
         extra="mysql", url_schemes=("mysql", "mariadb"),
-        capabilities=frozenset({Capability.BEFORE_IMAGES, Capability.FILTERED_READS}),
+        capabilities=frozenset({Capability.BEFORE_IMAGES, Capability.FILTERED_READS,
+                                Capability.SCHEMA_CHANGES}),
         url_options=(
             ("heartbeat_seconds", "binlog heartbeat period, seconds (default 0.5)"),
             ("read_timeout", "seconds a binlog read may hang before it is reopened (default 60; "
@@ -484,9 +487,86 @@ def _check_retained(conn: MySqlConnection, file: str) -> None:
             "(binlog_expire_logs_seconds)")
 
 
+class _LiveSchemas:
+    """The ``reshape`` of a stream (``_binlog.read_changes``): the new schema of a table whose
+    binlog rows no longer have the columns of the one they were shaped by.
+
+    Its columns are the table map's, in its order: each as the live table describes it
+    (``describe_table``) where the live column still has the table map's storage (its
+    nullability taken from the table map), else described from the table map's metadata (a
+    later ALTER may have changed or dropped it since). Its primary key is the table map's
+    (``binlog_row_metadata = FULL`` writes it; not the first NOT NULL unique key the server
+    writes for a table without one), else the old one; a key chosen other than the primary key
+    is kept while its columns are there. The catalogue is read on the stream's
+    connection when it is free, else (an open snapshot view, an unbuffered read) on a
+    connection of its own, opened once and closed with the stream."""
+
+    def __init__(self, conn: MySqlConnection) -> None:
+        self.conn = conn
+        self.side: MySqlConnection | None = None
+
+    def _connection(self) -> MySqlConnection:
+        result = getattr(self.conn.raw, "_result", None)
+        if not self.conn.in_view and not getattr(result, "unbuffered_active", False):
+            return self.conn
+        if self.side is None:
+            conn = self.conn
+            # as connect opens one; over the settings, which python-mysql-replication adds to
+            options = {**conn.settings, "database": conn.database, "charset": "utf8mb4",
+                       "autocommit": True, "init_command": "SET time_zone = '+00:00'"}
+            raw = open_connection(True, **options)
+            self.side = MySqlConnection(raw, conn.settings, conn.database, conn.snapshot_status,
+                                        conn.mariadb)
+        return self.side
+
+    def __call__(self, table_map: TableMap, old: TableSchema, mariadb: bool,
+                 collation_name: Callable[[int], str]) -> TableSchema:
+        try:
+            live: TableSchema | None = describe_table(self._connection(), old.table)
+        except ConfigurationError:  # the table is gone
+            live = None
+        by_name = {c.name: c for c in live.columns} if live is not None else {}
+        columns = []
+        for binlog in table_map.columns:
+            column = by_name.get(binlog.name or "")
+            if column is None or not storage_matches(column, binlog, collation_name):
+                column = describe_column(binlog, mariadb, collation_name)
+            elif column.nullable != binlog.nullable:
+                column = replace(column, nullable=binlog.nullable)
+            columns.append(column)
+        names = {c.name for c in columns}
+        described = live or old
+        if table_map.primary_key is not None:
+            primary = tuple(columns[i].name for i in table_map.primary_key)
+            if not described.primary_key and primary in described.unique_keys:
+                primary = ()  # the first NOT NULL unique key, standing in for a missing one
+        else:
+            primary = old.primary_key if set(old.primary_key) <= names else ()
+        chosen = old.key if old.key != old.primary_key else ()
+        if chosen and set(chosen) <= names:
+            key = chosen
+        elif primary or set(old.key) <= names:
+            key = primary or old.key
+        else:
+            raise OffsetExpiredError(
+                f"the binlog rows of {old.table} no longer have its key column(s) "
+                f"{', '.join(k for k in old.key if k not in names)} and the table has no "
+                "primary key: choose another key and take a new snapshot of it")
+        not_null = {c.name for c in columns if not c.nullable}
+        unique = tuple(k for k in described.unique_keys if set(k) <= not_null)
+        return TableSchema(old.table, tuple(columns), primary, unique, key)
+
+    def close(self) -> None:
+        if self.side is not None:
+            self.side.close()
+            self.side = None
+
+
 @hookimpl
 def stream_log(conn: MySqlConnection, tables: Sequence[TableSchema], start: Offset,
-               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat | SchemaChange]:
+    """The binlog's changes of ``tables``; a table whose columns change in the log gets a
+    ``SchemaChange`` before its first change in the new shape (see :class:`_LiveSchemas`)."""
     _check_retained(conn, parts(start)[0])
     if end is not None and position_key(parts(end)) <= position_key(parts(start)):
         return
@@ -496,9 +576,13 @@ def stream_log(conn: MySqlConnection, tables: Sequence[TableSchema], start: Offs
         if gtid is None:
             file, pos, _ = parts(start)
             gtid = binlog_gtid_pos(conn, file, pos)
-    yield from read_changes(conn.settings, tables, parts(start),
-                            parts(end) if end is not None else None, gtid,
-                            conn.heartbeat_seconds)
+    live = _LiveSchemas(conn)
+    try:
+        yield from read_changes(conn.settings, tables, parts(start),
+                                parts(end) if end is not None else None, gtid,
+                                conn.heartbeat_seconds, live)
+    finally:
+        live.close()
 
 
 @hookimpl
@@ -546,6 +630,16 @@ def create_table(conn: MySqlConnection, table: TableSchema) -> None:
     conn.query(f"CREATE DATABASE IF NOT EXISTS {q(table.table.schema)}")
     conn.query(_target.create_sql(table, _table(table.table), q))
     conn.query(_target.ledger(q(table.table.schema)).create_sql())
+
+
+@hookimpl
+def alter_table(conn: MySqlConnection, old: TableSchema, new: TableSchema) -> None:
+    """Add, drop and widen columns so the mirror table holds ``new``'s rows, in its order."""
+    existing = {name: kind for name, kind in conn.query(
+        "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+        "%s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (new.table.schema, new.table.name))}
+    for statement in _target.alter_sql(new, _table(new.table), existing, q):
+        conn.query(statement)
 
 
 @hookimpl

@@ -19,6 +19,15 @@ whatever tables a read follows): transactions of other tables cost their events'
 table maps, not their rows. Such an event's bytes are kept and counted only if needed; at most
 ``MAX_UNREAD`` wait, then they are counted.
 
+Schema changes: each table read has the schema its rows are currently shaped by (at first the
+one it was given). A table map of it whose columns are not that schema's (``_rows.shaped_like``:
+a column added, dropped, renamed or retyped) gets a new schema from ``reshape`` (the dialect's:
+the live table's columns where they still match, the table map's otherwise), once per table
+map version, since versions are cached with the table map's bytes. The first change read in
+that version's shape is preceded by a ``SchemaChange`` at its own offset, and rows are shaped
+by the new schema from there on. A table map in the current shape changes nothing; per rows
+event the cost is one identity test.
+
 On MariaDB each offset also carries the GTID position at its transaction's start (see
 ``_offsets``): the reader starts from the position's GTID state and adds each transaction's GTID
 as it passes, so the per-row cost is one more tuple item.
@@ -36,7 +45,7 @@ from __future__ import annotations
 import random
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -47,12 +56,13 @@ from sdk import (
     Offset,
     OffsetExpiredError,
     RetriableError,
+    SchemaChange,
     TableSchema,
 )
 
 from ._connect import open_connection
 from ._offsets import NAME, MariadbGtidState, make_offset, position_key
-from ._rows import RowsDecoder, TableMap, compile_rows, lenenc, parse_table_map
+from ._rows import RowsDecoder, TableMap, compile_rows, lenenc, parse_table_map, shaped_like
 
 _MARIADB_STANDALONE = 1  # MariaDB GTID event flag FL_STANDALONE: a statement without Xid
 MAX_UNREAD = 64  # rows events of other tables held undecoded per transaction, at most
@@ -76,14 +86,33 @@ _HEADER_SIZE = 20
 _COMMIT_WORDS = (b"COMMIT", b"ROLLBACK")
 
 
+Reshape = Callable[[TableMap, TableSchema, bool, Callable[[int], str]], TableSchema]
+"""``reshape(table_map, old, mariadb, collation_name)``: the schema of a table whose table map
+no longer has the columns of ``old``, the one it was shaped by."""
+
+
+class _Shape:
+    """The schema a table's rows are currently shaped by (one per table read, shared by its
+    versions)."""
+
+    __slots__ = ("schema",)
+
+    def __init__(self, schema: TableSchema) -> None:
+        self.schema = schema
+
+
 class _Version:
-    """One table map's parse and its compiled rows decoders (by present-columns bitmaps)."""
+    """One table map's parse, the schema its rows are shaped by (None: a table not read) and
+    its compiled rows decoders (by present-columns bitmaps)."""
 
-    __slots__ = ("decoders", "map", "schema")
+    __slots__ = ("decoders", "key_of", "map", "schema", "shape")
 
-    def __init__(self, table_map: TableMap, schema: TableSchema | None) -> None:
+    def __init__(self, table_map: TableMap, schema: TableSchema | None,
+                 shape: _Shape | None = None) -> None:
         self.map = table_map
         self.schema = schema
+        self.shape = shape
+        self.key_of = _key_getter(schema) if schema is not None else None
         self.decoders: dict[bytes, RowsDecoder] = {}
 
     def rows(self, body: bytes, kind: int) -> list[Any]:
@@ -109,30 +138,41 @@ def _bits(bitmap: bytes, count: int) -> list[int]:
 
 
 class _Charsets:
-    """Collation ids to character set names: pymysql's table, then the server's own (read once,
-    when a collation pymysql does not know appears)."""
+    """Collation ids to character set and collation names: pymysql's table, then the server's
+    own (read once, when a collation pymysql does not know appears)."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         self.settings = settings
-        self.server: dict[int, str] | None = None
+        self.server: dict[int, tuple[str, str]] | None = None
 
-    def name(self, collation: int) -> str:
+    def _lookup(self, collation: int) -> tuple[str, str]:
+        """The character set and the collation's name."""
         from pymysql.charset import charset_by_id
 
         try:
-            return str(charset_by_id(collation).name)
+            known = charset_by_id(collation)
+            return str(known.name), str(known.collation)
         except KeyError:
             pass
         if self.server is None:
             connection = open_connection(**self.settings)
             try:
                 with connection.cursor() as cur:
-                    cur.execute("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS "
-                                "WHERE ID IS NOT NULL")
-                    self.server = {int(i): str(n) for i, n in cur.fetchall()}
+                    cur.execute("SELECT ID, CHARACTER_SET_NAME, COLLATION_NAME FROM "
+                                "information_schema.COLLATIONS WHERE ID IS NOT NULL")
+                    self.server = {int(i): (str(n), str(c)) for i, n, c in cur.fetchall()}
             finally:
                 connection.close()
-        return self.server.get(collation, f"collation {collation}")
+        unknown = f"collation {collation}"
+        return self.server.get(collation, (unknown, unknown))
+
+    def name(self, collation: int) -> str:
+        """The character set of a collation id."""
+        return self._lookup(collation)[0]
+
+    def collation(self, collation: int) -> str:
+        """The name of a collation id."""
+        return self._lookup(collation)[1]
 
 
 class _Dump:
@@ -196,15 +236,17 @@ CONNECTION_LOST = {2003, 2006, 2013}
 
 def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                  start: tuple[str, int, int], end: tuple[str, int, int] | None,
-                 gtid: str | None = None, heartbeat_seconds: float = 0.5
-                 ) -> Iterator[ChangeEvent | Heartbeat]:
+                 gtid: str | None = None, heartbeat_seconds: float = 0.5,
+                 reshape: Reshape | None = None
+                 ) -> Iterator[ChangeEvent | Heartbeat | SchemaChange]:
     """Changes of ``tables`` with ``start <= offset < end`` in log order. ``end`` None follows
     the log for ever, with heartbeats (see the module docstring). ``gtid`` is MariaDB's GTID
-    position at ``start``'s transaction (None: offsets get no ``gtid``)."""
+    position at ``start``'s transaction (None: offsets get no ``gtid``). ``reshape`` gives the
+    new schema of a table whose columns changed (see the module docstring); None: the rows are
+    read by name with the schema given, which fails if a column of it is gone."""
     from pymysql.err import OperationalError
 
-    captured = {(t.table.schema, t.table.name): t for t in tables}
-    key_of = {t.table: _key_getter(t) for t in tables}
+    captured = {(t.table.schema, t.table.name): _Shape(t) for t in tables}
     start_file, start_pos, start_n = start
     follow = end is None
     end_key = position_key(end) if end is not None else None
@@ -269,8 +311,11 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                     if low < high:
                         if low > first or high < index:
                             rows = rows[low - first:high - first]
-                        yield from _changes(schema.table, key_of[schema.table], _ROWS[kind],
-                                            rows, timestamp, txn_file, txn_pos, low, txn_gtid)
+                        if schema is not version.shape.schema:  # type: ignore[union-attr]
+                            version.shape.schema = schema  # type: ignore[union-attr]
+                            yield SchemaChange(schema, _offset(txn_file, txn_pos, low, txn_gtid))
+                        yield from _changes(schema.table, version.key_of, _ROWS[kind], rows,
+                                            timestamp, txn_file, txn_pos, low, txn_gtid)
                 if limit is not None and index >= limit:
                     return
                 after_gtid = False
@@ -281,8 +326,15 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                     if len(parsed) >= MAX_TABLE_MAPS:
                         parsed.clear()
                     table_map = parse_table_map(body, dump.mariadb, charsets.name)
-                    version = _Version(table_map,
-                                       captured.get((table_map.schema, table_map.table)))
+                    shape = captured.get((table_map.schema, table_map.table))
+                    schema = None
+                    if shape is not None:
+                        schema = shape.schema
+                        if reshape is not None and \
+                                not shaped_like(schema, table_map, charsets.collation):
+                            new = reshape(table_map, schema, dump.mariadb, charsets.collation)
+                            schema = schema if new == schema else new
+                    version = _Version(table_map, schema, shape)
                     parsed[body] = version
                 current[version.map.table_id] = version
                 continue

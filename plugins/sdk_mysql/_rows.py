@@ -2,18 +2,21 @@
 
 A rows event carries its rows in the server's storage format, described by the transaction's
 Table_map event (column types, their metadata, and with ``binlog_row_metadata = FULL`` names,
-signedness, charsets and ENUM/SET members). Instead of dispatching on each column's type for
-every value, :func:`compile_rows` turns one table map (and the event's present-columns bitmap)
-into one Python function, generated as source text, that reads every row of an event with
-straight-line code: one ``struct`` call per run of fixed-width NOT NULL columns, an inline slice
-per string, a helper call only for DECIMAL and temporal types. It is built once and cached with
-its table map's bytes as key, so a table map the server writes again costs a dict lookup, and any
-change of the table (ALTER TABLE, a table id reused after a restart) is a new key: the cache is
-invalidated exactly when a table can have changed.
+signedness, charsets, ENUM/SET members, geometry types and the primary key). Instead of
+dispatching on each column's type for every value, :func:`compile_rows` turns one table map (and
+the event's present-columns bitmap) into one Python function, generated as source text, that
+reads every row of an event with straight-line code: one ``struct`` call per run of fixed-width
+NOT NULL columns, an inline slice per string, a helper call only for DECIMAL and temporal types.
+It is built once and cached with its table map's bytes as key, so a table map the server writes
+again costs a dict lookup, and any change of the table (ALTER TABLE, a table id reused after a
+restart) is a new key: the cache is invalidated exactly when a table can have changed.
 
-Rows come out in the captured schema's column order, matched by name, and normalised to the
-values the snapshot reads (see ``_types``): a column added since the schema was read is skipped,
-one dropped since stops the read (the sync needs a new snapshot of the table). The generated
+Rows come out in the column order of the schema they are shaped by, matched by name, and
+normalised to the values the snapshot reads (see ``_types``). Which schema that is follows the
+log: :func:`shaped_like` says whether a table map's columns are those of a schema (names in
+order, and each storage type one the column's type produces), and :func:`describe_column`
+describes a table map's column as ``describe_table`` would, when the live table no longer has
+it (``_binlog`` and the dialect's ``stream_log`` build the new schema from them). The generated
 source holds only integers and names of this module's helpers, never names or text from the
 server.
 """
@@ -23,13 +26,16 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import json
+import re
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sdk import ConfigurationError, LogicalType, OffsetExpiredError, TableSchema
+from sdk import Column, ConfigurationError, LogicalType, TableSchema
+
+from ._types import logical_column
 
 # column types (binlog's enum_field_types)
 DECIMAL, TINY, SHORT, LONG, FLOAT, DOUBLE, NULL, TIMESTAMP, LONGLONG, INT24 = range(10)
@@ -49,7 +55,8 @@ _STRUCT_CODE = {(TINY, False): "b", (TINY, True): "B", (SHORT, False): "h", (SHO
 
 # optional metadata fields (binlog_row_metadata)
 _SIGNEDNESS, _DEFAULT_CHARSET, _COLUMN_CHARSET, _COLUMN_NAME = 1, 2, 3, 4
-_SET_STR_VALUE, _ENUM_STR_VALUE = 5, 6
+_SET_STR_VALUE, _ENUM_STR_VALUE, _GEOMETRY_TYPE = 5, 6, 7
+_SIMPLE_PRIMARY_KEY, _PRIMARY_KEY_WITH_PREFIX = 8, 9
 _ENUM_AND_SET_DEFAULT_CHARSET, _ENUM_AND_SET_COLUMN_CHARSET = 10, 11
 
 # MySQL character sets whose Python codec has another name (the rest share theirs, or have none)
@@ -70,6 +77,8 @@ class BinlogColumn:
     unsigned: bool = False
     charset: str | None = None  # character, ENUM and SET columns: the character set's name
     members: tuple[str, ...] = ()  # ENUM and SET
+    collation: int | None = None  # character, ENUM and SET columns: the collation's id
+    geometry: int | None = None  # GEOMETRY: the spatial type's code (0 any, 1 point, ...)
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,7 @@ class TableMap:
     schema: str
     table: str
     columns: tuple[BinlogColumn, ...]
+    primary_key: tuple[int, ...] | None = None  # its columns' indexes; None: not in the map
 
 
 def lenenc(data: bytes, pos: int) -> tuple[int, int]:
@@ -147,6 +157,8 @@ def parse_table_map(body: bytes, mariadb: bool, charset_of: Callable[[int], str]
     unsigned = [False] * count
     collations: list[int | None] = [None] * count
     members: list[tuple[str, ...]] = [()] * count
+    geometries: list[int | None] = [None] * count
+    primary_key: tuple[int, ...] | None = None
     character = [i for i, k in enumerate(kinds)
                  if k in _CHARACTER or (mariadb and k == GEOMETRY)]
     enum_set = [i for i, k in enumerate(kinds) if k in (ENUM, SET)]
@@ -190,14 +202,28 @@ def parse_table_map(body: bytes, mariadb: bool, charset_of: Callable[[int], str]
                     values.append(value[at:at + size])
                     at += size
                 members[i] = tuple(values)  # type: ignore[arg-type]  # decoded below
+        elif field == _GEOMETRY_TYPE:
+            at = 0
+            for i in (i for i, k in enumerate(kinds) if k == GEOMETRY):
+                if at >= len(value):
+                    break
+                geometries[i], at = lenenc(value, at)
+        elif field in (_SIMPLE_PRIMARY_KEY, _PRIMARY_KEY_WITH_PREFIX):
+            indexes, at = [], 0
+            while at < len(value):
+                index, at = lenenc(value, at)
+                indexes.append(index)
+                if field == _PRIMARY_KEY_WITH_PREFIX:
+                    _, at = lenenc(value, at)  # the prefix length
+            primary_key = tuple(indexes)
     charsets = [None if c is None else charset_of(c) for c in collations]
     columns = tuple(
         BinlogColumn(kinds[i], metas[i], bool(nulls >> i & 1), names[i] if names else None,
                      unsigned[i], charsets[i],
                      tuple(m.decode(_codec(charsets[i]) or "utf-8", "replace")  # type: ignore
-                           for m in members[i]))
+                           for m in members[i]), collations[i], geometries[i])
         for i in range(count))
-    return TableMap(table_id, schema, table, columns)
+    return TableMap(table_id, schema, table, columns, primary_key)
 
 
 def _codec(charset: str | None) -> str | None:
@@ -211,6 +237,223 @@ def _codec(charset: str | None) -> str | None:
         except LookupError:
             return None
     return codec
+
+
+# ---- the schema a table map's rows have ----------------------------------------------------
+
+# the bytes a character takes at most, by character set (1 for those not listed)
+_MAXLEN = {"big5": 2, "ujis": 3, "sjis": 2, "euckr": 2, "gb2312": 2, "gbk": 2, "utf8": 3,
+           "utf8mb3": 3, "ucs2": 2, "utf8mb4": 4, "utf16": 4, "utf16le": 4, "utf32": 4,
+           "cp932": 2, "eucjpms": 3, "gb18030": 4}
+_INTEGERS = {TINY: ("tinyint", 4, 3), SHORT: ("smallint", 6, 5), INT24: ("mediumint", 9, 8),
+             LONG: ("int", 11, 10), LONGLONG: ("bigint", 20, 20)}  # MariaDB's display widths
+_INTEGER_NAMES = {"tinyint": TINY, "smallint": SHORT, "mediumint": INT24, "int": LONG,
+                  "integer": LONG, "bigint": LONGLONG}
+_TEMPORAL = {"time": TIME2, "datetime": DATETIME2, "timestamp": TIMESTAMP2}
+_PACKS = ("tiny", "", "medium", "long")  # BLOB's metadata 1..4: TINYBLOB .. LONGBLOB
+_GEOMETRIES = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+               "multipolygon", "geometrycollection")
+_SAME_STORAGE = {NEWDATE: DATE, VAR_STRING: VARCHAR, TIME: TIME2, DATETIME: DATETIME2,
+                 TIMESTAMP: TIMESTAMP2, TINY_BLOB: BLOB, MEDIUM_BLOB: BLOB, LONG_BLOB: BLOB}
+_TYPE_TEXT = re.compile(r"\s*([A-Za-z]+)\s*(?:\((.*)\))?\s*([A-Za-z ]*)$", re.S)
+_MEMBER = re.compile(r"'((?:[^'\\]|''|\\.)*)'", re.S)
+
+Storage = tuple[int, Any, bool, str | None]
+"""What a column's type makes of its values in the binlog: the storage type (one per family:
+TIME2 for TIME too), its size (DECIMAL's precision and scale, a string's bytes, a fraction's
+digits, BIT's width, ENUM/SET members, a geometry's type), signedness, and the collation
+(``binary`` for byte strings; None where values have none)."""
+
+
+def _collation_key(name: str | None) -> str | None:
+    """A collation's name as both the catalogue and the binlog spell it (``utf8_`` is
+    ``utf8mb3_``)."""
+    if not name:
+        return None
+    name = name.strip().lower()
+    return "utf8mb3_" + name[5:] if name.startswith("utf8_") else name
+
+
+def _maxlen(collation: str | None) -> int:
+    charset = (collation or "").split("_", 1)[0]
+    return _MAXLEN.get(charset, 1)
+
+
+def _members(text: str) -> tuple[str, ...]:
+    """ENUM/SET members from ``COLUMN_TYPE``'s list (quotes and backslashes doubled)."""
+    return tuple(m.replace("''", "'").replace("\\\\", "\\") for m in _MEMBER.findall(text))
+
+
+def column_storage(column: Column) -> Storage | None:
+    """The storage a column of the catalogue (``describe_table``) has in the binlog, from its
+    type text; None for a type this does not know (it is then taken to match any storage)."""
+    text, _, collation_name = column.source_type.partition(" COLLATE ")
+    found = _TYPE_TEXT.match(text)
+    if found is None:
+        return None
+    base, params, flags = found.group(1).lower(), found.group(2), found.group(3).lower()
+    unsigned = "unsigned" in flags.split()
+    collation = _collation_key(collation_name)
+    try:
+        if base in _INTEGER_NAMES:
+            return (_INTEGER_NAMES[base], None, unsigned, None)
+        if base == "float":
+            return (FLOAT, None, unsigned, None)
+        if base in ("double", "real"):
+            return (DOUBLE, None, unsigned, None)
+        if base in ("decimal", "numeric"):
+            precision, _, scale = (params or "10,0").partition(",")
+            return (NEWDECIMAL, (int(precision), int(scale or 0)), unsigned, None)
+        if base in ("year", "date"):
+            return (YEAR if base == "year" else DATE, None, False, None)
+        if base in _TEMPORAL:
+            return (_TEMPORAL[base], int(params or 0), False, None)
+        if base == "bit":
+            return (BIT, int(params or 1), False, None)
+        if base in ("enum", "set"):
+            return (ENUM if base == "enum" else SET, _members(params or ""), False, collation)
+        if base in ("char", "varchar"):
+            if collation is None:
+                return None
+            return (STRING if base == "char" else VARCHAR, int(params or 1) * _maxlen(collation),
+                    False, collation)
+        if base in ("binary", "varbinary"):
+            return (STRING if base == "binary" else VARCHAR, int(params or 1), False, "binary")
+        if base.endswith(("text", "blob")):
+            pack = base[:-4]
+            if pack not in _PACKS:
+                return None
+            byte = base.endswith("blob")
+            return (BLOB, _PACKS.index(pack) + 1, False, "binary" if byte else collation)
+        if base in _GEOMETRIES:
+            return (GEOMETRY, _GEOMETRIES.index(base), False, None)
+        if base == "json":
+            return (JSON, None, False, None)
+    except ValueError:
+        return None
+    return None
+
+
+def binlog_storage(column: BinlogColumn, collation_name: Callable[[int], str]) -> Storage:
+    """A table map column's storage, as :func:`column_storage` spells it; ``collation_name``
+    names a collation id."""
+    kind = _SAME_STORAGE.get(column.type, column.type)
+    meta = column.meta
+    if kind in _INTEGERS or kind in (FLOAT, DOUBLE):
+        return (kind, None, column.unsigned, None)
+    if kind == NEWDECIMAL:
+        return (kind, (meta >> 8, meta & 0xFF), column.unsigned, None)
+    if kind in (YEAR, DATE, JSON):
+        return (kind, None, False, None)
+    if kind in (TIME2, DATETIME2, TIMESTAMP2):
+        return (kind, meta if column.type == kind else 0, False, None)
+    if kind == BIT:
+        return (kind, (meta >> 8) * 8 + (meta & 0xFF), False, None)
+    if kind == GEOMETRY:
+        return (kind, column.geometry, False, None)
+    collation = None
+    if column.charset == "binary":
+        collation = "binary"
+    elif column.collation is not None:
+        collation = _collation_key(collation_name(column.collation))
+    if kind in (ENUM, SET):
+        return (kind, column.members, False, collation)
+    return (kind, meta, False, collation)
+
+
+def storage_matches(column: Column, binlog: BinlogColumn,
+                    collation_name: Callable[[int], str]) -> bool:
+    """Whether ``column``'s type writes ``binlog``'s storage (its nullability aside). What one
+    side does not say (an unknown type, a geometry type or collation the metadata lacks)
+    matches anything."""
+    expected = column_storage(column)
+    if expected is None:
+        return True
+    found = binlog_storage(binlog, collation_name)
+    for i, (a, b) in enumerate(zip(expected, found, strict=True)):
+        if a != b and not (i == 3 and (a is None or b is None)) and \
+                not (i == 1 and found[0] == GEOMETRY and b is None):
+            return False
+    return True
+
+
+def shaped_like(schema: TableSchema, table_map: TableMap,
+                collation_name: Callable[[int], str]) -> bool:
+    """Whether the rows of ``table_map`` have ``schema``'s columns: the same names in the same
+    order, each with a storage its type writes and its nullability. A map without column
+    names (``binlog_row_metadata`` not FULL) is taken to match: reading it fails, naming the
+    setting."""
+    columns = table_map.columns
+    if len(columns) != len(schema.columns):
+        return False
+    for binlog, column in zip(columns, schema.columns, strict=True):
+        if binlog.name is None:
+            return True
+        if binlog.name != column.name or binlog.nullable != column.nullable or \
+                not storage_matches(column, binlog, collation_name):
+            return False
+    return True
+
+
+def _quoted_members(members: tuple[str, ...]) -> str:
+    return ",".join("'" + m.replace("\\", "\\\\").replace("'", "''") + "'" for m in members)
+
+
+def describe_column(column: BinlogColumn, mariadb: bool,
+                    collation_name: Callable[[int], str]) -> Column:
+    """A table map's column as ``describe_table`` describes it (its ``COLUMN_TYPE`` as the
+    server spells it, the collation after ``COLLATE``): what the binlog does not say (an
+    integer's display width, ZEROFILL, a FLOAT's declared precision) as a column declared
+    without them has it."""
+    kind = _SAME_STORAGE.get(column.type, column.type)
+    meta = column.meta
+    sign = " unsigned" if column.unsigned else ""
+    precision = scale = None
+    collation = None
+    if column.collation is not None and column.charset != "binary":
+        collation = collation_name(column.collation)
+    binary = column.charset == "binary"
+    if kind in _INTEGERS:
+        name, signed_width, unsigned_width = _INTEGERS[kind]
+        width = unsigned_width if column.unsigned else signed_width
+        text = (f"{name}({width})" if mariadb else name) + sign
+    elif kind in (FLOAT, DOUBLE):
+        text = ("float" if kind == FLOAT else "double") + sign
+    elif kind == NEWDECIMAL:
+        precision, scale = meta >> 8, meta & 0xFF
+        text = f"decimal({precision},{scale}){sign}"
+    elif kind == YEAR:
+        text = "year(4)" if mariadb else "year"
+    elif kind == DATE:
+        text = "date"
+    elif kind in (TIME2, DATETIME2, TIMESTAMP2):
+        name = {TIME2: "time", DATETIME2: "datetime", TIMESTAMP2: "timestamp"}[kind]
+        fsp = meta if column.type == kind else 0
+        text = f"{name}({fsp})" if fsp else name
+    elif kind == BIT:
+        text = f"bit({(meta >> 8) * 8 + (meta & 0xFF)})"
+    elif kind in (ENUM, SET):
+        text = f"{'enum' if kind == ENUM else 'set'}({_quoted_members(column.members)})"
+    elif kind in (STRING, VARCHAR):
+        name = "char" if kind == STRING else "varchar"
+        length = meta if binary else meta // _maxlen(_collation_key(collation))
+        text = f"{'var' if kind == VARCHAR else ''}binary({length})" if binary \
+            else f"{name}({length})"
+    elif kind == BLOB and 1 <= meta <= 4:
+        text = _PACKS[meta - 1] + ("blob" if binary else "text")
+    elif kind == GEOMETRY:
+        geometry = column.geometry or 0
+        text = _GEOMETRIES[geometry] if geometry < len(_GEOMETRIES) else "geometry"
+    elif kind == JSON:
+        text = "json"
+    else:
+        raise ConfigurationError(
+            f"column {column.name!r} has binlog type {column.type}, which this dialect cannot "
+            "describe")
+    base = text.split("(")[0].split(" ")[0]
+    source = f"{text} COLLATE {collation}" if collation and kind in (
+        ENUM, SET, STRING, VARCHAR, BLOB) else text
+    return logical_column(column.name or "", base, source, column.nullable, precision, scale)
 
 
 # ---- value helpers the generated code calls -------------------------------------------------
@@ -488,7 +731,8 @@ def compile_rows(table_map: TableMap, schema: TableSchema | None, present: Seque
                  present_after: Sequence[int] | None) -> RowsDecoder:
     """The decoder of rows events of ``table_map`` whose rows hold the columns ``present`` (and,
     for an update, ``present_after`` in the after image), giving rows in ``schema``'s order
-    (with no schema: empty rows, to count them)."""
+    (with no schema: empty rows, to count them). ``schema`` has the table map's columns, by
+    name (see :func:`shaped_like`)."""
     label = f"{table_map.schema}.{table_map.table}"
     binlog_index = {c.name: i for i, c in enumerate(table_map.columns)}
     if schema is not None and None in binlog_index:
@@ -498,10 +742,10 @@ def compile_rows(table_map: TableMap, schema: TableSchema | None, present: Seque
     wanted = []
     for column in schema.columns if schema is not None else ():
         at = binlog_index.get(column.name)
-        if at is None:
-            raise OffsetExpiredError(
-                f"binlog rows of {label} have no column {column.name!r}: the table "
-                "changed since its snapshot; take a new snapshot of it")
+        if at is None:  # the schema rows are shaped by follows the table maps (shaped_like)
+            raise ConfigurationError(
+                f"binlog rows of {label} have no column {column.name!r} of the schema they "
+                "are read with")
         wanted.append(at)
     src = _Source()
     images = [present] if present_after is None else [present, present_after]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal
@@ -61,7 +62,9 @@ def create_sql(table: TableSchema, quoted: str, q: Any) -> str:
 def statements(table: TableSchema, quoted: str, q: Any) -> tuple[str, str]:
     delete = f"DELETE FROM {quoted} WHERE " + " AND ".join(f"{q(k)} = %s" for k in table.key)
     updates = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in table.column_names)
-    upsert = (f"INSERT INTO {quoted} VALUES ({', '.join(['%s'] * len(table.columns))}) "
+    names = ", ".join(q(c) for c in table.column_names)
+    marks = ", ".join(["%s"] * len(table.columns))
+    upsert = (f"INSERT INTO {quoted} ({names}) VALUES ({marks}) "
               f"ON DUPLICATE KEY UPDATE {updates}")
     return delete, upsert
 
@@ -170,3 +173,28 @@ def ledger(schema: str) -> Ledger:
     """The applied-batch ledger of the mirror tables in ``schema`` (quoted): MySQL cannot key a
     TEXT column, and 191 utf8mb4 characters fit the 767-byte key of older InnoDB formats."""
     return Ledger(schema, "VARCHAR(191)", insert_ignore=True)
+
+
+def alter_sql(new: TableSchema, quoted: str, existing: dict[str, str], q: Any) -> list[str]:
+    """The statements that make table ``quoted`` (``existing``: its columns and their
+    ``COLUMN_TYPE``) hold ``new``'s columns, in ``new``'s order: each missing one added where
+    ``new`` has it, each one ``new`` lacks dropped, each whose type differs changed. None when
+    it does already, so running them again after a replay changes nothing."""
+    out = [f"ALTER TABLE {quoted} DROP COLUMN {q(name)}" for name in existing
+           if name not in new.column_names]
+    before = "FIRST"
+    for column in new.columns:
+        kind = target_type(column, column.name in new.key)
+        if column.name not in existing:
+            out.append(f"ALTER TABLE {quoted} ADD COLUMN {q(column.name)} {kind} {before}")
+        elif _plain(existing[column.name]) != _plain(kind):
+            out.append(f"ALTER TABLE {quoted} MODIFY COLUMN {q(column.name)} {kind}")
+        before = f"AFTER {q(column.name)}"
+    return out
+
+
+def _plain(kind: str) -> str:
+    """A column type as ``COLUMN_TYPE`` and ``target_type`` both spell it: lower case, no
+    integer display width, no collation."""
+    text = kind.lower().split(" collate ")[0].strip()
+    return re.sub(r"^(tinyint|smallint|mediumint|int|bigint)\(\d+\)", r"\1", text)

@@ -41,6 +41,7 @@ from sdk import (
     Requirement,
     RetriableError,
     Row,
+    SchemaChange,
     SnapshotSplit,
     SnapshotView,
     TableId,
@@ -75,7 +76,7 @@ def dialect_info() -> DialectInfo:
     return DialectInfo(
         name=NAME, title="PostgreSQL (logical replication, pgoutput)", drivers=("psycopg",),
         extra="postgres", url_schemes=("postgres", "postgresql"),
-        capabilities=frozenset({Capability.FILTERED_READS}),
+        capabilities=frozenset({Capability.FILTERED_READS, Capability.SCHEMA_CHANGES}),
         url_options=(
             ("slot", "the replication slot (default sdk_slot)"),
             ("publication", "the publication (default sdk_pub)"),
@@ -380,7 +381,7 @@ def read_range(conn: PgConnection, table: TableSchema, split: SnapshotSplit, fet
 
 @hookimpl
 def stream_log(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
-               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat | SchemaChange]:
     import psycopg
 
     try:
@@ -398,7 +399,7 @@ def stream_log(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
 
 
 def _changes(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
-             end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+             end: Offset | None) -> Iterator[ChangeEvent | Heartbeat | SchemaChange]:
     """The changes up to ``end``; without one, the changes up to each new watermark, with a
     heartbeat after each read."""
     begin = parts(start)
@@ -407,10 +408,11 @@ def _changes(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
         yield from read_changes(conn, tables, begin, parts(end))
         return
     position = start
+    shapes: dict[tuple[str, str], TableSchema] = {}  # schema changes carry on to later reads
     while True:
         head = current_offset(conn)
         if compare(head, position) > 0:
-            yield from read_changes(conn, tables, parts(position), parts(head))
+            yield from read_changes(conn, tables, parts(position), parts(head), shapes)
             position = head
         yield Heartbeat(position)
         time.sleep(POLL_SECONDS)
@@ -465,6 +467,18 @@ def create_table(conn: PgConnection, table: TableSchema) -> None:
     conn.query(f"CREATE SCHEMA IF NOT EXISTS {q(table.table.schema)}")
     conn.query(_target.create_sql(table, qualified(table.table), q))
     conn.query(_target.ledger(q(table.table.schema)).create_sql())
+
+
+@hookimpl
+def alter_table(conn: PgConnection, old: TableSchema, new: TableSchema) -> None:
+    """Add, drop and retype columns so the mirror table holds ``new``'s rows."""
+    existing = {name: kind for name, kind in conn.query(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+        "to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (qualified(new.table),))}
+    with conn.raw.transaction():
+        for statement in _target.alter_sql(old, new, qualified(new.table), existing, q):
+            conn.query(statement)
 
 
 @hookimpl

@@ -23,6 +23,13 @@ class Relation:
     replica_identity: str
     columns: list[tuple[str, int, bool]] = field(default_factory=list)
     """(name, type oid, part of the key)"""
+    modifiers: dict[int, int] = field(default_factory=dict)
+    """The type modifier (``atttypmod``: ``varchar(10)`` has 14, ``numeric(10,2)`` 655366)
+    of each column that has one, by its index in ``columns``; the others have -1."""
+
+    def modifier(self, index: int) -> int:
+        """The type modifier of column ``index`` (-1: none)."""
+        return self.modifiers.get(index, -1)
 
 
 @dataclass
@@ -167,12 +174,14 @@ def decode(data: bytes) -> Message:
         return Commit(reader.int64(), reader.int64())
     if kind == ord("R"):
         relation = Relation(reader.uint32(), reader.string(), reader.string(), reader.byte())
-        for _ in range(reader.int16()):
+        for i in range(reader.int16()):
             flags = reader.int8()
             name = reader.string()
             oid = reader.uint32()
-            reader.int32()  # type modifier
+            modifier = reader.int32()
             relation.columns.append((name, oid, bool(flags & 1)))
+            if modifier != -1:
+                relation.modifiers[i] = modifier
         return relation
     if kind == ord("T"):
         count = reader.int32()

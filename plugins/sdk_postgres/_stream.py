@@ -5,10 +5,19 @@ psycopg 3 has no replication stream, so the slot's messages are read with
 decodes from its confirmed position, and the lower bound is a filter here. The messages are
 decoded by :mod:`._pgoutput`; their text values are parsed with psycopg's own loaders (types the
 snapshot reads as text stay text), so a change's values equal what a SELECT gives.
+
+Schema changes: pgoutput sends a Relation message (names, type OIDs and modifiers, key flags)
+before a table's first change in each decoding session and after each DDL touching it. Each
+table's rows are shaped by a current schema, at first the one the read was given; a Relation
+whose columns differ from it (names in order, or a type) gets a new schema
+(:func:`_new_schema`), announced by a :class:`~sdk.SchemaChange` at the offset of the first
+change in the new shape. The new columns, their order and types come from the log (the live
+catalog adds only NOT NULL and the keys), so a bounded read repeated yields the same items.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -16,18 +25,21 @@ from typing import Any
 
 from sdk import (
     ChangeEvent,
+    Column,
+    ConfigurationError,
     FatalSyncError,
     Key,
     Offset,
     OffsetExpiredError,
     RetriableError,
+    SchemaChange,
     TableSchema,
 )
 
 from . import _pgoutput as pgo
 from ._connection import PgConnection, q, qualified
 from ._offsets import NAME, lsn_int, lsn_text
-from ._types import TEXT_TYPES, kind_of
+from ._types import TEXT_TYPES, kind_of, logical_column
 
 PG_EPOCH_MICROS = 946_684_800_000_000  # 2000-01-01 in Unix microseconds
 PEEK_CHUNK = 5000
@@ -37,6 +49,11 @@ Plan = list[tuple[int, Callable[[Any], Any]]]
 (``bytes.decode`` for the columns carried as text)."""
 Target = tuple[TableSchema, pgo.Relation, Plan]
 """What a relation's changes need: the table they feed, the relation, and its plan."""
+Shapes = dict[tuple[str, str], TableSchema]
+"""Per table (schema, name): the schema its rows are currently shaped by."""
+TypeRow = tuple[str | None, str | None, str, str | None]
+"""A type OID and modifier described: ``typname``, ``typtype``, ``format_type``, the base
+type's ``typname`` (as ``describe_table`` reads them; None for a type dropped since)."""
 
 
 def _loader(conn: PgConnection, oid: int) -> Any:
@@ -50,16 +67,11 @@ def _loader(conn: PgConnection, oid: int) -> Any:
 
 
 def _plan(conn: PgConnection, table: TableSchema, relation: pgo.Relation) -> Plan:
-    """The plan of ``table`` against ``relation`` (made once per Relation message: the
-    decoding loop keeps it with the relation's target)."""
+    """The plan of ``table`` against ``relation``, whose columns it has (made once per
+    Relation message: the decoding loop keeps it with the relation's target)."""
     by_name = {name: (i, oid) for i, (name, oid, _) in enumerate(relation.columns)}
     plan: Plan = []
     for column in table.columns:
-        if column.name not in by_name:
-            raise FatalSyncError(
-                f"the log's rows of {table.table} have no column {column.name!r}: the table "
-                "changed after the sync read its schema (a dropped or renamed column); take a "
-                "new snapshot (restart the sync with a new --checkpoint directory)")
         i, oid = by_name[column.name]
         plan.append((i, bytes.decode if kind_of(column) in TEXT_TYPES
                      else _loader(conn, oid).load))
@@ -119,12 +131,21 @@ def check_slot(conn: PgConnection, start: int) -> None:
 
 
 def read_changes(conn: PgConnection, tables: Sequence[TableSchema], start: tuple[int, int],
-                 end: tuple[int, int]) -> Iterator[ChangeEvent]:
+                 end: tuple[int, int], shapes: Shapes | None = None
+                 ) -> Iterator[ChangeEvent | SchemaChange]:
     """The changes at ``start <= (commit LSN, index in transaction) < end``; an end inside a
-    transaction (a batch cut there) decodes that transaction and stops at the index."""
+    transaction (a batch cut there) decodes that transaction and stops at the index.
+
+    Each table's rows are shaped by its schema in ``tables``, or in ``shapes`` when given
+    there (an open-ended stream's reads, each from where the last ended, carry it over),
+    until a :class:`SchemaChange` changes it; ``shapes`` gets the schemas of the read's end."""
     wanted = {(t.table.schema, t.table.name): t for t in tables}
+    if shapes is not None:
+        wanted.update({k: shape for k, shape in shapes.items() if k in wanted})
     upto = end[0] + 1 if end[1] else end[0]
     yield from _decode_rows(conn, wanted, _peek(conn, upto), start, end)
+    if shapes is not None:
+        shapes.update(wanted)
 
 
 def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
@@ -156,23 +177,116 @@ def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
             time.sleep(random.uniform(0.02, 0.2))
 
 
-def _target_of(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
-               relid: int) -> Target | None:
+def _described(conn: PgConnection, relation: pgo.Relation,
+               types: dict[tuple[int, int], TypeRow]) -> list[Column]:
+    """The relation's columns as ``describe_table`` would describe columns of their type OIDs
+    and modifiers, all nullable (the log does not say); ``types`` caches the server's
+    descriptions of type OIDs and modifiers."""
+    wanted = [(oid, relation.modifier(i)) for i, (_, oid, _) in enumerate(relation.columns)]
+    missing = list(dict.fromkeys(t for t in wanted if t not in types))
+    if missing:
+        rows = conn.query(
+            "SELECT t.typname, t.typtype, format_type(m.oid, m.typmod), bt.typname "
+            "FROM unnest(%s::oid[], %s::int4[]) WITH ORDINALITY AS m(oid, typmod, i) "
+            "LEFT JOIN pg_type t ON t.oid = m.oid LEFT JOIN pg_type bt ON "
+            "bt.oid = t.typbasetype ORDER BY m.i",
+            ([oid for oid, _ in missing], [typmod for _, typmod in missing]))
+        types.update(zip(missing, rows, strict=True))
+    out = []
+    for (name, _, _), (oid, typmod) in zip(relation.columns, wanted, strict=True):
+        typname, typtype, formatted, base = types[oid, typmod]
+        out.append(logical_column(name, typname or "", typtype or "", formatted, True, typmod,
+                                  base))
+    return out
+
+
+def _same_column(a: Column, b: Column) -> bool:
+    """Whether ``a`` and ``b`` are one column with one type (their nullability aside)."""
+    return (a.name, a.type, a.source_type, a.precision, a.scale) == \
+        (b.name, b.type, b.source_type, b.precision, b.scale)
+
+
+def _new_schema(conn: PgConnection, old: TableSchema, relation: pgo.Relation,
+                described: list[Column]) -> TableSchema:
+    """The schema of the rows ``relation`` shapes, replacing ``old``.
+
+    Its columns are the relation's, in its order, each as the live catalog
+    (``describe_table``) has it when it still has that column with that type, else as the
+    relation's type OID and modifier describe it (a later DDL changed the live table), and
+    nullable unless the live catalog's column of that name is NOT NULL. The key is the one
+    the relation's key flags (the replica identity) name, in the order of a live key on those
+    columns, else ``old``'s; the primary and unique keys are the live ones the columns still
+    hold."""
+    from . import describe_table  # the package's hook (the package imports this module)
+
+    try:
+        live: TableSchema | None = describe_table(conn, old.table)
+    except ConfigurationError:  # the table is gone by now
+        live = None
+    by_name = {c.name: c for c in live.columns} if live is not None else {}
+    columns = []
+    for column in described:
+        now = by_name.get(column.name)
+        if now is not None and _same_column(now, column):
+            columns.append(now)
+        else:
+            columns.append(dataclasses.replace(column, nullable=now is None or now.nullable))
+    names = {c.name for c in columns}
+    live_keys = [live.primary_key, *live.unique_keys] if live is not None else []
+    flagged = () if relation.replica_identity == "f" else tuple(
+        name for name, _, is_key in relation.columns if is_key)
+    if flagged and set(flagged) != set(old.key):
+        key = next((k for k in live_keys if k and set(k) == set(flagged)), flagged)
+    elif old.key and set(old.key) <= names:
+        key = old.key
+    else:
+        raise FatalSyncError(
+            f"the log's rows of {old.table} no longer have its key column(s) "
+            f"{', '.join(old.key)} (renamed or dropped), and its replica identity names no "
+            "other key: take a new snapshot (restart the sync with a new --checkpoint "
+            "directory)")
+    if live is not None and live.primary_key and set(live.primary_key) <= names:
+        primary = live.primary_key
+    elif relation.replica_identity == "d" and flagged:
+        primary = key
+    else:
+        primary = ()
+    not_null = {c.name for c in columns if not c.nullable}
+    unique = tuple(k for k in (live.unique_keys if live is not None else ())
+                   if set(k) <= not_null)
+    return TableSchema(old.table, tuple(columns), primary, unique, key)
+
+
+def _target_of(conn: PgConnection, wanted: Shapes, relid: int,
+               types: dict[tuple[int, int], TypeRow]) -> tuple[Target | None, bool]:
+    """What the changes of relation ``relid`` feed, if wanted, and whether the table's schema
+    changed with it: then ``wanted`` has the new one."""
     relation = conn.relations[relid]
-    table = wanted.get((relation.schema, relation.name))
-    return None if table is None else (table, relation, _plan(conn, table, relation))
+    name = (relation.schema, relation.name)
+    table = wanted.get(name)
+    if table is None:
+        return None, False
+    described = _described(conn, relation, types)
+    changed = len(described) != len(table.columns) or not all(
+        _same_column(a, b) for a, b in zip(described, table.columns, strict=False))
+    if changed:
+        table = wanted[name] = _new_schema(conn, table, relation, described)
+    return (table, relation, _plan(conn, table, relation)), changed
 
 
-def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
+def _decode_rows(conn: PgConnection, wanted: Shapes,
                  batches: Iterator[list[tuple[Any, ...]]], start: tuple[int, int],
-                 end: tuple[int, int]) -> Iterator[ChangeEvent]:
+                 end: tuple[int, int]) -> Iterator[ChangeEvent | SchemaChange]:
     """The loop that runs per change, so its work per transaction and per relation is done
     once: the commit LSN and time, whether the transaction lies strictly inside the bounds
-    (then no change needs the bound check), the table and plan a relation feeds."""
+    (then no change needs the bound check), the table and plan a relation feeds (and, when
+    its Relation message changed the table's shape, the SchemaChange yielded before the first
+    change in the new shape). ``wanted`` holds each table's current schema."""
     lsn = commit_ts = index = 0
     lsn_field: tuple[str, int] = ("lsn", 0)
     whole = False
     targets: dict[int, Target | None] = {}  # relation id -> what its changes feed, if wanted
+    types: dict[tuple[int, int], TypeRow] = {}
     decode, change_type, offset_of = pgo.decode, pgo.Change, Offset.from_sorted
     for rows in batches:
         for (data,) in rows:
@@ -183,11 +297,24 @@ def _decode_rows(conn: PgConnection, wanted: dict[tuple[str, str], TableSchema],
                 if not whole and not start <= (lsn, n) < end:
                     continue
                 relid = message.relid
-                target = targets[relid] if relid in targets else targets.setdefault(
-                    relid, _target_of(conn, wanted, relid))
+                if relid in targets:
+                    target = targets[relid]
+                    if target is not None:
+                        yield _change(target, message, offset_of(NAME, (lsn_field, ("n", n))),
+                                      commit_ts)
+                    continue
+                target, changed = _target_of(conn, wanted, relid, types)
+                if changed:  # other relations feeding the table: planned again when next met
+                    assert target is not None
+                    for other in [r for r, t in targets.items()
+                                  if t is not None and t[0].table == target[0].table]:
+                        del targets[other]
+                targets[relid] = target
                 if target is not None:
-                    yield _change(target, message, offset_of(NAME, (lsn_field, ("n", n))),
-                                  commit_ts)
+                    offset = offset_of(NAME, (lsn_field, ("n", n)))
+                    if changed:
+                        yield SchemaChange(target[0], offset)
+                    yield _change(target, message, offset, commit_ts)
             elif isinstance(message, pgo.Begin):
                 lsn, index = message.final_lsn, 0
                 lsn_field = ("lsn", lsn)

@@ -52,7 +52,8 @@ def statements(table: TableSchema, quoted: str, q: Any) -> tuple[str, str]:
     values = ", ".join(f"%s::{casts[c]}" for c in table.column_names)
     updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in table.column_names
                         if c not in table.key) or f"{q(table.key[0])} = EXCLUDED.{q(table.key[0])}"
-    upsert = (f"INSERT INTO {quoted} VALUES ({values}) ON CONFLICT "
+    names = ", ".join(q(c) for c in table.column_names)
+    upsert = (f"INSERT INTO {quoted} ({names}) VALUES ({values}) ON CONFLICT "
               f"({', '.join(q(k) for k in table.key)}) DO UPDATE SET {updates}")
     return delete, upsert
 
@@ -163,3 +164,24 @@ def write(cursor: Any, table: TableSchema, quoted: str, quoted_params: str, net:
             for row in copy_values(table, rows, keys_only):
                 stream.write_row(row)
         cursor.execute(merge_sql(table, quoted, q)[0 if keys_only else 1])
+
+
+def alter_sql(old: TableSchema, new: TableSchema, quoted: str, existing: dict[str, str],
+              q: Any) -> list[str]:
+    """The statements that make table ``quoted`` (``existing``: its columns and their types as
+    ``format_type`` spells them) hold ``new``'s columns: each missing one added, each one
+    ``new`` lacks dropped, each whose type differs changed (values cast). None when it does
+    already, so running them again after a replay changes nothing."""
+    out = []
+    wanted = {c.name: c for c in new.columns}
+    for name in existing:
+        if name not in wanted:
+            out.append(f"ALTER TABLE {quoted} DROP COLUMN IF EXISTS {q(name)}")
+    for column in new.columns:
+        kind = target_type(column)
+        if column.name not in existing:
+            out.append(f"ALTER TABLE {quoted} ADD COLUMN IF NOT EXISTS {q(column.name)} {kind}")
+        elif existing[column.name] != kind:
+            out.append(f"ALTER TABLE {quoted} ALTER COLUMN {q(column.name)} TYPE {kind} "
+                       f"USING {q(column.name)}::{kind}")
+    return out

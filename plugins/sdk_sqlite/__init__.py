@@ -295,12 +295,26 @@ def create_table(conn: sqlite3.Connection, table: TableSchema) -> None:
 
 
 @hookimpl
+def alter_table(conn: sqlite3.Connection, old: TableSchema, new: TableSchema) -> None:
+    """Add and drop columns so the mirror table holds ``new``'s rows (a wider type needs
+    nothing: SQLite keeps any value in any column)."""
+    name = q(new.table.name)
+    existing = [r[1] for r in conn.execute(f"PRAGMA table_info({name})")]
+    for column in existing:
+        if column not in new.column_names:
+            conn.execute(f"ALTER TABLE {name} DROP COLUMN {q(column)}")
+    for column in new.columns:
+        if column.name not in existing:
+            conn.execute(f"ALTER TABLE {name} ADD COLUMN {q(column.name)} {target_type(column)}")
+
+
+@hookimpl
 def apply_changes(conn: sqlite3.Connection, table: TableSchema,
                   events: Sequence[ChangeEvent], batch_id: str) -> bool:
     name = q(table.table.name)
     delete = f"DELETE FROM {name} WHERE " + " AND ".join(f"{q(k)} = ?" for k in table.key)
-    upsert = (f"INSERT OR REPLACE INTO {name} VALUES "
-              f"({', '.join('?' * len(table.columns))})")
+    upsert = (f"INSERT OR REPLACE INTO {name} ({', '.join(map(q, table.column_names))}) "
+              f"VALUES ({', '.join('?' * len(table.columns))})")
     conn.execute("BEGIN IMMEDIATE")
     try:
         done = APPLIED.apply(conn.cursor(), table, events, batch_id, delete, upsert,

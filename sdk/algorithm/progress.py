@@ -106,6 +106,8 @@ def describe_progress(progress: Mapping[str, Any]) -> list[str]:
                                        else "snapshot")
         if state == "dropped" and table.get("dropped_at"):
             state += f" at {table['dropped_at']}"
+        if table.get("schema_version", 1) > 1:
+            state += f", schema version {table['schema_version']}"
         lines.append(f"{name}: {table['splits_done']}/{table['splits_estimated']} splits, "
                      f"{table['rows']} rows, {state}")
     for request_id, request in progress.get("requests", {}).items():

@@ -16,10 +16,12 @@ Memory is the split's rows plus the window's changes for its keys, never a whole
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from ..dialects import Dialect
+from ..errors import ConfigurationError
+from ..schema import projector
 from ..types import (
     Capability,
     ChangeEvent,
@@ -27,6 +29,7 @@ from ..types import (
     Key,
     Offset,
     Row,
+    SchemaChange,
     SnapshotSplit,
     TableSchema,
 )
@@ -77,8 +80,33 @@ def read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: Sn
     """Read ``split`` and merge it with the log window read during it (see module doc);
     ``pace`` paces the rows read (``snapshot.rows-per-second``). A split with ``since``
     reads again a table whose changes were emitted up to there (see :func:`reread`)."""
-    result = _read_split(dialect, conn, table, split, options, hooks, view_token, pace)
-    return result if split.since is None else reread(dialect, conn, table, result, split.since)
+    if split.since is None:
+        return _read_split(dialect, conn, table, split, options, hooks, view_token, pace)
+    result = _read_split(dialect, conn, table, split, options, hooks, view_token, pace,
+                         live_columns(dialect, conn, table))
+    return reread(dialect, conn, table, result, split.since)
+
+
+Reading = tuple[TableSchema, Callable[[Row | None], Row | None]]
+"""The columns to read, and how their rows become the split's (by column name)."""
+
+
+def live_columns(dialect: Dialect, conn: Connection, table: TableSchema) -> Reading | None:
+    """For a table read while its changes flow: when the live table no longer has every
+    column of ``table`` (a change the log phase has not met yet), the columns it still has,
+    read as ``table``'s with the others None; None when it has them all. The log phase then
+    meets the change and reads the table again with the new columns."""
+    live = {c.name for c in dialect.describe_table(conn, table.table).columns}
+    present = tuple(c for c in table.columns if c.name in live)
+    if len(present) == len(table.columns):
+        return None
+    missing = [k for k in table.key if k not in live]
+    if missing:
+        raise ConfigurationError(f"table {table.table} no longer has key column(s) "
+                                 f"{', '.join(missing)}: take a new snapshot")
+    reduced = TableSchema(table.table, present, table.primary_key, table.unique_keys,
+                          table.key)
+    return reduced, projector(reduced, table)
 
 
 def reread(dialect: Dialect, conn: Connection, table: TableSchema, result: SplitResult,
@@ -94,9 +122,7 @@ def reread(dialect: Dialect, conn: Connection, table: TableSchema, result: Split
     split = result.split
     last: dict[Key, Row | None] = {}
     events = 0
-    for item in dialect.stream_log(conn, [table], since, result.watermark):
-        if not isinstance(item, ChangeEvent) or item.table != table.table:
-            continue
+    for item in changes_of(dialect, conn, table, since, result.watermark):
         events += 1
         if item.old_key is not None and split.contains(item.old_key):
             last[item.old_key] = None
@@ -120,7 +146,7 @@ def reread(dialect: Dialect, conn: Connection, table: TableSchema, result: Split
 
 def _read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: SnapshotSplit,
                 options: SyncOptions, hooks: PhaseHooks | None, view_token: str | None,
-                pace: Throttle | None) -> SplitResult:
+                pace: Throttle | None, reading: Reading | None = None) -> SplitResult:
     hooks = hooks or PhaseHooks()
     sid = split.split_id
     hooks.before_low_watermark(split)
@@ -129,7 +155,7 @@ def _read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: S
         try:
             log.debug("split %s step 1: snapshot view at %s", sid, view.offset)
             hooks.after_low_watermark(split)
-            rows = _read_rows(dialect, conn, table, split, options, pace)
+            rows = _read_rows(dialect, conn, table, split, options, pace, reading)
             hooks.after_read(split)
         finally:
             dialect.end_snapshot(conn)
@@ -140,7 +166,7 @@ def _read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: S
     low = dialect.current_offset(conn)
     log.debug("split %s step 1: low watermark %s", sid, low)
     hooks.after_low_watermark(split)
-    rows = _read_rows(dialect, conn, table, split, options, pace)
+    rows = _read_rows(dialect, conn, table, split, options, pace, reading)
     log.debug("split %s step 2: read %d rows", sid, len(rows))
     hooks.after_read(split)
     high = dialect.current_offset(conn)
@@ -155,9 +181,7 @@ def _read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: S
     del rows
     peak = len(buffer)
     events = 0
-    for item in dialect.stream_log(conn, [table], low, high):
-        if not isinstance(item, ChangeEvent) or item.table != table.table:
-            continue
+    for item in changes_of(dialect, conn, table, low, high):
         events += 1
         apply_to_buffer(buffer, split, item)
         peak = max(peak, len(buffer))
@@ -165,11 +189,28 @@ def _read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: S
     return SplitResult(split, list(buffer.values()), high, low, high, events, peak)
 
 
+def changes_of(dialect: Dialect, conn: Connection, table: TableSchema, start: Offset,
+               end: Offset) -> Iterator[ChangeEvent]:
+    """The changes of ``table`` in ``[start, end)``, their rows shaped by ``table`` even
+    after a schema change in the window (by column name: the split holds ``table``'s
+    columns; the log phase follows the change and reads the table again if it must)."""
+    project = None
+    for item in dialect.stream_log(conn, [table], start, end):
+        if isinstance(item, SchemaChange) and item.table == table.table:
+            project = projector(item.schema, table)
+        elif isinstance(item, ChangeEvent) and item.table == table.table:
+            if project is not None:
+                item = replace(item, after=project(item.after), before=project(item.before))
+            yield item
+
+
 def _read_rows(dialect: Dialect, conn: Connection, table: TableSchema, split: SnapshotSplit,
-               options: SyncOptions, pace: Throttle | None) -> list[Row]:
+               options: SyncOptions, pace: Throttle | None, reading: Reading | None = None
+               ) -> list[Row]:
     rows: list[Row] = []
-    for batch in dialect.read_range(conn, table, split, options.fetch_size):
-        rows.extend(batch)
+    read = table if reading is None else reading[0]
+    for batch in dialect.read_range(conn, read, split, options.fetch_size):
+        rows.extend(batch if reading is None else [reading[1](r) or () for r in batch])
         if pace is not None:
             pace.take(len(batch))
     return rows

@@ -107,6 +107,11 @@ def _split_of(item: Any) -> Any:
     return item[1] if isinstance(item, list) else item
 
 
+SCHEMA_STAGE = "schema.json"
+"""The schema changes a log batch followed, staged beside its splits' stages (the splits'
+watermarks are the other ``.json`` files there): the driver folds them into the next state."""
+
+
 def stage_name(split: SnapshotSplit) -> str:
     """The file name a split's output is staged under in its batch: the split's table by
     identity (a digest of its name, safe for any characters) and the split's number, so a
@@ -134,7 +139,7 @@ def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = Non
         del known[name]  # an earlier batch's, which the report counts by now
     for file in store.list_dir("batches", newest):
         name = f"{newest}/{file}"
-        if file.endswith(".json") and name not in known:
+        if file.endswith(".json") and file != SCHEMA_STAGE and name not in known:
             data = store.read_json("batches", newest, file)
             if data is not None:
                 known[name] = FinishedSplit.from_json(data)
@@ -162,11 +167,11 @@ however many tables it captures by then."""
 
 def checkpointed(spec: SourceSpec) -> SourceSpec:
     """``spec`` restricted to the tables its state directory already syncs, in their order,
-    and with the output it started with: a restart reads and replays exactly what it did
-    before. A table that newly matches the patterns, or a synced table no longer found, is
-    left to the stream when it follows tables (:attr:`SourceSpec.follows_tables`: it adds
-    and removes them in its log phase); otherwise the first gets a warning and the second is
-    an error."""
+    with the columns it has for them, and with the output it started with: a restart reads
+    and replays exactly what it did before. A table that newly matches the patterns, or a
+    synced table no longer found, is left to the stream when it follows tables
+    (:attr:`SourceSpec.follows_tables`: it adds and removes them in its log phase); otherwise
+    the first gets a warning and the second is an error."""
     if not spec.state_dir:
         return spec
     store = StateStore(spec.state_dir)
@@ -189,4 +194,6 @@ def checkpointed(spec: SourceSpec) -> SourceSpec:
         log.warning("%s: not captured by this sync, which started without them (start a new "
                     "checkpoint to capture them, or use the envelope or a target, whose "
                     "streams add tables as they appear)", ", ".join(new))
-    return replace(spec, tables=[resolved[t] for t in synced if t in resolved])
+    # the columns the sync has, not the live ones: a schema change not followed yet is met
+    # in the log, at its place (and the target's tables match the sync's)
+    return replace(spec, tables=[state.sync.tables[t] for t in synced if t in resolved])

@@ -65,14 +65,17 @@ class Mirror:
     def __init__(self, target_url: str, tables: Sequence[TableSchema], partitions: int = 2,
                  envelope: bool | None = None, target_schema: str | None = None,
                  shuffle: bool = True,
-                 more_tables: Callable[[], Iterable[TableSchema]] | None = None) -> None:
+                 more_tables: Callable[[], Iterable[TableSchema]] | None = None,
+                 own_tables: bool = False) -> None:
         """``tables`` are the source tables; each is mirrored under the same name, in
         ``target_schema`` when given (else in the source's schema name). ``shuffle=False``
         applies each input partition as it is, for a stream straight from the ``cdc`` source,
         whose batches already hold each key in one partition (a snapshot batch's splits do not
         overlap; a log batch is one partition): no exchange of rows between tasks.
         ``more_tables`` is asked before each batch for tables the stream captures now (a
-        table added to a running sync): they are mirrored too, their target tables created."""
+        table added to a running sync): they are mirrored too, their target tables created;
+        ``own_tables``: the target tables are this sync's (resumed), altered to ``tables``
+        when a schema change left them behind."""
         self.target = Target.of(target_url, target_schema)
         self.tables = list(tables)
         self.more_tables = more_tables
@@ -80,14 +83,26 @@ class Mirror:
         self.shuffle = shuffle
         self.envelope = len(self.tables) > 1 if envelope is None else envelope
         self.tally = Tally()
-        self.target.create_tables(self.tables)
+        self.target.create_tables(self.tables, own=own_tables)
 
     def _learn_tables(self) -> None:
-        """Mirror the tables ``more_tables`` names that this mirror does not know yet."""
+        """Mirror the tables ``more_tables`` names that this mirror does not know yet, and
+        alter the target tables of those whose columns changed."""
         if self.more_tables is None:
             return
-        known = {t.table for t in self.tables}
-        new = [t for t in self.more_tables() if t.table not in known]
+        known = {t.table: i for i, t in enumerate(self.tables)}
+        new = []
+        for table in self.more_tables():
+            at = known.get(table.table)
+            if at is None:
+                new.append(table)
+            elif self.tables[at] != table:
+                applier = Applier(self.target)
+                try:
+                    applier.alter(self.tables[at], table)
+                finally:
+                    applier.close()
+                self.tables[at] = table
         if new:
             self.target.create_tables(new)
             self.tables.extend(new)
@@ -204,7 +219,7 @@ class _PartitionApplier:
                 row = None
                 if op != "d":  # a delete needs only its key
                     values = json.loads(after)
-                    row = tuple(decode_value(values[c]) for c in table.column_names)
+                    row = tuple(decode_value(values.get(c)) for c in table.column_names)
                 out.append((seq, ChangeEvent(table.table, op, key, row, offset,
                                              commit_ts=stamp)))
             return out

@@ -6,16 +6,17 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from ..algorithm import log_filter, read_split
+from ..algorithm import choose_key, log_filter, read_split
 from ..algorithm.throttle import throttle
 from ..codec import dumps
 from ..errors import ConfigurationError
+from ..schema import diff, projector
 from ..spec import SourceSpec
 from ..target import Applier, Pipeline
 from ..types import (
@@ -24,12 +25,13 @@ from ..types import (
     FinishedSplit,
     Key,
     Offset,
+    SchemaChange,
     SnapshotSplit,
     TableId,
     TableSchema,
 )
 from .arrow import REPORT_ARROW, TableBatcher, envelope_batch, envelope_schema, event_rows
-from .engine_state import EngineState, stage_name
+from .engine_state import SCHEMA_STAGE, EngineState, stage_name
 from .statestore import StateStore
 
 BATCH_ROWS = 50_000
@@ -217,11 +219,13 @@ def read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBat
 
 def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
     assert spec.state_dir
-    engine = EngineState.load(StateStore(spec.state_dir), partition.state)
+    store = StateStore(spec.state_dir)
+    engine = EngineState.load(store, partition.state)
+    shapes = Shapes(spec, engine, store, partition.state)
     if spec.target is not None:
-        yield from _apply_log(spec, partition, engine)
+        yield from _apply_log(spec, partition, shapes)
         return
-    tables = dict(engine.sync.tables)
+    tables = dict(shapes.tables)  # the columns of the changes read since the last change
     batcher = None if spec.envelope else TableBatcher(spec.tables[0])
     seq = 0
     pending: list[ChangeEvent] = []
@@ -237,42 +241,58 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
         pending.clear()
         return batch
 
-    for event in _log_events(spec, engine):
-        pending.append(event)
+    for item in _log_events(spec, engine, shapes):
+        if isinstance(item, SchemaChange):  # the envelope's images carry the new columns
+            if pending:
+                yield flush()
+            tables = dict(shapes.tables)
+            continue
+        pending.append(item)
         if len(pending) >= BATCH_ROWS:
             yield flush()
     if pending:
         yield flush()
 
 
-def _apply_log(spec: SourceSpec, partition: LogPartition, engine: EngineState
+def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
                ) -> Iterator[pa.RecordBatch]:
     """A chained log batch: its changes applied in log order, in chunks of ``BATCH_ROWS``
     changes (memory stays O(chunk) however far behind the batch starts), each chunk in one
     transaction per table recording ``log/<state>/<chunk>``, on a writer thread while the
     next chunk is read (:class:`~sdk.target.Pipeline`). The bounded read is repeatable, so a
-    replay cuts the same chunks and skips those that committed."""
+    replay cuts the same chunks and skips those that committed. A schema change ends the
+    chunk; the target's table is altered (idempotently) before the next one."""
     assert spec.target is not None
     sink = Applier(spec.target)
     writer = Pipeline()
     chunk: dict[TableId, list[ChangeEvent]] = {}
     held = number = 0
 
+    current = dict(shapes.tables)  # the columns of the changes read since the last change
+
     def flush() -> None:
         nonlocal chunk, held, number
         events, ledger = chunk, f"{log_ledger_id(partition.state)}/{number}"
+        schemas = dict(current)
 
         def apply() -> None:
             for table, changes in events.items():
-                sink.apply(tables[table], changes, ledger)
+                sink.apply(schemas[table], changes, ledger)
 
         writer.submit(apply)
         chunk, held, number = {}, 0, number + 1
 
-    tables = engine.sync.tables
+    engine = shapes.engine
     try:
-        for event in _log_events(spec, engine):
-            chunk.setdefault(event.table, []).append(event)
+        for item in _log_events(spec, engine, shapes):
+            if isinstance(item, SchemaChange):
+                if held:
+                    flush()
+                writer.wait()
+                sink.alter(current[item.table], item.schema)
+                current[item.table] = item.schema
+                continue
+            chunk.setdefault(item.table, []).append(item)
             held += 1
             if held >= BATCH_ROWS:
                 flush()
@@ -284,9 +304,74 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, engine: EngineState
     yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
 
 
-def _log_events(spec: SourceSpec, engine: EngineState) -> Iterator[ChangeEvent]:
+class Shapes:
+    """The columns each table's rows have within one log batch, as the log's schema changes
+    move them, under ``schema.changes``: ``evolve`` takes a change (staged for the driver),
+    ``ignore`` reads the rows as the sync's columns, ``stop`` (or a change that could lose
+    values, or a typed stream's) ends the batch with an error naming it."""
+
+    def __init__(self, spec: SourceSpec, engine: EngineState, store: StateStore,
+                 state: str) -> None:
+        self.spec, self.engine, self.store, self.state = spec, engine, store, state
+        self.tables: dict[TableId, TableSchema] = dict(engine.sync.tables)
+        self._ignored: dict[TableId, Any] = {}
+        self._staged: list[dict[str, Any]] = []
+
+    def change(self, item: SchemaChange) -> SchemaChange | None:
+        """The change to follow, or None (ignored, or nothing the sync carries changed)."""
+        table = item.table
+        current = self.tables.get(table)
+        if current is None:
+            return None
+        item = SchemaChange(choose_key(item.schema, self.spec.options), item.offset)
+        found = diff(current, item.schema)
+        policy = self.spec.schema_changes
+        if policy == "ignore" and not found.key_changed:
+            self._ignored[table] = projector(item.schema, self.engine.sync.tables[table])
+            return None
+        refusal = found.refusal()
+        quiet = not (found.added or found.dropped or found.retyped or found.key_changed)
+        if quiet:  # nothing the output carries changed (a column's nullability, say)
+            refusal = None
+        elif refusal is None and policy == "stop":
+            refusal = "schema.changes=stop"
+        if refusal is None and not quiet and not self.spec.envelope and \
+                self.spec.target is None:
+            refusal = "a stream of one table's typed columns cannot change its columns"
+        if refusal is not None:
+            raise ConfigurationError(
+                f"table {table} changed in the log at {item.offset} ({found.describe()}), "
+                f"and this sync cannot follow it: {refusal}. Take a new snapshot (a new "
+                "checkpoint), or for a change that loses nothing use the envelope or a "
+                "target with schema.changes=evolve (or =ignore to keep the old columns)")
+        self._ignored.pop(table, None)
+        self.tables[table] = item.schema
+        self._staged.append({"schema": item.schema.to_json(),
+                             "offset": item.offset.to_json()})
+        self.store.write_json(self._staged, "batches", self.state, SCHEMA_STAGE)
+        return item
+
+    def event(self, event: ChangeEvent) -> ChangeEvent:
+        """``event`` with its images read as the sync's columns when its table's change is
+        ignored."""
+        project = self._ignored.get(event.table)
+        if project is None:
+            return event
+        return replace(event, after=project(event.after), before=project(event.before))
+
+
+def staged_schema_changes(store: StateStore, state: str) -> list[SchemaChange]:
+    """The schema changes the log batch ending at ``state`` followed, in log order."""
+    data = store.read_json("batches", state, SCHEMA_STAGE) or []
+    return [SchemaChange(TableSchema.from_json(d["schema"]), Offset.from_json(d["offset"]))
+            for d in data]
+
+
+def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes
+                ) -> Iterator[ChangeEvent | SchemaChange]:
     """The changes of a log batch's range (``engine``: its end state) of the tables the sync
-    captures there, that the incremental filter lets through."""
+    captures there, that the incremental filter lets through, and the schema changes it
+    follows (``shapes``)."""
     dialect = spec.dialect_obj
     flt = log_filter(engine.sync, dialect.compare_offset)
     pace = throttle(spec.options.log_changes_per_second)
@@ -300,6 +385,10 @@ def _log_events(spec: SourceSpec, engine: EngineState) -> Iterator[ChangeEvent]:
                     pace.take(1)
                 routed = flt.route(item)
                 if routed is not None:
-                    yield routed
+                    yield shapes.event(routed)
+            elif isinstance(item, SchemaChange):
+                followed = shapes.change(item)
+                if followed is not None:
+                    yield followed
     finally:
         conn.close()

@@ -63,8 +63,14 @@ def request_snapshot(state_dir: str, table: str | TableId, where: str | None = N
         where = None
     request = SnapshotRequest(f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}", wanted, where,
                               time.time())
-    store.write_json(request.to_json(), REQUESTS, f"{request.id}.json")
+    write_request(store, request)
     return request
+
+
+def write_request(store: StateStore, request: SnapshotRequest) -> None:
+    """Store ``request`` (one of the same id is replaced: the sync's own requests are
+    written again when a batch is replayed, and served once)."""
+    store.write_json(request.to_json(), REQUESTS, f"{request.id}.json")
 
 
 def _table_named(name: str, captured: Iterable[TableId]) -> TableId:

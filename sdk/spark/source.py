@@ -35,16 +35,23 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from ..algorithm import Batch, Phase, PhaseMachine, SharedView, SyncState
+from ..algorithm import Batch, Phase, PhaseMachine, SharedView, SyncState, choose_key
 from ..algorithm.progress import progress_of
 from ..codec import dumps
 from ..errors import ConfigurationError
+from ..schema import diff
 from ..spec import SourceSpec, TableWatch, resolve
 from ..types import Capability, Connection, FinishedSplit, Offset, SnapshotSplit
 from .arrow import REPORT_SPARK, TableBatcher, envelope_schema
 from .engine_state import STREAM_FILE, ChunkCache, EngineState, checkpointed, stage_name
-from .reads import LogPartition, SplitPartition, read_log, read_splits
-from .requests import forget_requests, pending_requests
+from .reads import (
+    LogPartition,
+    SplitPartition,
+    read_log,
+    read_splits,
+    staged_schema_changes,
+)
+from .requests import SnapshotRequest, forget_requests, pending_requests, write_request
 from .statestore import StateStore
 
 log = logging.getLogger(__name__)
@@ -160,6 +167,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._watch = TableWatch(spec) if spec.follows_tables else None
         self._outcomes: dict[str, dict[str, Any]] = {}
         """The snapshot requests taken up by this driver, for the progress report."""
+        self._versions: dict[str, int] = {}
+        """Schema versions of tables whose columns changed while this driver ran."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -221,6 +230,12 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._progress = progress_of(sync, self.spec.options.split_size, previous,
                                      head, caught_up)
         self._progress["counted"] = counted
+        versions = {**(previous or {}).get("schema_versions", {}), **self._versions}
+        if versions:
+            self._progress["schema_versions"] = versions
+            for table, version in versions.items():
+                if table in self._progress["tables"]:
+                    self._progress["tables"][table]["schema_version"] = version
         requests = {**(previous or {}).get("requests", {}), **self._outcomes}
         if requests:
             self._progress["requests"] = dict(list(requests.items())[-20:])  # the last ones
@@ -265,6 +280,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if engine.inflight:
             sync = self.machine.fold(sync, self._staged(start["state"], engine))
             self._report(sync, engine.seq)  # before a table may turn pure-log, dropping splits
+        if engine.log_from is not None:
+            sync = self._fold_schema_changes(start["state"], engine, sync)
         sync = self._serve_requests(self._follow_tables(sync))
         batch = self.machine.next_batch(self.conn, sync, self._log_head,
                                         self.spec.splits_per_batch)
@@ -293,6 +310,41 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.spec.target.create_tables(found.added)
             sync = self.machine.add_tables(self.conn, sync, found.added)
         return sync
+
+    def _fold_schema_changes(self, name: str, engine: EngineState, sync: SyncState
+                             ) -> SyncState:
+        """``sync`` with the schema changes that log batch ``name`` followed: each table
+        from then on has its new columns; one that gained columns is read again (a request
+        of the sync's own, written again if this is done again after a crash), so the rows
+        the log did not touch get their values (a default, a renamed column's)."""
+        changes = staged_schema_changes(self.store, name)
+        if not changes:
+            return sync
+        tables = dict(sync.tables)
+        waiting = {r.table for r in pending_requests(self.store)
+                   if r.id not in sync.served and r.where is None}  # they read the new columns
+        for change in changes:
+            old = tables.get(change.table)
+            if old is None:
+                continue
+            new = choose_key(change.schema, self.spec.options)
+            tables[change.table] = new
+            label = str(change.table)
+            self._versions[label] = self._versions.get(label, self._known_version(label)) + 1
+            found = diff(old, new)
+            log.warning("table %s: columns changed at %s (%s): followed", change.table,
+                        change.offset, found.describe())
+            if found.needs_reread and change.table not in waiting:
+                waiting.add(change.table)
+                digest = stage_name(SnapshotSplit(change.table, 0, None, None))
+                write_request(self.store, SnapshotRequest(
+                    f"schema-{engine.seq:012d}-{digest}", change.table, None, time.time()))
+        return replace(sync, tables=tables)
+
+    def _known_version(self, table: str) -> int:
+        """The schema version of ``table`` in the last report (1: its first columns)."""
+        report = self._progress or self.store.read_json("progress.json") or {}
+        return int(report.get("schema_versions", {}).get(table, 1))
 
     def _serve_requests(self, sync: SyncState) -> SyncState:
         """``sync`` with the snapshot requests waiting in the state directory taken up (see

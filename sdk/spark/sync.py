@@ -17,7 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import (
+    ConfigurationError,
+    FatalSyncError,
+    OffsetExpiredError,
+    PreflightError,
+    SdkError,
+)
 from ..metrics import MetricsServer
 from ..spec import UNTIL, SourceSpec, checkpoint_paths, resolve
 from ..types import FinishedSplit
@@ -56,7 +62,7 @@ class Retries:
         self.since = self.since if self.since is not None else now
         if stop.is_set() or not any(mark in text for mark in TRANSIENT) or \
                 now - self.since + self.delay > self.seconds:
-            raise failure
+            raise user_error(failure) or failure
         reason = next((line.strip() for line in text.splitlines()
                        if any(mark in line for mark in TRANSIENT)), text.splitlines()[0])
         log.warning("sync: %s; restarting from the checkpoint in %.0f s (giving up after "
@@ -65,6 +71,22 @@ class Retries:
             raise failure
         self.delay = min(self.delay * 2, 30.0)
         self.count += 1
+
+
+_USER_ERRORS = {cls.__name__: cls for cls in (
+    ConfigurationError, FatalSyncError, OffsetExpiredError, PreflightError)}
+
+
+def user_error(failure: BaseException) -> SdkError | None:
+    """The error a task raised for the user to act on (a schema change it cannot follow, an
+    expired log position), out of the JVM exception Spark reports it in; None for others."""
+    import re
+
+    for line in str(failure).splitlines():
+        found = re.search(r"sdk\.errors\.(\w+): (.+)", line)
+        if found and found.group(1) in _USER_ERRORS:
+            return _USER_ERRORS[found.group(1)](found.group(2).strip())
+    return None
 
 
 @dataclass
@@ -216,16 +238,16 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
          retry_seconds: float, metrics: MetricsServer | None) -> SyncSummary:
     """:func:`run_sync` once it owns the checkpoint."""
     spec = checkpointed(resolved)
+    resumed = bool(StateStore(state_dir).list_dir("states"))
     mirror: Mirror | Tally | None = None
     if spec.target is not None:
-        spec.target.create_tables(spec.tables)
+        spec.target.create_tables(spec.tables, own=resumed)
         mirror = Tally()
     elif target is not None:
         store = StateStore(state_dir)
         mirror = Mirror(target, spec.tables, envelope=spec.envelope,
                         target_schema=target_schema, shuffle=False,
-                        more_tables=lambda: captured_tables(store) if spec.follows_tables
-                        else ())
+                        more_tables=lambda: captured_tables(store), own_tables=resumed)
     change_log = ChangeLog(changes) if changes is not None else None
 
     def each_batch(df: Any, batch_id: int) -> None:

@@ -142,6 +142,12 @@ class Harness:
         self.execute(f"CREATE TABLE {self.qualified(name)} ({', '.join(parts)})")
         return self.table_id(name)
 
+    def add_column_sql(self, name: str, column: str, kind: str) -> str:
+        """The statement adding ``column`` of kit kind ``kind`` to table ``name`` (for the
+        schema-change tests); override for another SQL dialect's spelling."""
+        return (f"ALTER TABLE {self.qualified(name)} ADD COLUMN {self.quote(column)} "
+                f"{self.column_type(kind)}")
+
     def drop_table(self, name: str) -> None:
         self.execute(f"DROP TABLE IF EXISTS {self.qualified(name)}")
 

@@ -26,7 +26,17 @@ from ..config import ConnectionConfig
 from ..dialects import Dialect
 from ..errors import RetriableError
 from ..hookspecs import CAPABILITY_HOOKS
-from ..types import Capability, ChangeEvent, Heartbeat, Key, Offset, Row, SnapshotSplit
+from ..types import (
+    Capability,
+    ChangeEvent,
+    Heartbeat,
+    Key,
+    Offset,
+    Row,
+    SchemaChange,
+    SnapshotSplit,
+    TableSchema,
+)
 from .harness import Feature, Harness
 from .kit import (
     DEADLINE_SECONDS,
@@ -329,6 +339,48 @@ class TestBoundedStream:
         assert [e.key for e in kit.events([items], low, high)] == [(1,)]
         assert kit.events([items], high, high) == []
         assert time.monotonic() - started < 60
+
+
+@requires(Capability.SCHEMA_CHANGES)
+class TestSchemaChanges:
+    """3b. With ``schema_changes``: a column added in the log is announced by a
+    ``SchemaChange`` before the first change in the new shape, and later rows have its
+    columns, as ``read_range`` reads them with the new schema."""
+
+    def _change(self, kit: Kit) -> tuple[TableSchema, list[Any]]:
+        items = kit.items([(1, "one")])
+        h = kit.harness
+        low = kit.offset()
+        h.execute(kit.sql("kit_items", "UPDATE {t} SET v = 'before' WHERE id = 1"))
+        h.execute(h.add_column_sql(kit.physical("kit_items"), "extra", "int"))
+        h.execute(kit.insert_sql("kit_items", ("id", "v", "extra"), (2, "two", 22)))
+        h.execute(kit.sql("kit_items", "UPDATE {t} SET extra = 11 WHERE id = 1"))
+        high = kit.offset()
+        h.wait_for_log(high)
+        items_after = [i for i in kit.dialect.stream_log(kit.conn, [items], low, high)
+                       if isinstance(i, (ChangeEvent, SchemaChange))]
+        return items, items_after
+
+    def test_an_added_column_is_announced_before_its_first_change(self, kit: Kit) -> None:
+        items, got = self._change(kit)
+        kinds = [type(i).__name__ for i in got]
+        assert kinds == ["ChangeEvent", "SchemaChange", "ChangeEvent", "ChangeEvent"], kinds
+        change = got[1]
+        assert isinstance(change, SchemaChange) and change.table == items.table
+        assert change.schema.column_names == (*items.column_names, "extra")
+        assert change.schema.key == items.key
+        assert kit.dialect.compare_offset(got[0].offset, change.offset) < 0
+        assert kit.dialect.compare_offset(change.offset, got[2].offset) <= 0
+        assert got[0].after == (1, "before")
+        new_rows = {r[0]: r for r in kit.rows(change.schema)}
+        assert got[2].after == new_rows[2] and got[3].after == new_rows[1] == (1, "before", 11)
+
+    def test_a_repeated_read_yields_the_same_change(self, kit: Kit) -> None:
+        items, got = self._change(kit)
+        again = [i for i in kit.dialect.stream_log(kit.conn, [items], got[0].offset,
+                                                   kit.offset())
+                 if isinstance(i, (ChangeEvent, SchemaChange))]
+        assert again == got, "a repeated read differs"
 
 
 class TestOpenStream:
