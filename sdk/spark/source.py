@@ -260,6 +260,19 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.spec.dialect_obj.current_offset(self.conn)
 
+    def _extend_target(self, sync: SyncState) -> None:
+        """Under Trigger.AvailableNow, read the log up to the highest watermark of the
+        splits still filtered too: a table read again (or snapshotted) after the target was
+        taken then reaches its pure-log phase in this run, and requests waiting for it (a
+        table read again after a schema change) are served before the run ends."""
+        if self._target is None:
+            return
+        compare = self.spec.dialect_obj.compare_offset
+        for splits in sync.finished.values():
+            for split in splits:
+                if compare(split.watermark, self._target) > 0:
+                    self._target = split.watermark
+
     def _log_head(self, position: Offset) -> Offset:
         """The log head, asked at most every ``log.poll-interval.ms``; never past the
         Trigger.AvailableNow target."""
@@ -283,6 +296,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if engine.log_from is not None:
             sync = self._fold_schema_changes(start["state"], engine, sync)
         sync = self._serve_requests(self._follow_tables(sync))
+        self._extend_target(sync)
         batch = self.machine.next_batch(self.conn, sync, self._log_head,
                                         self.spec.splits_per_batch)
         if batch is None:
@@ -337,8 +351,11 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if found.needs_reread and change.table not in waiting:
                 waiting.add(change.table)
                 digest = stage_name(SnapshotSplit(change.table, 0, None, None))
-                write_request(self.store, SnapshotRequest(
-                    f"schema-{engine.seq:012d}-{digest}", change.table, None, time.time()))
+                request = SnapshotRequest(f"schema-{engine.seq:012d}-{digest}", change.table,
+                                          None, time.time())
+                write_request(self.store, request)
+                log.warning("table %s gained columns: it is read again (request %s)",
+                            change.table, request.id)
         return replace(sync, tables=tables)
 
     def _known_version(self, table: str) -> int:
@@ -371,6 +388,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif table not in sync.plans and table not in sync.finished and \
                     table not in sync.leaving:
                 sync = self.machine.reread(self.conn, sync, table, request.where, request.id)
+                log.warning("snapshot request %s: table %s read again%s", request.id, table,
+                            f" where {request.where}" if request.where else "")
                 self._outcomes[request.id] = {"table": str(table), "state": "served",
                                               "where": request.where}
         return sync
