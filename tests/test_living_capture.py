@@ -106,7 +106,7 @@ def source(request: pytest.FixtureRequest) -> Iterator[Source]:
             local.conn.query(sql)
         yield Source("mysql", request.getfixturevalue("mysql_url"), f"sdk_test.lc{tag}",
                      run_mysql, lambda n: f"`lc{tag}_{n}`")
-        for name in "abcd":
+        for name in "abcds":
             run_mysql(f"DROP TABLE IF EXISTS `lc{tag}_{name}`")
         return
     import psycopg
@@ -127,6 +127,17 @@ def source(request: pytest.FixtureRequest) -> Iterator[Source]:
                       "WHERE slot_name = %s", (f"sdk_s_{tag}",))
         admin.execute(f"DROP PUBLICATION IF EXISTS sdk_p_{tag}")
         admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def mirror_schema(postgres_admin: Any) -> Iterator[str]:
+    """A PostgreSQL schema the sync mirrors into, dropped after the test however it ends."""
+    name = f"lc_mirror_{uuid.uuid4().hex[:8]}"
+    postgres_admin.execute(f"CREATE SCHEMA {name} AUTHORIZATION sdk_cdc")
+    try:
+        yield name
+    finally:
+        postgres_admin.execute(f"DROP SCHEMA {name} CASCADE")
 
 
 def _table_line(name: str, state: str, at_least: int = 0) -> Callable[[str], bool]:
@@ -170,15 +181,14 @@ def _rows(dialect_name: str, url: str, table: TableId) -> dict[Any, tuple[Any, .
 
 
 def test_tables_created_and_dropped_while_streaming_are_followed_exactly_once(
-            source: Source, postgres_admin: Any, postgres_url: str, tmp_path: Path) -> None:
+            source: Source, mirror_schema: str, postgres_url: str, tmp_path: Path) -> None:
     prefix = source.schema.rsplit(".", 1)[-1]
     names = {n: f"{prefix}_{n}" if source.dialect == "mysql" else n for n in "abcd"}
     shown = {n: f"{source.schema}_{n}" if source.dialect == "mysql" else f"{source.schema}.{n}"
              for n in "abcd"}
     source.create("a", 3000)
     source.create("b", 500)
-    target_schema = f"lc_mirror_{uuid.uuid4().hex[:8]}"
-    postgres_admin.execute(f"CREATE SCHEMA {target_schema} AUTHORIZATION sdk_cdc")
+    target_schema = mirror_schema
     patterns = f"{source.schema}_*" if source.dialect == "mysql" else f"{source.schema}.*"
     chained = source.dialect == "postgres"  # the mirror written by the source's tasks
     args = ["sync", "--source", source.url, "--target", postgres_url, "--tables", patterns,
@@ -213,18 +223,15 @@ def test_tables_created_and_dropped_while_streaming_are_followed_exactly_once(
     assert done.wait(timeout=600) == 0
     state = latest(StateStore(state_dir))
     assert state is not None and len(state.sync.served) == 2 and not state.sync.rereads
-    try:
-        for n in "acd":
-            source_table = TableId(*shown[n].split(".", 1)) if source.dialect == "postgres" \
-                else TableId("sdk_test", names[n])
-            expected = _rows(source.dialect, source.url, source_table)
-            got = _rows("postgres", postgres_url, TableId(target_schema, source_table.name))
-            assert got == expected, f"table {n}"
-        if not chained:
-            snapshot_rows, changes = assert_once(tmp_path / "changes", source.dialect)
-            assert snapshot_rows >= 3000 + 500 + 8000 + 200 + 8000 + 1000 and changes > 0
-    finally:
-        postgres_admin.execute(f"DROP SCHEMA {target_schema} CASCADE")
+    for n in "acd":
+        source_table = TableId(*shown[n].split(".", 1)) if source.dialect == "postgres" \
+            else TableId("sdk_test", names[n])
+        expected = _rows(source.dialect, source.url, source_table)
+        got = _rows("postgres", postgres_url, TableId(target_schema, source_table.name))
+        assert got == expected, f"table {n}"
+    if not chained:
+        snapshot_rows, changes = assert_once(tmp_path / "changes", source.dialect)
+        assert snapshot_rows >= 3000 + 500 + 8000 + 200 + 8000 + 1000 and changes > 0
 
 
 DDL = {
@@ -267,8 +274,7 @@ def _version_at_least(version: int) -> Callable[[str], bool]:
 
 
 def test_schema_changes_are_followed_while_writers_run(
-        source: Source, postgres_admin: Any, postgres_url: str, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        source: Source, mirror_schema: str, postgres_url: str, tmp_path: Path) -> None:
     """Columns added (with defaults, in the middle too), widened, renamed and dropped while
     a writer changes the table, SIGKILLs between them: the mirror ends with the source's
     columns and values; a narrowing stops the sync with an error naming it."""
@@ -276,8 +282,7 @@ def test_schema_changes_are_followed_while_writers_run(
     table = TableId("sdk_test", f"{source.schema.rsplit('.', 1)[-1]}_s") \
         if source.dialect == "mysql" else TableId(source.schema, "s")
     shown = str(table)
-    target_schema = f"lc_mirror_{uuid.uuid4().hex[:8]}"
-    postgres_admin.execute(f"CREATE SCHEMA {target_schema} AUTHORIZATION sdk_cdc")
+    target_schema = mirror_schema
     chained = source.dialect == "postgres"
     args = ["sync", "--source", source.url, "--target", postgres_url, "--tables", shown,
             "--target-schema", target_schema, "--checkpoint", str(tmp_path / "ck"),
@@ -305,16 +310,13 @@ def test_schema_changes_are_followed_while_writers_run(
         _kill(second)
     done = sync_process([*args, "--until", "caught-up"])
     assert done.wait(timeout=600) == 0
-    try:
-        expected = _by_name(source.dialect, source.url, table)
-        got = _by_name("postgres", postgres_url, TableId(target_schema, table.name))
-        assert set(next(iter(got.values()))) == {"id", "v", "n", "amount"}
-        assert got == expected
-        if not chained:
-            assert_once(tmp_path / "changes", source.dialect, reads_again=True)
-        source.run(NARROWING[source.dialect].format(t=source.quote("s")))
-        source.run(f"UPDATE {source.quote('s')} SET v = 'narrowed' WHERE id < 100")
-        refused = sync_process([*args, "--until", "caught-up"])
-        assert refused.wait(timeout=600) == 2
-    finally:
-        postgres_admin.execute(f"DROP SCHEMA {target_schema} CASCADE")
+    expected = _by_name(source.dialect, source.url, table)
+    got = _by_name("postgres", postgres_url, TableId(target_schema, table.name))
+    assert set(next(iter(got.values()))) == {"id", "v", "n", "amount"}
+    assert got == expected
+    if not chained:
+        assert_once(tmp_path / "changes", source.dialect, reads_again=True)
+    source.run(NARROWING[source.dialect].format(t=source.quote("s")))
+    source.run(f"UPDATE {source.quote('s')} SET v = 'narrowed' WHERE id < 100")
+    refused = sync_process([*args, "--until", "caught-up"])
+    assert refused.wait(timeout=600) == 2
