@@ -39,6 +39,11 @@ class MissingKeyError(ConfigurationError):
     """A table has neither a primary key nor a chosen non-null unique key to split and merge on."""
 
 
+class SchemaChangedError(ConfigurationError):
+    """A stream of one table's typed columns met a change of the table's columns it can
+    follow: it stops there, and a restart of the query reads on with the new columns."""
+
+
 class SyncError(SdkError):
     """Something went wrong while reading or writing changes."""
 

@@ -70,6 +70,10 @@ def render(report: Mapping[str, Any], retries: int = 0) -> str:
            "snapshot done, streaming, leaving, dropped)",
            [({"table": table, "state": state}, 1.0 if values.get("state") == state else 0.0)
             for table, values in sorted(tables.items()) for state in TABLE_STATES])
+    metric("sdk_table_schema_version", "gauge", "the version of each table's columns (1 as "
+           "first captured, one more for each schema change followed)",
+           [({"table": table}, float(values.get("schema_version", 1)))
+            for table, values in sorted(tables.items())])
     return "\n".join(out) + "\n"
 
 

@@ -72,6 +72,12 @@ class SchemaDiff:
             any(new_key[c.name].type is not c.type for c in old_key)
 
     @property
+    def quiet(self) -> bool:
+        """Nothing a sync's output carries changed (a column's nullability, say): the schema
+        version stays."""
+        return not (self.added or self.dropped or self.retyped or self.key_changed)
+
+    @property
     def needs_reread(self) -> bool:
         """A column was added (or renamed): the rows the log does not touch hold values the
         target does not have yet (a default, the renamed column's), so the table is read

@@ -11,6 +11,7 @@ import struct
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -32,6 +33,7 @@ from sdk import (
     TableSchema,
     get_dialect,
 )
+from sdk.algorithm import PhaseHooks, SyncOptions, read_split
 from sdk_postgres import _pgoutput as pgo
 
 pytestmark = pytest.mark.postgres
@@ -417,3 +419,27 @@ def test_a_stream_given_a_newer_schema_than_its_first_rows(
     assert items[0].schema == old and items[2].schema == new  # type: ignore[union-attr]
     assert [i.after for i in items if isinstance(i, ChangeEvent)] == [
         (1, "a", 1, Decimal("1.25")), (2, "b", Decimal("2.50"))]
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_a_column_dropped_while_a_split_is_read(pg: Dialect, capture: Any,
+                                                postgres_admin: Any, atomic: bool) -> None:
+    """A column dropped after a split's low watermark (the initial snapshot still running):
+    the split reads the columns the table still has, the dropped one None."""
+    conn, make = capture
+    schema = make(TABLE, [(1, "a", 1, 1.5), (2, "b", 2, 2.5)])
+    name = f'"{schema.table.name}"'
+    dropped: list[str] = []
+
+    def drop(split: SnapshotSplit) -> None:
+        if not dropped:
+            dropped.append(split.split_id)
+            postgres_admin.execute(f"UPDATE {name} SET v = 'w' WHERE id = 1")
+            postgres_admin.execute(f"ALTER TABLE {name} DROP COLUMN w")
+
+    options = replace(SyncOptions(), atomic_snapshot=atomic)
+    result = read_split(pg, conn, schema, SnapshotSplit(schema.table, 0, None, None), options,
+                        PhaseHooks(after_low_watermark=drop))
+    assert dropped
+    assert sorted(result.rows) == [(1, "w", None, Decimal("1.50")),
+                                   (2, "b", None, Decimal("2.50"))]

@@ -90,7 +90,8 @@ def test_batch_read_is_auto_named_and_typed(spark: Any, tmp_path: Path) -> None:
     df = (spark.read.format("cdc").option("url", url).option("tables", "items")
           .option("snapshot.split.size", "300").load())
     assert [f.name for f in df.schema.fields] == \
-        ["id", "name", "price", "data", "_op", "_offset", "_commit_ts", "_seq"]
+        ["id", "name", "price", "data", "_op", "_offset", "_commit_ts", "_seq",
+         "_schema_version"]
     got = {(r.id,): (r.id, r.name, r.price, r.data) for r in df.collect()}
     assert got == source_rows(url, "items")
     assert {r._op for r in df.select("_op").distinct().collect()} == {"r"}
@@ -99,7 +100,8 @@ def test_batch_read_is_auto_named_and_typed(spark: Any, tmp_path: Path) -> None:
 def test_several_tables_come_in_one_envelope(spark: Any, tmp_path: Path) -> None:
     url = make_source(tmp_path, rows=50)
     df = spark.read.format("cdc").option("url", url).load()
-    assert df.columns == ["table", "op", "key", "before", "after", "offset", "commit_ts", "seq"]
+    assert df.columns == ["table", "op", "key", "before", "after", "offset", "commit_ts", "seq",
+                          "schema_version"]
     counts = {r["table"]: r["count"] for r in df.groupBy("table").count().collect()}
     assert counts == {"main.items": 50, "main.pairs": 90}
     pair = df.where("table = 'main.pairs'").orderBy("key").first()

@@ -70,22 +70,24 @@ def test_typed_output_and_envelope_agree_on_every_type(spark: Any) -> None:
     events = [ChangeEvent(TABLE.table, "c", (r[0],), r, Offset("x", n=i), commit_ts=10**15)
               for i, r in enumerate(ROWS)]
     rows, ops, offsets, stamps = event_rows(batcher, events)
-    typed = probe(spark, "typed_probe", [batcher.batch(rows, ops, offsets, stamps, 0)],
+    typed = probe(spark, "typed_probe", [batcher.batch(rows, ops, offsets, stamps, 0, 3)],
                   batcher.spark_schema)
-    envelope = probe(spark, "envelope_probe", [envelope_batch({TABLE.table: TABLE}, events, 0)],
+    envelope = probe(spark, "envelope_probe",
+                     [envelope_batch({TABLE.table: TABLE}, events, 0, {TABLE.table: 3})],
                      envelope_schema()[0])
     back = split_tables(envelope, [TABLE])["db.all_types"]
     assert back.schema == typed.schema
     got_typed = sorted(typed.collect())
     assert got_typed == sorted(back.collect())
     first = got_typed[0].asDict()
+    assert first["_schema_version"] == 3  # the schema version travels in both outputs
     assert first["dec"] == Decimal("18446744073709551615")
     assert first["wide"] == str(ROWS[0][8])  # wider than 38 digits: kept exactly as text
     assert first["instant"].astimezone(dt.UTC) == ROWS[0][14]
     assert first["wall"] == ROWS[0][13] and first["span"] == ROWS[0][15]
     assert first["tod"] == "23:59:59.999999" and first["bin"] == bytearray(b"\x00\xff")
     assert all(v is None for k, v in got_typed[1].asDict().items()
-               if k not in ("id", "_op", "_offset", "_commit_ts", "_seq"))
+               if k not in ("id", "_op", "_offset", "_commit_ts", "_seq", "_schema_version"))
 
 
 def test_key_moving_update_becomes_delete_then_insert(spark: Any) -> None:

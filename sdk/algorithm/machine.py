@@ -244,7 +244,8 @@ class PhaseMachine:
                        tables={t: s for t, s in state.tables.items() if t not in gone},
                        plans={t: p for t, p in state.plans.items() if t not in gone},
                        finished={t: f for t, f in state.finished.items() if t not in gone},
-                       leaving={t: o for t, o in state.leaving.items() if t not in gone})
+                       leaving={t: o for t, o in state.leaving.items() if t not in gone},
+                       versions={t: v for t, v in state.versions.items() if t not in gone})
 
     def hand_out(self, conn: Connection, state: SyncState, limit: int
                  ) -> tuple[SyncState, list[SnapshotSplit]]:

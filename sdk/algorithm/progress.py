@@ -32,7 +32,8 @@ def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | No
         if not finished and plan is None and name in tables and \
                 tables[name].get("state") != "dropped":
             tables[name] = {**tables[name], "snapshot_done": True,
-                            "state": _table_state(state, table, True)}
+                            "state": _table_state(state, table, True),
+                            "schema_version": state.version(table)}
             continue
         done = len(finished)
         rows = sum(f.rows for f in finished)
@@ -42,7 +43,8 @@ def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | No
             estimate = done
         tables[name] = {"splits_done": done, "splits_estimated": estimate, "rows": rows,
                         "snapshot_done": plan is None,
-                        "state": _table_state(state, table, plan is None)}
+                        "state": _table_state(state, table, plan is None),
+                        "schema_version": state.version(table)}
     started = previous.get("started_at", now)
     rows_total = sum(t["rows"] for t in tables.values())
     elapsed = max(now - started, 1e-9)

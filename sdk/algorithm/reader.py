@@ -81,7 +81,23 @@ def read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: Sn
     ``pace`` paces the rows read (``snapshot.rows-per-second``). A split with ``since``
     reads again a table whose changes were emitted up to there (see :func:`reread`)."""
     if split.since is None:
-        return _read_split(dialect, conn, table, split, options, hooks, view_token, pace)
+        try:
+            return _read_split(dialect, conn, table, split, options, hooks, view_token, pace)
+        except Exception as failure:
+            # a column dropped while the snapshot runs (the log phase follows the drop when
+            # it meets it): read the columns the table still has, the dropped one None
+            try:
+                reading = live_columns(dialect, conn, table)
+            except Exception:
+                raise failure from None
+            if reading is None:
+                raise
+            log.warning("table %s no longer has column(s) %s: split %s reads the others",
+                        table.table, ", ".join(sorted(set(table.column_names) -
+                                                      set(reading[0].column_names))),
+                        split.split_id)
+            return _read_split(dialect, conn, table, split, options, hooks, view_token, pace,
+                               reading)
     result = _read_split(dialect, conn, table, split, options, hooks, view_token, pace,
                          live_columns(dialect, conn, table))
     return reread(dialect, conn, table, result, split.since)

@@ -48,6 +48,13 @@ class SyncState:
     the rows read must meet (None: all): their splits left to hand out are in ``plans``."""
     served: tuple[str, ...] = ()
     """The snapshot requests this sync took up (each is served once)."""
+    versions: Mapping[TableId, int] = field(default_factory=dict)
+    """The schema version of each table whose columns changed since it was first captured
+    (absent: 1), one more for each schema change followed."""
+
+    def version(self, table: TableId) -> int:
+        """``table``'s schema version (1: the columns it was first captured with)."""
+        return self.versions.get(table, 1)
 
     def to_json(self, finished: bool = True) -> dict[str, Any]:
         """``finished=False`` leaves the finished splits out (``"finished": []``), for a store
@@ -66,6 +73,8 @@ class SyncState:
             **({"rereads": [[t.to_json(), w] for t, w in self.rereads.items()]}
                if self.rereads else {}),
             **({"served": list(self.served)} if self.served else {}),
+            **({"versions": [[t.to_json(), v] for t, v in self.versions.items()]}
+               if self.versions else {}),
         }
 
     def dumps(self) -> str:
@@ -91,6 +100,7 @@ class SyncState:
                      for t, o in data.get("leaving", [])},
             rereads={TableId.from_json(t): w for t, w in data.get("rereads", [])},
             served=tuple(data.get("served", [])),
+            versions={TableId.from_json(t): v for t, v in data.get("versions", [])},
         )
 
     @classmethod

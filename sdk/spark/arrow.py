@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -31,6 +31,7 @@ META_COLUMNS = (
     ("_offset", T.StringType(), pa.string()),
     ("_commit_ts", T.TimestampType(), pa.timestamp("us", tz="UTC")),
     ("_seq", T.LongType(), pa.int64()),
+    ("_schema_version", T.IntegerType(), pa.int32()),
 )
 
 #: The envelope that carries changes of several tables in one stream.
@@ -43,6 +44,7 @@ ENVELOPE_COLUMNS = (
     ("offset", T.StringType(), pa.string()),
     ("commit_ts", T.TimestampType(), pa.timestamp("us", tz="UTC")),
     ("seq", T.LongType(), pa.int64()),
+    ("schema_version", T.IntegerType(), pa.int32()),
 )
 
 REPORT_ARROW = pa.schema([("table", pa.string()), ("applied", pa.int64()),
@@ -160,13 +162,15 @@ class TableBatcher:
         self._width = len(table.columns)
 
     def batch(self, rows: Sequence[Sequence[Any] | None], ops: Sequence[str],
-              offsets: Sequence[str], commit_ts: Sequence[int | None], first_seq: int
-              ) -> pa.RecordBatch:
-        """A record batch: ``rows`` (None for a key-only delete) with their metadata."""
+              offsets: Sequence[str], commit_ts: Sequence[int | None], first_seq: int,
+              version: int = 1) -> pa.RecordBatch:
+        """A record batch: ``rows`` (None for a key-only delete) with their metadata;
+        ``version``: the table's schema version the rows were read at."""
         n = len(rows)
         meta = [pa.array(ops, type=pa.string()), pa.array(offsets, type=pa.string()),
                 pa.array(commit_ts, type=pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                pa.array(range(first_seq, first_seq + n), type=pa.int64())]
+                pa.array(range(first_seq, first_seq + n), type=pa.int64()),
+                pa.repeat(pa.scalar(version, pa.int32()), n)]
         return self._assemble(rows, meta, complete=False)
 
     def _assemble(self, rows: Sequence[Sequence[Any] | None], meta: list[pa.Array],
@@ -216,12 +220,14 @@ class TableBatcher:
                     ) from None
         raise AssertionError("unreachable: the column failed but no value does")
 
-    def snapshot_batch(self, rows: Sequence[Sequence[Any]], watermark: str) -> pa.RecordBatch:
+    def snapshot_batch(self, rows: Sequence[Sequence[Any]], watermark: str, version: int = 1
+                       ) -> pa.RecordBatch:
         """Snapshot rows: op ``r``, all at the split's watermark, ``_seq`` 0 (their keys are
         distinct, so their order does not matter)."""
         n = len(rows)
         meta = [pa.repeat(pa.scalar("r"), n), pa.repeat(pa.scalar(watermark), n),
-                pa.nulls(n, pa.timestamp("us", tz="UTC")), pa.repeat(pa.scalar(0), n)]
+                pa.nulls(n, pa.timestamp("us", tz="UTC")), pa.repeat(pa.scalar(0), n),
+                pa.repeat(pa.scalar(version, pa.int32()), n)]
         return self._assemble(rows, meta, complete=True)
 
     def rows_of(self, table: pa.Table) -> list[tuple[Any, ...]]:
@@ -289,13 +295,17 @@ def _image(table: TableSchema, row: Sequence[Any] | None) -> str | None:
     return dumps({c: encode_value(v) for c, v in zip(table.column_names, row, strict=True)})
 
 
-def envelope_batch(tables: dict[Any, TableSchema], events: Sequence[ChangeEvent],
-                   first_seq: int) -> pa.RecordBatch:
+def envelope_batch(tables: Mapping[Any, TableSchema], events: Sequence[ChangeEvent],
+                   first_seq: int, versions: Mapping[Any, int] | None = None
+                   ) -> pa.RecordBatch:
     """Events of any tables as envelope rows; images are JSON objects of column -> value
-    (values as :func:`sdk.codec.encode_value` writes them)."""
+    (values as :func:`sdk.codec.encode_value` writes them); ``versions``: each table's
+    schema version (absent: 1)."""
     cols: dict[str, list[Any]] = {n: [] for n, _, _ in ENVELOPE_COLUMNS}
+    versions = versions or {}
     for e in events:
         table = tables[e.table]
+        version = versions.get(e.table, 1)
         parts: list[tuple[str, Any, Any, Any]] = []
         if e.old_key is not None:
             parts.append(("d", e.old_key, e.before, None))
@@ -312,11 +322,13 @@ def envelope_batch(tables: dict[Any, TableSchema], events: Sequence[ChangeEvent]
                 cols["after"].append(None)
                 cols["offset"].append(e.offset.json_text())
                 cols["commit_ts"].append(e.commit_ts)
+                cols["schema_version"].append(version)
                 continue
             cols["before"].append(_image(table, before))
             cols["after"].append(_image(table, after))
             cols["offset"].append(e.offset.json_text())
             cols["commit_ts"].append(e.commit_ts)
+            cols["schema_version"].append(version)
     n = len(cols["op"])
     cols["seq"] = list(range(first_seq, first_seq + n))
     _, schema = envelope_schema()

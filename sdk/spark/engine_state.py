@@ -18,7 +18,7 @@ from ..algorithm.progress import with_staged
 from ..codec import dumps
 from ..errors import ConfigurationError
 from ..spec import SourceSpec
-from ..types import FinishedSplit, Offset, SnapshotSplit, TableId, TableSchema
+from ..types import FinishedSplit, Offset, SchemaChange, SnapshotSplit, TableId, TableSchema
 from .statestore import StateStore
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,13 @@ SCHEMA_STAGE = "schema.json"
 watermarks are the other ``.json`` files there): the driver folds them into the next state."""
 
 
+def staged_schema_changes(store: StateStore, state: str) -> list[SchemaChange]:
+    """The schema changes the log batch ending at ``state`` followed, in log order."""
+    data = store.read_json("batches", state, SCHEMA_STAGE) or []
+    return [SchemaChange(TableSchema.from_json(d["schema"]), Offset.from_json(d["offset"]))
+            for d in data]
+
+
 def stage_name(split: SnapshotSplit) -> str:
     """The file name a split's output is staged under in its batch: the split's table by
     identity (a digest of its name, safe for any characters) and the split's number, so a
@@ -146,10 +153,16 @@ def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = Non
     return with_staged(report, list(known.values()))
 
 
+def latest_name(store: StateStore) -> str | None:
+    """The name of the newest state stored, or None for a new state directory."""
+    names = sorted(n.removesuffix(".json") for n in store.list_dir("states"))
+    return names[-1] if names else None
+
+
 def latest(store: StateStore) -> EngineState | None:
     """The newest state stored, or None for a new state directory."""
-    names = sorted(n.removesuffix(".json") for n in store.list_dir("states"))
-    return EngineState.load(store, names[-1]) if names else None
+    name = latest_name(store)
+    return EngineState.load(store, name) if name else None
 
 
 def captured_tables(store: StateStore) -> list[TableSchema]:
@@ -196,4 +209,13 @@ def checkpointed(spec: SourceSpec) -> SourceSpec:
                     "streams add tables as they appear)", ", ".join(new))
     # the columns the sync has, not the live ones: a schema change not followed yet is met
     # in the log, at its place (and the target's tables match the sync's)
-    return replace(spec, tables=[state.sync.tables[t] for t in synced if t in resolved])
+    tables = [state.sync.tables[t] for t in synced if t in resolved]
+    if not envelope and spec.target is None and tables:
+        # a typed stream stopped at a schema change in its last batch (SchemaChangedError):
+        # the restarted query's columns are the table's after it, and the batch replays
+        name = latest_name(store)
+        assert name is not None
+        for change in staged_schema_changes(store, name):
+            if change.table == tables[0].table:
+                tables[0] = change.schema
+    return replace(spec, tables=tables)

@@ -52,8 +52,9 @@ def _typed(value: SparkColumn, column: Column) -> SparkColumn:
 
 def split_tables(envelope: DataFrame, tables: Sequence[TableSchema]) -> dict[str, DataFrame]:
     """One DataFrame per table with the same columns as a single-table read (the table's typed
-    columns, then ``_op``, ``_offset``, ``_commit_ts``, ``_seq``). A delete carries its before
-    image, or only its key columns when the log has no before image."""
+    columns, then ``_op``, ``_offset``, ``_commit_ts``, ``_seq``, ``_schema_version``). A
+    delete carries its before image, or only its key columns when the log has no before
+    image."""
     out: dict[str, DataFrame] = {}
     for table in tables:
         schema = T.StructType([_json_field(c) for c in table.columns])
@@ -61,7 +62,8 @@ def split_tables(envelope: DataFrame, tables: Sequence[TableSchema]) -> dict[str
         columns: list[Any] = [_typed(image.getField(c.name), c).alias(c.name)
                               for c in table.columns]
         columns += [F.col("op").alias("_op"), F.col("offset").alias("_offset"),
-                    F.col("commit_ts").alias("_commit_ts"), F.col("seq").alias("_seq")]
+                    F.col("commit_ts").alias("_commit_ts"), F.col("seq").alias("_seq"),
+                    F.col("schema_version").alias("_schema_version")]
         out[str(table.table)] = envelope.where(F.col("table") == str(table.table)) \
             .select(*columns)
     return out

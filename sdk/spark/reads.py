@@ -15,7 +15,7 @@ from pyspark.sql.datasource import InputPartition
 from ..algorithm import choose_key, log_filter, read_split
 from ..algorithm.throttle import throttle
 from ..codec import dumps
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, SchemaChangedError
 from ..schema import diff, projector
 from ..spec import SourceSpec
 from ..target import Applier, Pipeline
@@ -31,7 +31,7 @@ from ..types import (
     TableSchema,
 )
 from .arrow import REPORT_ARROW, TableBatcher, envelope_batch, envelope_schema, event_rows
-from .engine_state import SCHEMA_STAGE, EngineState, stage_name
+from .engine_state import SCHEMA_STAGE, EngineState, stage_name, staged_schema_changes
 from .statestore import StateStore
 
 BATCH_ROWS = 50_000
@@ -51,6 +51,8 @@ class SplitPartition(InputPartition):
     schemas: list[TableSchema] | None = None
     """The schemas of the splits' tables, as the sync state has them (a stream's tables may
     be added after it started); None: the source's tables (a batch read)."""
+    versions: dict[str, int] | None = None
+    """The schema versions of the splits' tables, by name (absent: 1)."""
 
     def __post_init__(self) -> None:
         super().__init__(None)
@@ -60,6 +62,9 @@ class SplitPartition(InputPartition):
             if schema.table == table:
                 return schema
         return spec.schema_of(table)
+
+    def version_of(self, table: TableId) -> int:
+        return (self.versions or {}).get(str(table), 1)
 
 
 @dataclass
@@ -79,7 +84,7 @@ def _envelope_out(spec: SourceSpec) -> bool:
 
 
 def _split_output(spec: SourceSpec, schema: TableSchema, rows: list[Any], watermark: Offset,
-                  deleted: list[Key]) -> list[pa.RecordBatch]:
+                  deleted: list[Key], version: int) -> list[pa.RecordBatch]:
     """A split's rows as batches of the table's typed columns or of the envelope, then the
     deletes of a table read again (its keys gone at the watermark)."""
     out = []
@@ -89,15 +94,16 @@ def _split_output(spec: SourceSpec, schema: TableSchema, rows: list[Any], waterm
         if _envelope_out(spec):
             events = [ChangeEvent(schema.table, "r", schema.key_of(r), r, watermark)
                       for r in chunk]
-            out.append(envelope_batch({schema.table: schema}, events, 0))
+            out.append(envelope_batch({schema.table: schema}, events, 0,
+                                      {schema.table: version}))
         else:
-            out.append(batcher.snapshot_batch(chunk, dumps(watermark.to_json())))
+            out.append(batcher.snapshot_batch(chunk, dumps(watermark.to_json()), version))
     if deleted:
         gone = _deletes(schema, deleted, watermark)
         if _envelope_out(spec):
-            out.append(envelope_batch({schema.table: schema}, gone, 0))
+            out.append(envelope_batch({schema.table: schema}, gone, 0, {schema.table: version}))
         else:
-            out.append(batcher.batch(*event_rows(batcher, gone), 0))
+            out.append(batcher.batch(*event_rows(batcher, gone), 0, version))
     return [b for b in out if b.num_rows]
 
 
@@ -186,7 +192,8 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                 result = read_split(dialect, conn, schema, split, spec.options,
                                     view_token=partition.view_token, pace=pace)
                 rows, watermark, deleted = result.rows, result.watermark, result.deleted
-                batches = _split_output(spec, schema, rows, watermark, deleted)
+                batches = _split_output(spec, schema, rows, watermark, deleted,
+                                        partition.version_of(split.table))
                 if store is not None and partition.stage is not None:
                     store.write_arrow(pa.Table.from_batches(batches,
                                                             schema=_stage_schema(spec, schema)),
@@ -226,17 +233,26 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
         yield from _apply_log(spec, partition, shapes)
         return
     tables = dict(shapes.tables)  # the columns of the changes read since the last change
-    batcher = None if spec.envelope else TableBatcher(spec.tables[0])
+    versions = dict(shapes.versions)  # and their schema versions
+    output = None if spec.envelope else spec.tables[0]  # a typed stream's columns
+    batcher = None if output is None else TableBatcher(output)
     seq = 0
     pending: list[ChangeEvent] = []
 
     def flush() -> pa.RecordBatch:
         nonlocal seq
-        if batcher is None:
-            batch = envelope_batch(tables, pending, seq)
+        if batcher is None or output is None:
+            batch = envelope_batch(tables, pending, seq, versions)
         else:
-            rows, ops, offsets, stamps = event_rows(batcher, pending)
-            batch = batcher.batch(rows, ops, offsets, stamps, seq)
+            events: list[ChangeEvent] = pending
+            shape = tables[output.table]
+            if shape.columns != output.columns:  # a replay after a restart for new columns
+                project = projector(shape, output)
+                events = [replace(e, after=project(e.after), before=project(e.before))
+                          for e in pending]
+            rows, ops, offsets, stamps = event_rows(batcher, events)
+            batch = batcher.batch(rows, ops, offsets, stamps, seq,
+                                  versions.get(output.table, 1))
         seq += batch.num_rows
         pending.clear()
         return batch
@@ -245,7 +261,7 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
         if isinstance(item, SchemaChange):  # the envelope's images carry the new columns
             if pending:
                 yield flush()
-            tables = dict(shapes.tables)
+            tables, versions = dict(shapes.tables), dict(shapes.versions)
             continue
         pending.append(item)
         if len(pending) >= BATCH_ROWS:
@@ -308,14 +324,20 @@ class Shapes:
     """The columns each table's rows have within one log batch, as the log's schema changes
     move them, under ``schema.changes``: ``evolve`` takes a change (staged for the driver),
     ``ignore`` reads the rows as the sync's columns, ``stop`` (or a change that could lose
-    values, or a typed stream's) ends the batch with an error naming it."""
+    values) ends the batch with an error naming it. A stream of one table's typed columns
+    stops at a change it has not met before with :class:`SchemaChangedError`: restarted, its
+    columns are the new ones (:func:`.engine_state.checkpointed`) and it follows the change
+    when the batch replays."""
 
     def __init__(self, spec: SourceSpec, engine: EngineState, store: StateStore,
                  state: str) -> None:
         self.spec, self.engine, self.store, self.state = spec, engine, store, state
         self.tables: dict[TableId, TableSchema] = dict(engine.sync.tables)
+        self.versions: dict[TableId, int] = dict(engine.sync.versions)
         self._ignored: dict[TableId, Any] = {}
         self._staged: list[dict[str, Any]] = []
+        self._met = {(c.table, c.offset) for c in staged_schema_changes(store, state)}
+        """The changes an earlier run of this batch followed or stopped at."""
 
     def change(self, item: SchemaChange) -> SchemaChange | None:
         """The change to follow, or None (ignored, or nothing the sync carries changed)."""
@@ -330,14 +352,11 @@ class Shapes:
             self._ignored[table] = projector(item.schema, self.engine.sync.tables[table])
             return None
         refusal = found.refusal()
-        quiet = not (found.added or found.dropped or found.retyped or found.key_changed)
+        quiet = found.quiet
         if quiet:  # nothing the output carries changed (a column's nullability, say)
             refusal = None
         elif refusal is None and policy == "stop":
             refusal = "schema.changes=stop"
-        if refusal is None and not quiet and not self.spec.envelope and \
-                self.spec.target is None:
-            refusal = "a stream of one table's typed columns cannot change its columns"
         if refusal is not None:
             raise ConfigurationError(
                 f"table {table} changed in the log at {item.offset} ({found.describe()}), "
@@ -346,9 +365,18 @@ class Shapes:
                 "target with schema.changes=evolve (or =ignore to keep the old columns)")
         self._ignored.pop(table, None)
         self.tables[table] = item.schema
+        if not quiet:
+            self.versions[table] = self.versions.get(table, 1) + 1
         self._staged.append({"schema": item.schema.to_json(),
                              "offset": item.offset.to_json()})
         self.store.write_json(self._staged, "batches", self.state, SCHEMA_STAGE)
+        if not quiet and not self.spec.envelope and self.spec.target is None and \
+                (table, item.offset) not in self._met:
+            raise SchemaChangedError(
+                f"table {table} changed in the log at {item.offset} ({found.describe()}): "
+                "this stream of the table's typed columns stops before the change; restart "
+                "the query and it reads on with the new columns (schema version "
+                f"{self.versions[table]}), the rows before the change read as the new columns")
         return item
 
     def event(self, event: ChangeEvent) -> ChangeEvent:
@@ -358,13 +386,6 @@ class Shapes:
         if project is None:
             return event
         return replace(event, after=project(event.after), before=project(event.before))
-
-
-def staged_schema_changes(store: StateStore, state: str) -> list[SchemaChange]:
-    """The schema changes the log batch ending at ``state`` followed, in log order."""
-    data = store.read_json("batches", state, SCHEMA_STAGE) or []
-    return [SchemaChange(TableSchema.from_json(d["schema"]), Offset.from_json(d["offset"]))
-            for d in data]
 
 
 def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes

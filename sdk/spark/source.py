@@ -43,13 +43,19 @@ from ..schema import diff
 from ..spec import SourceSpec, TableWatch, resolve
 from ..types import Capability, Connection, FinishedSplit, Offset, SnapshotSplit
 from .arrow import REPORT_SPARK, TableBatcher, envelope_schema
-from .engine_state import STREAM_FILE, ChunkCache, EngineState, checkpointed, stage_name
+from .engine_state import (
+    STREAM_FILE,
+    ChunkCache,
+    EngineState,
+    checkpointed,
+    stage_name,
+    staged_schema_changes,
+)
 from .reads import (
     LogPartition,
     SplitPartition,
     read_log,
     read_splits,
-    staged_schema_changes,
 )
 from .requests import SnapshotRequest, forget_requests, pending_requests, write_request
 from .statestore import StateStore
@@ -167,8 +173,6 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._watch = TableWatch(spec) if spec.follows_tables else None
         self._outcomes: dict[str, dict[str, Any]] = {}
         """The snapshot requests taken up by this driver, for the progress report."""
-        self._versions: dict[str, int] = {}
-        """Schema versions of tables whose columns changed while this driver ran."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -230,12 +234,6 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._progress = progress_of(sync, self.spec.options.split_size, previous,
                                      head, caught_up)
         self._progress["counted"] = counted
-        versions = {**(previous or {}).get("schema_versions", {}), **self._versions}
-        if versions:
-            self._progress["schema_versions"] = versions
-            for table, version in versions.items():
-                if table in self._progress["tables"]:
-                    self._progress["tables"][table]["schema_version"] = version
         requests = {**(previous or {}).get("requests", {}), **self._outcomes}
         if requests:
             self._progress["requests"] = dict(list(requests.items())[-20:])  # the last ones
@@ -334,7 +332,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         changes = staged_schema_changes(self.store, name)
         if not changes:
             return sync
-        tables = dict(sync.tables)
+        tables, versions = dict(sync.tables), dict(sync.versions)
         waiting = {r.table for r in pending_requests(self.store)
                    if r.id not in sync.served and r.where is None}  # they read the new columns
         for change in changes:
@@ -343,9 +341,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             new = choose_key(change.schema, self.spec.options)
             tables[change.table] = new
-            label = str(change.table)
-            self._versions[label] = self._versions.get(label, self._known_version(label)) + 1
             found = diff(old, new)
+            if not found.quiet:
+                versions[change.table] = versions.get(change.table, 1) + 1
             log.warning("table %s: columns changed at %s (%s): followed", change.table,
                         change.offset, found.describe())
             if found.needs_reread and change.table not in waiting:
@@ -356,12 +354,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 write_request(self.store, request)
                 log.warning("table %s gained columns: it is read again (request %s)",
                             change.table, request.id)
-        return replace(sync, tables=tables)
-
-    def _known_version(self, table: str) -> int:
-        """The schema version of ``table`` in the last report (1: its first columns)."""
-        report = self._progress or self.store.read_json("progress.json") or {}
-        return int(report.get("schema_versions", {}).get(table, 1))
+        return replace(sync, tables=tables, versions=versions)
 
     def _serve_requests(self, sync: SyncState) -> SyncState:
         """``sync`` with the snapshot requests waiting in the state directory taken up (see
@@ -416,7 +409,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             share = 1 / min(len(groups), self.spec.cores or len(groups))  # tasks at once
             tables = engine.sync.tables
             return [SplitPartition(group, end["state"], token, share,
-                                   [tables[t] for t in dict.fromkeys(s.table for s in group)])
+                                   [tables[t] for t in dict.fromkeys(s.table for s in group)],
+                                   {str(s.table): engine.sync.version(s.table) for s in group})
                     for group in groups]
         if engine.log_from is not None:
             return [LogPartition(end["state"])]
