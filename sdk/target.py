@@ -121,8 +121,9 @@ class Applier:
         dialect = get_dialect(self.target.dialect_name)
         held = {e.key for e in events if e.op != "d"}
         whole = SnapshotSplit(mirrored.table, split.index, split.start, split.end)
-        stale = [key for batch in dialect.read_range(self._conn, mirrored, whole, 10_000)
-                 for key in map(mirrored.key_of, batch) if key not in held]
+        keys = mirrored.key_columns()  # the key columns are all it needs to read
+        stale = [key for batch in dialect.read_range(self._conn, keys, whole, 10_000)
+                 for key in map(keys.key_of, batch) if key not in held]
         offset = events[0].offset if events else Offset("target")
         return [ChangeEvent(split.table, "d", key, None, offset) for key in stale]
 

@@ -233,6 +233,12 @@ class TableSchema:
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 
+    def key_columns(self) -> TableSchema:
+        """This table with only its key columns (in table order): to read keys alone."""
+        columns = tuple(c for c in self.columns if c.name in self.key)
+        return TableSchema(self.table, columns, self.primary_key if set(self.primary_key) <=
+                           set(self.key) else (), (), self.key)
+
     def key_of(self, row: Row) -> Key:
         """The key of a row given in column order (called per change: no generator)."""
         index = self.key_index

@@ -149,6 +149,16 @@ def mysql_url(mysql_admin: Any) -> str:
     return MYSQL_URL
 
 
+@pytest.fixture
+def mysql_conn(mysql_url: str) -> Iterator[Any]:
+    """A connection of the MySQL dialect as the CDC user, closed after the test."""
+    connection = get_dialect("mysql").connect(ConnectionConfig.from_url(mysql_url))
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
 @pytest.fixture(scope="session")
 def postgres_url(postgres_admin: Any) -> str:
     """The PostgreSQL test server's URL for the least-privilege CDC user."""

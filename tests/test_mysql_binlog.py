@@ -16,7 +16,6 @@ import pytest
 from sdk import (
     ChangeEvent,
     ConfigurationError,
-    ConnectionConfig,
     Dialect,
     SchemaChange,
     SnapshotSplit,
@@ -64,13 +63,9 @@ mysql: Dialect = get_dialect("mysql")
 
 
 @pytest.fixture
-def conn(mysql_url: str) -> Iterator[Any]:
-    """A connection of the dialect, closed after the test."""
-    connection = mysql.connect(ConnectionConfig.from_url(mysql_url))
-    try:
-        yield connection
-    finally:
-        connection.close()
+def conn(mysql_conn: Any) -> Any:
+    """A connection of the dialect (conftest's), closed after the test."""
+    return mysql_conn
 
 
 @pytest.fixture

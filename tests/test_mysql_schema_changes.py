@@ -20,7 +20,6 @@ import pytest
 from sdk import (
     Capability,
     ChangeEvent,
-    ConnectionConfig,
     Dialect,
     Offset,
     SchemaChange,
@@ -38,13 +37,9 @@ Item = ChangeEvent | SchemaChange
 
 
 @pytest.fixture
-def conn(mysql_url: str) -> Iterator[Any]:
-    """A connection of the dialect, closed after the test."""
-    connection = mysql.connect(ConnectionConfig.from_url(mysql_url))
-    try:
-        yield connection
-    finally:
-        connection.close()
+def conn(mysql_conn: Any) -> Any:
+    """A connection of the dialect (conftest's), closed after the test."""
+    return mysql_conn
 
 
 @pytest.fixture

@@ -124,8 +124,15 @@ CHAINED = ("snapshot-late", "log-phase-early", "mirror-write-snapshot")
 """Kill points for a chained stream too (its tasks apply what they read themselves)."""
 
 
-@pytest.mark.parametrize(("scenario", "chained"), [*((s, False) for s in SCENARIOS),
-                                                   *((s, True) for s in CHAINED)])
+EXHAUSTIVE = {("snapshot-early", False), ("log-phase-late", False),
+              ("mirror-write-snapshot", False), ("log-phase-early", True)}
+"""Kill points whose neighbours cover them in the test command's run; ``-m exhaustive`` (or
+``-m "slow or exhaustive"``) runs them too."""
+
+
+@pytest.mark.parametrize(("scenario", "chained"), [
+    pytest.param(s, c, marks=[pytest.mark.exhaustive] if (s, c) in EXHAUSTIVE else [])
+    for s, c in [*((s, False) for s in SCENARIOS), *((s, True) for s in CHAINED)]])
 def test_sigkill_and_restart_keeps_the_mirror_exact(tmp_path: Path, scenario: str,
                                                      chained: bool) -> None:
     url = make_source(tmp_path, rows=1000)

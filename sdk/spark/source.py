@@ -291,9 +291,10 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if engine.inflight:
             sync = self.machine.fold(sync, self._staged(start["state"], engine))
             self._report(sync, engine.seq)  # before a table may turn pure-log, dropping splits
+        waiting = pending_requests(self.store) if sync.phase is Phase.LOG else []
         if engine.log_from is not None:
-            sync = self._fold_schema_changes(start["state"], engine, sync)
-        sync = self._serve_requests(self._follow_tables(sync))
+            sync = self._fold_schema_changes(start["state"], engine, sync, waiting)
+        sync = self._serve_requests(self._follow_tables(sync), waiting)
         self._extend_target(sync)
         batch = self.machine.next_batch(self.conn, sync, self._log_head,
                                         self.spec.splits_per_batch)
@@ -323,17 +324,18 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             sync = self.machine.add_tables(self.conn, sync, found.added)
         return sync
 
-    def _fold_schema_changes(self, name: str, engine: EngineState, sync: SyncState
-                             ) -> SyncState:
+    def _fold_schema_changes(self, name: str, engine: EngineState, sync: SyncState,
+                             requests: list[SnapshotRequest]) -> SyncState:
         """``sync`` with the schema changes that log batch ``name`` followed: each table
         from then on has its new columns; one that gained columns is read again (a request
-        of the sync's own, written again if this is done again after a crash), so the rows
-        the log did not touch get their values (a default, a renamed column's)."""
+        of the sync's own, added to ``requests`` and written again if this is done again
+        after a crash), so the rows the log did not touch get their values (a default, a
+        renamed column's)."""
         changes = staged_schema_changes(self.store, name)
         if not changes:
             return sync
         tables, versions = dict(sync.tables), dict(sync.versions)
-        waiting = {r.table for r in pending_requests(self.store)
+        waiting = {r.table for r in requests
                    if r.id not in sync.served and r.where is None}  # they read the new columns
         for change in changes:
             old = tables.get(change.table)
@@ -352,18 +354,18 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 request = SnapshotRequest(f"schema-{engine.seq:012d}-{digest}", change.table,
                                           None, time.time())
                 write_request(self.store, request)
+                requests.append(request)
                 log.warning("table %s gained columns: it is read again (request %s)",
                             change.table, request.id)
         return replace(sync, tables=tables, versions=versions)
 
-    def _serve_requests(self, sync: SyncState) -> SyncState:
-        """``sync`` with the snapshot requests waiting in the state directory taken up (see
-        :mod:`.requests`): the files of those ``sync`` holds already are deleted (it is a
-        committed state), a table being read waits for its read to end, and a request that
-        cannot be served is recorded as refused."""
+    def _serve_requests(self, sync: SyncState, waiting: list[SnapshotRequest]) -> SyncState:
+        """``sync`` with the snapshot requests ``waiting`` in the state directory taken up
+        (see :mod:`.requests`): the files of those ``sync`` holds already are deleted (it is
+        a committed state), a table being read waits for its read to end, and a request
+        that cannot be served is recorded as refused."""
         if sync.phase is not Phase.LOG:
             return sync
-        waiting = pending_requests(self.store)
         forget_requests(self.store, [r.id for r in waiting if r.id in sync.served])
         dialect = self.spec.dialect_obj
         for request in (r for r in waiting if r.id not in sync.served):
