@@ -33,7 +33,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .spec import chosen_tables
     from .types import Requirement
 
-    dialect, config = default_manager().dialect_for_url(args.source)
+    dialect, config = default_manager().source_for_url(args.source)
     conn = dialect.connect(config)
     try:
         tables = chosen_tables(dialect, conn, config, ",".join(args.tables or ["*"]))

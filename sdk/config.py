@@ -33,6 +33,9 @@ class ConnectionConfig:
     password: str | None = field(default=None, repr=False)
     database: str | None = None
     options: Mapping[str, str] = field(default_factory=dict)
+    url: str = field(default="", repr=False, compare=False)
+    """The URL as given, for a dialect whose URL names a location rather than a server (a
+    table format's root: ``delta+s3://bucket/prefix``); it may hold a secret, never log it."""
 
     @classmethod
     def from_url(cls, url: str) -> ConnectionConfig:
@@ -56,7 +59,7 @@ class ConnectionConfig:
         options = dict(parse_qsl(parts.query))
         if dialect == "sqlite":
             path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
-            return cls(dialect, database=path or None, options=options)
+            return cls(dialect, database=path or None, options=options, url=url)
         database = unquote(parts.path.lstrip("/")) or None
         inline = unquote(parts.password) if parts.password else None
         password = _resolve_secret(options.pop("password_env", None),
@@ -69,6 +72,7 @@ class ConnectionConfig:
             password=password,
             database=database,
             options=options,
+            url=url,
         )
 
     @property

@@ -62,7 +62,8 @@ ENTRY_POINT_GROUP = "sdk.dialects"
 
 #: Dialects that ship inside the ``sdk`` wheel, with the extra that installs their driver.
 BUILTIN_EXTRAS = {"mysql": "mysql", "postgres": "postgres", "oracle": "oracle",
-                  "sqlserver": "sqlserver", "sqlite": None}
+                  "sqlserver": "sqlserver", "sqlite": None, "delta": "delta",
+                  "iceberg": "iceberg"}
 
 log = logging.getLogger(__name__)
 trace_log = logging.getLogger("sdk.hooks")
@@ -128,7 +129,10 @@ class DialectManager:
         except pluggy.PluginValidationError as exc:
             raise PluginValidationError(f"dialect plugin {name!r}: {exc}") from None
         impls = _impls_of(self.pm, name)
-        missing = [hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls]
+        info = impls["dialect_info"]() if "dialect_info" in impls else None
+        required = hookspecs.TARGET_ONLY_HOOKS if getattr(info, "target_only", False) \
+            else hookspecs.REQUIRED_HOOKS
+        missing = [hook for hook in required if hook not in impls]
         if missing:
             raise PluginValidationError(
                 f"dialect plugin {name!r} ({plugin!r}) lacks required hook(s): "
@@ -138,7 +142,6 @@ class DialectManager:
             raise PluginValidationError(
                 f"dialect plugin {name!r} implements {', '.join(given)} but lacks "
                 f"{', '.join(absent)}: capability {capability.value} needs both or neither")
-        info = impls["dialect_info"]()
         if not isinstance(info, DialectInfo):
             raise PluginValidationError(
                 f"dialect plugin {name!r}: dialect_info() must return sdk.DialectInfo, "
@@ -192,6 +195,15 @@ class DialectManager:
         check_url_options(self.get_info(name), config)
         return dialect, config
 
+    def source_for_url(self, url: str) -> tuple[Dialect, ConnectionConfig]:
+        """:meth:`dialect_for_url` for a sync's source: a target-only dialect is refused."""
+        dialect, config = self.dialect_for_url(url)
+        if dialect.info.target_only:
+            raise ConfigurationError(
+                f"dialect {dialect.name!r} ({dialect.info.title}) is a sync target only: "
+                "it cannot be read from. Give it as the target (--target, option target)")
+        return dialect, config
+
     def get(self, name: str) -> Dialect:
         """The facade for dialect ``name``.
 
@@ -217,7 +229,7 @@ class DialectManager:
                 f"dialect {name!r} needs the driver module(s) {', '.join(missing)}: "
                 f"{_install_hint(info)}")
         raw = _raw_impls_of(self.pm, name)
-        fn, argnames = raw["compare_offset"]
+        fn, argnames = raw.get("compare_offset", (None, ()))  # a target-only one has none
         fast_compare = fn if argnames == ("a", "b") and not os.environ.get("SDK_TRACE_HOOKS") \
             else None
         dialect = Dialect(name, info, _impls_of(self.pm, name), fast_compare)

@@ -391,6 +391,9 @@ CONTRACT: dict[str, Contract] = {
 REQUIRED_HOOKS = tuple(name for name, c in CONTRACT.items() if c.role.required)
 """Hooks every dialect must implement; the manager refuses a plugin that lacks one."""
 
+TARGET_ONLY_HOOKS = ("dialect_info", "connect", "create_table", "apply_changes")
+"""What a target-only dialect (:attr:`sdk.DialectInfo.target_only`) must implement."""
+
 OPTIONAL_HOOKS = tuple(name for name, c in CONTRACT.items() if not c.role.required)
 """Hooks a dialect may leave out (the target contract included)."""
 

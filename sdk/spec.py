@@ -214,7 +214,7 @@ def parse_options(options: Mapping[str, str]) -> ParsedOptions:
         raise ConfigurationError('the cdc source needs option("url", "<database URL>")')
     source = {**SOURCE_OPTIONS.defaults(), **READER_OPTIONS.parse(options, "source")}
     sync_options = SyncOptions.from_strings(options, READER_OPTIONS)
-    dialect, config = default_manager().dialect_for_url(source["url"])
+    dialect, config = default_manager().source_for_url(source["url"])
     return ParsedOptions(dialect, config, source["tables"], sync_options, source)
 
 

@@ -445,6 +445,10 @@ class DialectInfo:
     """The URL query options the dialect reads, as (name, what it does); any other option in a
     URL is an error naming the closest one (``password_env`` / ``password_file`` are always
     known). None: not declared, nothing is checked."""
+    target_only: bool = False
+    """A target and never a source (a table format, a warehouse): such a plugin implements
+    ``dialect_info``, ``connect``, ``create_table`` and ``apply_changes`` (and may implement
+    ``alter_table``, ``read_range``, ``is_retriable``); the source hooks are not required."""
 
 
 @dataclass(frozen=True, slots=True)

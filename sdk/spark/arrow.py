@@ -10,20 +10,19 @@ go in as the days or microseconds Spark stores; a value no Spark type can take (
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import types as T
 
+from ..arrow import arrow_type, python_values
+from ..arrow import converter as _converter
+from ..arrow import units as _units
+from ..arrow import wide as _wide
 from ..codec import dumps, encode_value
 from ..errors import FatalSyncError
-from ..temporal import WideTemporal, date_from_days, datetime_from_micros, time_from_text
 from ..types import ChangeEvent, Column, LogicalType, TableSchema
-
-MAX_SPARK_DECIMAL = 38
 
 #: Metadata columns added after a table's own columns.
 META_COLUMNS = (
@@ -55,10 +54,6 @@ REPORT_SPARK = T.StructType([T.StructField("table", T.StringType()),
 """Arrow and Spark schemas of a task's report (:data:`sdk.target.REPORT_SCHEMA`)."""
 
 
-def _wide(column: Column) -> bool:
-    return column.precision is None or column.precision > MAX_SPARK_DECIMAL
-
-
 def spark_type(column: Column) -> T.DataType:
     """The Spark type a column's values land in."""
     logical = column.type
@@ -67,16 +62,6 @@ def spark_type(column: Column) -> T.DataType:
             return T.StringType()
         return T.DecimalType(column.precision or 10, column.scale or 0)
     return _SPARK[logical]
-
-
-def arrow_type(column: Column) -> pa.DataType:
-    """The Arrow type matching :func:`spark_type` exactly (Spark rejects near misses)."""
-    logical = column.type
-    if logical is LogicalType.DECIMAL:
-        if _wide(column):
-            return pa.string()
-        return pa.decimal128(column.precision or 10, column.scale or 0)
-    return _ARROW[logical]
 
 
 _SPARK: dict[LogicalType, T.DataType] = {
@@ -89,54 +74,6 @@ _SPARK: dict[LogicalType, T.DataType] = {
     LogicalType.TIMESTAMP_TZ: T.TimestampType(),
     LogicalType.INTERVAL: T.DayTimeIntervalType(), LogicalType.JSON: T.StringType(),
 }
-
-_ARROW: dict[LogicalType, pa.DataType] = {
-    LogicalType.BOOLEAN: pa.bool_(), LogicalType.INT8: pa.int8(),
-    LogicalType.INT16: pa.int16(), LogicalType.INT32: pa.int32(),
-    LogicalType.INT64: pa.int64(), LogicalType.FLOAT32: pa.float32(),
-    LogicalType.FLOAT64: pa.float64(), LogicalType.STRING: pa.string(),
-    LogicalType.BINARY: pa.binary(), LogicalType.DATE: pa.date32(),
-    LogicalType.TIME: pa.string(), LogicalType.TIMESTAMP: pa.timestamp("us"),
-    LogicalType.TIMESTAMP_TZ: pa.timestamp("us", tz="UTC"),
-    LogicalType.INTERVAL: pa.duration("us"), LogicalType.JSON: pa.string(),
-}
-
-
-def _as_text(value: Any) -> Any:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, (dt.time, dt.date)):
-        return value.isoformat()
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
-
-
-def _utc(value: Any) -> Any:
-    if isinstance(value, dt.datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
-    if isinstance(value, WideTemporal):
-        return value.units
-    return value
-
-
-def _units(value: Any) -> Any:
-    """A WideTemporal as the days or microseconds Arrow and Spark store (Arrow takes them
-    mixed with dates and datetimes)."""
-    return value.units if isinstance(value, WideTemporal) else value
-
-
-def _converter(column: Column) -> Callable[[Any], Any] | None:
-    """A per-value conversion needed before Arrow takes the value, or None."""
-    arrow = arrow_type(column)
-    if pa.types.is_string(arrow) and column.type is not LogicalType.STRING:
-        return _as_text
-    if column.type is LogicalType.TIMESTAMP_TZ:
-        return _utc
-    if column.type is LogicalType.BOOLEAN:
-        return lambda v: None if v is None else bool(v)
-    return None
-
 
 def table_schema(table: TableSchema) -> tuple[T.StructType, pa.Schema]:
     """Spark and Arrow schemas of one table's typed output: its columns, then the metadata."""
@@ -243,25 +180,6 @@ class TableBatcher:
         for index, value in zip(self.table.key_index, key, strict=True):
             row[index] = value
         return tuple(row)
-
-
-def python_values(column: pa.Array | pa.ChunkedArray, logical: LogicalType) -> list[Any]:
-    """An Arrow column as the values a dialect takes: dates and timestamps rebuilt from the
-    days and microseconds Arrow or Spark store (those past Python's range come back as
-    :class:`sdk.temporal.WideTemporal`), times from their text, and the rest as Arrow gives
-    them (decimals, bytes, strings, numbers). Dates may come as days (``unix_date``) and
-    timestamps as intervals from the epoch: both are read as the numbers they hold."""
-    if logical is LogicalType.DATE:
-        days = column.cast(pa.int32()).to_pylist()
-        return [None if v is None else date_from_days(v) for v in days]
-    if logical in (LogicalType.TIMESTAMP_TZ, LogicalType.TIMESTAMP):
-        aware = logical is LogicalType.TIMESTAMP_TZ
-        micros = column.cast(pa.int64()).to_pylist()
-        return [None if v is None else datetime_from_micros(v, aware=aware) for v in micros]
-    if logical is LogicalType.TIME:
-        return [None if v is None else time_from_text(v) for v in column.to_pylist()]
-    values: list[Any] = column.to_pylist()
-    return values
 
 
 def event_rows(batcher: TableBatcher, events: Sequence[ChangeEvent]
