@@ -19,7 +19,8 @@ def cmd_dialects(args: argparse.Namespace) -> int:
     for status in default_manager().statuses():
         if status.usable and status.info:
             caps = ", ".join(sorted(c.value for c in status.info.capabilities)) or "-"
-            print(f"{status.name:<10} usable    {status.info.title}; capabilities: {caps}")
+            role = "target only; " if status.info.target_only else ""
+            print(f"{status.name:<10} usable    {status.info.title}; {role}capabilities: {caps}")
         else:
             print(f"{status.name:<10} unusable  {status.problem}")
     return 0

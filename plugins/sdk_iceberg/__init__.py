@@ -19,8 +19,12 @@ kept as its exact text); times of day are ``time``, timestamps ``timestamp``/``t
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import logging
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -44,7 +48,9 @@ from sdk import (
     hookimpl,
 )
 from sdk.arrow import arrow_type
+from sdk.codec import decode_value, dumps, encode_value
 from sdk.tableformat import (
+    Compacted,
     arrow_rows,
     arrow_schema,
     compact,
@@ -61,6 +67,10 @@ SCHEMES = ("iceberg", "iceberg+file", "iceberg+http", "iceberg+https")
 BATCH = "sdk.batch"
 """The snapshot summary property holding the id of the batch a commit applied."""
 COMMIT_TRIES = 50
+RETRIES = {"commit.retry.num-retries": "50", "commit.retry.min-wait-ms": "5",
+           "commit.retry.max-wait-ms": "500"}
+"""The tasks of a snapshot batch commit to one table at once: a commit that loses the race
+is redone soon (pyiceberg's default waits 100 ms, doubling, four times)."""
 
 
 def iceberg_type(column: Column) -> pa.DataType:
@@ -76,10 +86,27 @@ def iceberg_type(column: Column) -> pa.DataType:
 
 @dataclass
 class Catalog:
-    """The "connection": an open pyiceberg catalog."""
+    """The "connection": an open pyiceberg catalog; ``lock``: for a catalog on a local
+    SQLite file, the file the tasks of this machine take in turn to commit."""
 
     catalog: Any
     where: str
+    lock: Path | None = None
+
+    @contextlib.contextmanager
+    def committing(self) -> Iterator[None]:
+        """Hold the commit lock (a local catalog): tasks committing to one table at once
+        would mostly lose their races and redo their commits; in turn, none is lost. A
+        REST catalog has no lock: its races are redone."""
+        if self.lock is None:
+            yield
+            return
+        with self.lock.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def identifier(self, table: TableSchema) -> tuple[str, str]:
         return (table.table.schema or "default", table.table.name)
@@ -124,7 +151,7 @@ def connect(config: ConnectionConfig) -> Catalog:
     warehouse.mkdir(parents=True, exist_ok=True)
     catalog = SqlCatalog("sdk", uri=f"sqlite:///{warehouse / 'catalog.db'}",
                          warehouse=warehouse.as_uri(), **options)
-    return Catalog(catalog, str(warehouse))
+    return Catalog(catalog, str(warehouse), warehouse / ".sdk-commit.lock")
 
 
 def _load(conn: Catalog, table: TableSchema) -> Any | None:
@@ -149,7 +176,8 @@ def create_table(conn: Catalog, table: TableSchema) -> None:
         try:
             existing = conn.catalog.create_table(
                 conn.identifier(table), schema=wanted,
-                properties={"sdk.source": str(table.table), "sdk.key": ",".join(table.key)})
+                properties={"sdk.source": str(table.table), "sdk.key": ",".join(table.key),
+                            **RETRIES})
         except TableAlreadyExistsError:  # another task created it meanwhile
             existing = _load(conn, table)
             assert existing is not None
@@ -190,12 +218,59 @@ def _range_filter(table: TableSchema, low: Any, high: Any) -> Any:
     return condition
 
 
-def _held_keys(iceberg: Any, table: TableSchema, keys: Sequence[Key]) -> bool:
-    """Whether the table holds any of ``keys`` (files are skipped by their key range)."""
+LOW, HIGH = "sdk.key-low", "sdk.key-high"
+"""Snapshot summary properties: the least and greatest first key column value of the rows a
+commit of ours wrote (JSON, as ``sdk.codec`` encodes values)."""
+
+
+def _bounds(keys: Sequence[Key]) -> dict[str, str]:
+    if not keys:
+        return {}
     low, high = key_bounds(keys)
+    return {LOW: dumps(encode_value(low)), HIGH: dumps(encode_value(high))}
+
+
+def _history_holds(iceberg: Any, low: Any, high: Any) -> bool | None:
+    """From the snapshot summaries alone: whether any commit may have written a key whose
+    first column lies in ``[low, high]``; None when that cannot be told (history expired, or
+    a commit that is not ours added rows)."""
+    snapshots = iceberg.metadata.snapshots
+    if snapshots and snapshots[0].parent_snapshot_id is not None:
+        return None  # the first snapshots were expired: their rows' keys are unknown
+    for snapshot in snapshots:
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if int(props.get("added-records", "0") or 0) == 0:
+            continue
+        if LOW not in props or HIGH not in props:
+            return None
+        if not (decode_value(json.loads(props[HIGH])) < low or
+                decode_value(json.loads(props[LOW])) > high):
+            return True
+    return False
+
+
+def _held_keys(iceberg: Any, table: TableSchema, keys: Sequence[Key]) -> bool:
+    """Whether the table holds any of ``keys``: told by the snapshot summaries when they
+    can (a snapshot's splits never overlap, so this is the common answer, and it costs no
+    file read), else by a scan whose files are skipped by their key range."""
+    low, high = key_bounds(keys)
+    told = _history_holds(iceberg, low, high)
+    if told is not None and not told:
+        return False
     found = iceberg.scan(row_filter=_range_filter(table, low, high),
                          selected_fields=tuple(table.key)).to_arrow()
     return holds_any(found, table, keys)
+
+
+def _data_file(iceberg: Any, rows: pa.Table) -> str:
+    """Write ``rows`` as one Parquet data file under the table's location (once: a commit
+    that loses a race is redone with the same file)."""
+    import pyarrow.parquet as pq
+
+    path = f"{iceberg.location()}/data/sdk-{uuid.uuid4().hex}.parquet"
+    with iceberg.io.new_output(path).create(overwrite=True) as stream:
+        pq.write_table(rows, stream)
+    return path
 
 
 @hookimpl
@@ -203,31 +278,48 @@ def apply_changes(conn: Catalog, table: TableSchema, events: Sequence[ChangeEven
                   batch_id: str) -> bool:
     from pyiceberg.exceptions import CommitFailedException
 
+    iceberg = _load(conn, table)
+    if iceberg is None:
+        raise ConfigurationError(f"Iceberg table {'.'.join(conn.identifier(table))} is "
+                                 "missing: it is created when the sync starts")
+    if _applied(iceberg, batch_id):
+        return False  # a replayed batch: committed before
     batch = compact(table, events)
     rows = arrow_rows(table, batch.upserts, iceberg_type)
     keys = [table.key_of(r) for r in batch.upserts]
     touched = [*keys, *batch.deleted]
+    written = _data_file(iceberg, rows) if rows.num_rows else None
+    mark = {BATCH: batch_id, **_bounds(keys)}
     for attempt in range(COMMIT_TRIES):
-        iceberg = _load(conn, table)
-        if iceberg is None:
-            raise ConfigurationError(f"Iceberg table {'.'.join(conn.identifier(table))} is "
-                                     "missing: it is created when the sync starts")
-        if _applied(iceberg, batch_id):
-            return False  # a replayed batch: committed before
-        mark = {BATCH: batch_id}
+        if attempt:
+            time.sleep(min(0.02 * attempt, 0.5))  # another task committed first
         try:
-            with iceberg.transaction() as tx:
-                if touched and not (batch.inserts_only and
-                                    not _held_keys(iceberg, table, keys)):
-                    tx.delete(_keys_filter(table, touched),
-                              snapshot_properties={} if rows.num_rows else mark)
-                if rows.num_rows:
-                    tx.append(rows, snapshot_properties=mark)
+            with conn.committing():
+                if attempt or conn.lock is not None:  # the table as the last commit left it
+                    iceberg = _load(conn, table)
+                    if _applied(iceberg, batch_id):
+                        return False
+                _commit(iceberg, table, batch, keys, touched, written, mark, batch_id)
             return True
         except CommitFailedException:
-            time.sleep(min(0.05 * (attempt + 1), 1.0))  # another task committed first
+            continue
     raise RetriableError(f"Iceberg table {'.'.join(conn.identifier(table))}: the commit lost "
                          f"{COMMIT_TRIES} races with other writers")
+
+
+def _commit(iceberg: Any, table: TableSchema, batch: Compacted, keys: Sequence[Key],
+            touched: Sequence[Key], written: str | None, mark: dict[str, str],
+            batch_id: str) -> None:
+    """One transaction: delete the touched keys unless none can be there, add the file."""
+    with iceberg.transaction() as tx:
+        if touched and not (batch.inserts_only and not _held_keys(iceberg, table, keys)):
+            # a copy-on-write delete adds back the other rows of the files it rewrites:
+            # their keys are within the bounds of the commits that wrote them first, so the
+            # touched keys' bounds keep the history complete
+            tx.delete(_keys_filter(table, touched), snapshot_properties={
+                **_bounds(touched), **({} if written else {BATCH: batch_id})})
+        if written:  # a fresh file name: no need to look for it among the table's files
+            tx.add_files([written], snapshot_properties=mark, check_duplicate_files=False)
 
 
 @hookimpl
