@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
 from typing import Any
@@ -68,9 +68,11 @@ BATCH = "sdk.batch"
 """The snapshot summary property holding the id of the batch a commit applied."""
 COMMIT_TRIES = 50
 RETRIES = {"commit.retry.num-retries": "50", "commit.retry.min-wait-ms": "5",
-           "commit.retry.max-wait-ms": "500"}
+           "commit.retry.max-wait-ms": "500", "write.metadata.delete-after-commit.enabled":
+           "true", "write.metadata.previous-versions-max": "20"}
 """The tasks of a snapshot batch commit to one table at once: a commit that loses the race
-is redone soon (pyiceberg's default waits 100 ms, doubling, four times)."""
+is redone soon (pyiceberg's default waits 100 ms, doubling, four times); the metadata files of
+earlier commits beyond the last 20 are deleted (a commit per split makes many)."""
 
 
 def iceberg_type(column: Column) -> pa.DataType:
@@ -92,6 +94,9 @@ class Catalog:
     catalog: Any
     where: str
     lock: Path | None = None
+    opened: dict[tuple[str, str], Any] = field(default_factory=dict)
+    """Tables loaded before, by identifier: their location and file IO (a commit loads
+    the table's latest metadata again)."""
 
     @contextlib.contextmanager
     def committing(self) -> Iterator[None]:
@@ -278,12 +283,15 @@ def apply_changes(conn: Catalog, table: TableSchema, events: Sequence[ChangeEven
                   batch_id: str) -> bool:
     from pyiceberg.exceptions import CommitFailedException
 
-    iceberg = _load(conn, table)
-    if iceberg is None:
-        raise ConfigurationError(f"Iceberg table {'.'.join(conn.identifier(table))} is "
-                                 "missing: it is created when the sync starts")
-    if _applied(iceberg, batch_id):
-        return False  # a replayed batch: committed before
+    iceberg = conn.opened.get(conn.identifier(table)) if conn.lock is not None else None
+    if iceberg is None:  # (with the lock, the table is loaded fresh to commit anyway)
+        iceberg = _load(conn, table)
+        if iceberg is None:
+            raise ConfigurationError(f"Iceberg table {'.'.join(conn.identifier(table))} is "
+                                     "missing: it is created when the sync starts")
+        conn.opened[conn.identifier(table)] = iceberg
+        if _applied(iceberg, batch_id):
+            return False  # a replayed batch: committed before
     batch = compact(table, events)
     rows = arrow_rows(table, batch.upserts, iceberg_type)
     keys = [table.key_of(r) for r in batch.upserts]
@@ -298,6 +306,8 @@ def apply_changes(conn: Catalog, table: TableSchema, events: Sequence[ChangeEven
                 if attempt or conn.lock is not None:  # the table as the last commit left it
                     iceberg = _load(conn, table)
                     if _applied(iceberg, batch_id):
+                        if written:  # the file of a batch committed before: not needed
+                            iceberg.io.delete(written)
                         return False
                 _commit(iceberg, table, batch, keys, touched, written, mark, batch_id)
             return True
