@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -70,26 +69,17 @@ def _options(pairs: list[str]) -> dict[str, str]:
 
 
 def _reporter() -> Any:
-    """Progress as a live block on a terminal, as plain lines otherwise."""
+    """Progress as one live display on a terminal (:class:`sdk.display.LiveProgress`), as
+    plain lines otherwise (a pipe, a file: one line per report)."""
     from .algorithm.progress import describe_progress
 
-    interactive = sys.stdout.isatty()
-    shown = [0]
+    if sys.stdout.isatty():
+        from .display import LiveProgress
+
+        return LiveProgress()
 
     def report(progress: dict[str, Any]) -> None:
-        lines = describe_progress(progress)
-        if interactive:
-            # a line wider than the terminal wraps, and moving up by lines would then leave
-            # part of the last block on the screen
-            width = max(shutil.get_terminal_size().columns - 1, 20)
-            lines = [line if len(line) <= width else line[:width - 1] + "…" for line in lines]
-            if shown[0]:
-                print(f"\x1b[{shown[0]}A", end="")
-            print("\n".join("\x1b[2K" + line for line in lines), flush=True)
-            # after a sync's last report the block stays: what is printed next goes below it
-            shown[0] = 0 if progress.get("final") else len(lines)
-        else:
-            print(" | ".join(lines), flush=True)
+        print(" | ".join(describe_progress(progress)), flush=True)
     return report
 
 

@@ -208,31 +208,53 @@ def test_a_second_signal_stops_the_sync_in_the_middle_of_a_batch(tmp_path: Path)
 
 def test_the_live_display_fits_the_terminal_and_keeps_what_follows_a_finished_sync(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a terminal the progress block is redrawn in place: its lines are cut to the width
-    (a wrapped line would leave part of the old block behind), and after a sync's last report
-    the next block starts below what was printed meanwhile (sdk demo runs two syncs)."""
+    """On a terminal the progress is one live display (rich) redrawn in place: its lines fit
+    the width (a wrapped line would leave part of the old display behind), a table's line
+    has its bar, splits, rows and state, and after a sync's last report the next display
+    starts below what was printed meanwhile (sdk demo runs two syncs)."""
     import io
-    import os
+    import re
     import sys
 
     from sdk.cli import _reporter
+    from sdk.display import LiveProgress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
     screen = Terminal()
     monkeypatch.setattr(sys, "stdout", screen)
-    monkeypatch.setattr("shutil.get_terminal_size", lambda: os.terminal_size((40, 20)))
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("TERM", "xterm-256color")
     report = _reporter()
+    assert isinstance(report, LiveProgress)
     progress = {"phase": "log", "rows": 5, "rows_per_second": 1.0, "tables": {
-        "shop.orders": {"splits_done": 1, "splits_estimated": 1, "rows": 5,
-                        "snapshot_done": True}}, "position": '{"a": "' + "x" * 80 + '"}'}
+        "shop.orders": {"splits_done": 3, "splits_estimated": 4, "rows": 5000,
+                        "state": "re-snapshotting", "schema_version": 2}},
+        "position": '{"a": "' + "x" * 80 + '"}', "lag_seconds": 0.5, "caught_up": True}
     report(progress)
-    assert all(len(line.replace("\x1b[2K", "")) <= 39 for line in screen.getvalue().splitlines())
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    assert "shop.orders" in drawn and "3/4 splits" in drawn and "5,000 rows" in drawn
+    assert "re-snapshotting, schema v2" in drawn and "lag 0.5 s" in drawn
+    assert all(len(line) <= 100 for line in drawn.splitlines())
     report(progress)
-    assert "\x1b[2A" in screen.getvalue()  # redrawn over the two lines above
+    assert "\x1b[1A" in screen.getvalue()  # redrawn over the lines above
     report({**progress, "final": True})
     print("writer stopped")
     before = len(screen.getvalue())
     report(progress)
-    assert "\x1b[" not in screen.getvalue()[before:].replace("\x1b[2K", "")
+    assert "\x1b[1A" not in screen.getvalue()[before:]  # below "writer stopped", not over it
+    assert "writer stopped" in screen.getvalue()
+
+
+def test_off_a_terminal_each_report_is_one_plain_line(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    from sdk.cli import _reporter
+
+    report = _reporter()
+    report({"phase": "snapshot", "rows": 10, "rows_per_second": 2.0, "tables": {
+        "shop.orders": {"splits_done": 1, "splits_estimated": 2, "rows": 10}}})
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "\x1b" not in out
+    assert out.startswith("shop.orders: 1/2 splits, 10 rows")
