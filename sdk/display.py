@@ -18,6 +18,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from .algorithm.progress import state_label
+
 
 def _eta(seconds: float | None) -> str:
     if seconds is None or seconds != seconds or seconds < 0:
@@ -67,15 +69,11 @@ class LiveProgress:
         cells: list[tuple[Any, ...]] = []
         for name, table in sorted(progress.get("tables", {}).items()):
             done, estimated = table["splits_done"], max(table["splits_estimated"], 1)
-            state = table.get("state") or ("snapshot done" if table.get("snapshot_done")
-                                           else "snapshotting")
-            if state == "dropped" and table.get("dropped_at"):
-                state += f" at {table['dropped_at']}"
-            if table.get("schema_version", 1) > 1:
-                state += f", schema v{table['schema_version']}"
+            state = state_label(table)
             rows = int(table["rows"])
             rate = self._rate(name, rows)
-            snapshotting = not table.get("snapshot_done") or state == "re-snapshotting"
+            snapshotting = not table.get("snapshot_done") or \
+                table.get("state") == "re-snapshotting"
             eta = ""
             if snapshotting and done and rate > 0:
                 eta = _eta((estimated - done) * rows / done / rate)
@@ -83,7 +81,8 @@ class LiveProgress:
                               complete_style="green" if not snapshotting else "cyan")
             cells.append((Text(name, style="bold"), bar, f"{done}/{estimated} splits",
                           f"{rows:,} rows", f"{rate:,.0f}/s" if snapshotting else "",
-                          eta, Text(state, style="green" if state == "streaming" else "")))
+                          eta, Text(state, style="green" if table.get("state") == "streaming"
+                                    else "")))
         grid = Table.grid(padding=(0, 1))
         grid.add_column(no_wrap=True, overflow="ellipsis", max_width=40)  # the table
         grid.add_column(no_wrap=True, min_width=20)  # its bar

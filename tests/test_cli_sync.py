@@ -235,7 +235,7 @@ def test_the_live_display_fits_the_terminal_and_keeps_what_follows_a_finished_sy
     report(progress)
     drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
     assert "shop.orders" in drawn and "3/4 splits" in drawn and "5,000 rows" in drawn
-    assert "re-snapshotting, schema v2" in drawn and "lag 0.5 s" in drawn
+    assert "re-snapshotting, schema version 2" in drawn and "lag 0.5 s" in drawn
     assert all(len(line) <= 100 for line in drawn.splitlines())
     report(progress)
     assert "\x1b[1A" in screen.getvalue()  # redrawn over the lines above

@@ -100,18 +100,24 @@ def with_staged(report: Mapping[str, Any], staged: Sequence[FinishedSplit]) -> d
             "rows_per_second": round(rows / elapsed, 1), "updated_at": now}
 
 
+def state_label(table: Mapping[str, Any]) -> str:
+    """A table's state as shown (``sdk status``, the live display): where it dropped out,
+    and its schema version once its columns changed."""
+    state = str(table.get("state") or ("snapshot done" if table.get("snapshot_done")
+                                       else "snapshot"))
+    if state == "dropped" and table.get("dropped_at"):
+        state += f" at {table['dropped_at']}"
+    if table.get("schema_version", 1) > 1:
+        state += f", schema version {table['schema_version']}"
+    return state
+
+
 def describe_progress(progress: Mapping[str, Any]) -> list[str]:
     """Progress as plain lines: per table splits, rows and state; then the log position."""
     lines = []
     for name, table in sorted(progress.get("tables", {}).items()):
-        state = table.get("state") or ("snapshot done" if table.get("snapshot_done")
-                                       else "snapshot")
-        if state == "dropped" and table.get("dropped_at"):
-            state += f" at {table['dropped_at']}"
-        if table.get("schema_version", 1) > 1:
-            state += f", schema version {table['schema_version']}"
         lines.append(f"{name}: {table['splits_done']}/{table['splits_estimated']} splits, "
-                     f"{table['rows']} rows, {state}")
+                     f"{table['rows']} rows, {state_label(table)}")
     for request_id, request in progress.get("requests", {}).items():
         if request.get("state") == "refused":
             lines.append(f"snapshot request {request_id} of {request['table']} refused: "
