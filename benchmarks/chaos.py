@@ -7,7 +7,11 @@ holds every change once.
     python benchmarks/chaos.py [--rows 200000] [--kills 20] [--case mysql-pg,pg-sqlite]
                                [--seed 1]
 
-Cases: ``mysql-pg`` (MariaDB into PostgreSQL) and ``pg-sqlite`` (PostgreSQL into SQLite). The
+Cases: ``SOURCE-TARGET`` with a source ``mysql`` (MariaDB) or ``pg`` and a target ``pg``,
+``sqlite``, ``delta`` or ``iceberg`` (``mysql-pg``, ``pg-pg``, ``mysql-sqlite``,
+``pg-sqlite``, ``mysql-delta``, ``pg-iceberg``...). The source server restarts a third of the
+way through the kills, and the target server two thirds of the way (a PostgreSQL target: for
+``pg-pg`` the one server restarts twice; SQLite and the lakehouse targets are files). The
 servers are those of scripts/services.sh, restarted the way it starts them (run as root, on a
 machine of its own: every client of the servers sees the restarts). Prints the counts.
 """
@@ -33,6 +37,7 @@ import pyarrow.dataset as ds
 from _servers import MYSQL, MYSQL_ADMIN, PG, PG_ADMIN, fill_mariadb
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
+from sdk.dialects import default_manager
 
 
 def restart_mariadb() -> None:
@@ -68,7 +73,12 @@ class Case:
     def __init__(self, name: str, rows: int, work: Path) -> None:
         self.name, self.rows, self.work = name, rows, work
         self.table = f"chaos_{uuid.uuid4().hex[:8]}"
-        self.source_kind = "mysql" if name.startswith("mysql") else "postgres"
+        source, _, self.target_kind = name.partition("-")
+        if source not in ("mysql", "pg") or \
+                self.target_kind not in ("pg", "sqlite", "delta", "iceberg"):
+            raise SystemExit(f"unknown case {name!r}: SOURCE-TARGET, SOURCE mysql or pg, "
+                             "TARGET pg, sqlite, delta or iceberg")
+        self.source_kind = "mysql" if source == "mysql" else "postgres"
         self.source = get_dialect(self.source_kind)
         self.schema_name = f"sdk_chaos_{uuid.uuid4().hex[:6]}"
         self.slot = f"chaos_{uuid.uuid4().hex[:8]}"
@@ -79,11 +89,12 @@ class Case:
 
     def create(self) -> None:
         conn = self.admin()
-        if self.source_kind == "mysql":
-            fill_mariadb(conn, self.table, self.rows)
+        if self.target_kind == "pg":
             target = get_dialect("postgres").connect(ConnectionConfig.from_url(PG_ADMIN))
             target.query(f"CREATE SCHEMA {self.schema_name} AUTHORIZATION sdk_cdc")
             target.close()
+        if self.source_kind == "mysql":
+            fill_mariadb(conn, self.table, self.rows)
         else:
             conn.query(f"CREATE TABLE public.{self.table} (id BIGINT PRIMARY KEY, "
                        "v VARCHAR(40), amount NUMERIC(12,2), at TIMESTAMP(6))")
@@ -133,15 +144,21 @@ class Case:
                 conn = None
                 time.sleep(0.5)
 
+    def target_url(self) -> str:
+        if self.target_kind == "pg":
+            return PG
+        if self.target_kind == "sqlite":
+            return f"sqlite:///{self.work / 'mirror.db'}"
+        return f"{self.target_kind}://{self.work / 'lake'}"
+
     def sync_args(self) -> list[str]:
         if self.source_kind == "mysql":
-            source, target = MYSQL, PG
-            tables = f"sdk_test.{self.table}"
-            extra = ["--target-schema", self.schema_name]
+            source, tables = MYSQL, f"sdk_test.{self.table}"
         else:
             source = f"{PG}?slot={self.slot}&publication={self.slot}"
-            target = f"sqlite:///{self.work / 'mirror.db'}"
-            tables, extra = f"public.{self.table}", []
+            tables = f"public.{self.table}"
+        target = self.target_url()
+        extra = ["--target-schema", self.schema_name] if self.target_kind == "pg" else []
         return ["sync", "--source", source, "--target", target, "--tables", tables,
                 "--checkpoint", str(self.work / "ck"), "--changes", str(self.work / "changes"),
                 "--retry-seconds", "120",
@@ -156,12 +173,18 @@ class Case:
         expected = {r[0]: r for b in self.source.read_range(
             conn, schema, SnapshotSplit(table, 0, None, None), 10000) for r in b}
         conn.close()
-        if self.source_kind == "mysql":
+        if self.target_kind == "pg":
             pg = get_dialect("postgres")
             target = pg.connect(ConnectionConfig.from_url(PG))
             mirror = pg.describe_table(target, TableId(self.schema_name, self.table))
             got = {r[0]: r for b in pg.read_range(
                 target, mirror, SnapshotSplit(mirror.table, 0, None, None), 10000) for r in b}
+            target.close()
+        elif self.target_kind in ("delta", "iceberg"):
+            lake, config = default_manager().dialect_for_url(self.target_url())
+            target = lake.connect(config)
+            got = {r[0]: r for b in lake.read_range(
+                target, schema, SnapshotSplit(table, 0, None, None), 10000) for r in b}
             target.close()
         else:
             from sdk_sqlite import read_target
@@ -184,11 +207,12 @@ class Case:
 
     def drop(self) -> None:
         conn = self.admin()
-        if self.source_kind == "mysql":
-            conn.query(f"DROP TABLE IF EXISTS `{self.table}`")
+        if self.target_kind == "pg":
             target = get_dialect("postgres").connect(ConnectionConfig.from_url(PG_ADMIN))
             target.query(f"DROP SCHEMA IF EXISTS {self.schema_name} CASCADE")
             target.close()
+        if self.source_kind == "mysql":
+            conn.query(f"DROP TABLE IF EXISTS `{self.table}`")
         else:
             conn.query(f"DROP TABLE IF EXISTS public.{self.table}")
             conn.query(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
@@ -259,11 +283,10 @@ def main() -> None:
                                             "mysql" else restart_postgres)
                     timer.start()
                     restarts["source"] += 1
-                if k == 2 * options.kills // 3:  # and the target
-                    timer = threading.Timer(4.0, restart_postgres if case.source_kind ==
-                                            "mysql" else (lambda: None))
+                if k == 2 * options.kills // 3 and case.target_kind == "pg":  # and the target
+                    timer = threading.Timer(4.0, restart_postgres)
                     timer.start()
-                    restarts["target" if case.source_kind == "mysql" else "none"] += 1
+                    restarts["target"] += 1
                 # a third in the snapshot, a few right after it ends, the rest in the log
                 if k < options.kills // 3:
                     aim, delay = "snapshot", rng.uniform(0.2, 6.0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import json
 import logging
 import time
@@ -202,24 +203,28 @@ def _applied(iceberg: Any, batch_id: str) -> bool:
                for s in iceberg.metadata.snapshots)
 
 
-def _keys_filter(table: TableSchema, keys: Sequence[Key]) -> Any:
-    from pyiceberg.expressions import And, EqualTo, In, Or
+def _expressions() -> Any:
+    """pyiceberg's row filter expressions (pydantic models whose declared signatures do not
+    match how they are called)."""
+    return importlib.import_module("pyiceberg.expressions")
 
+
+def _keys_filter(table: TableSchema, keys: Sequence[Key]) -> Any:
+    x = _expressions()
     if len(table.key) == 1:
-        return In(table.key[0], [k[0] for k in keys])
-    each = [reduce(And, [EqualTo(c, v) for c, v in zip(table.key, k, strict=True)])
+        return x.In(table.key[0], [k[0] for k in keys])
+    each = [reduce(x.And, [x.EqualTo(c, v) for c, v in zip(table.key, k, strict=True)])
             for k in keys]
-    return reduce(Or, each)
+    return reduce(x.Or, each)
 
 
 def _range_filter(table: TableSchema, low: Any, high: Any) -> Any:
-    from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThanOrEqual
-
-    condition: Any = AlwaysTrue()
+    x = _expressions()
+    condition: Any = x.AlwaysTrue()
     if low is not None:
-        condition = And(condition, GreaterThanOrEqual(table.key[0], low))
+        condition = x.And(condition, x.GreaterThanOrEqual(table.key[0], low))
     if high is not None:
-        condition = And(condition, LessThanOrEqual(table.key[0], high))
+        condition = x.And(condition, x.LessThanOrEqual(table.key[0], high))
     return condition
 
 
@@ -305,6 +310,9 @@ def apply_changes(conn: Catalog, table: TableSchema, events: Sequence[ChangeEven
             with conn.committing():
                 if attempt or conn.lock is not None:  # the table as the last commit left it
                     iceberg = _load(conn, table)
+                    if iceberg is None:
+                        raise ConfigurationError(f"Iceberg table {conn.identifier(table)} "
+                                                 "was dropped while the sync wrote it")
                     if _applied(iceberg, batch_id):
                         if written:  # the file of a batch committed before: not needed
                             iceberg.io.delete(written)
