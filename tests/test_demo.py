@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,8 +16,19 @@ from sdk.cli import main
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 
+@pytest.fixture
+def public_tmp() -> Iterator[Path]:
+    """A folder outside pytest's private one: the embedded server runs as its own user and
+    must reach its data folder, and a pytest session starting meanwhile makes
+    ``/tmp/pytest-of-<user>`` private again (its server could not be stopped)."""
+    folder = Path(tempfile.mkdtemp(prefix="sdk-demo-test-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.slow
-def test_small_demo_is_verified(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_small_demo_is_verified(public_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path = public_tmp
     assert main(["demo", "--rows", "5000", "--workdir", str(tmp_path / "demo")]) == 0
     out = capsys.readouterr().out
     assert "created the shop: 5,000 rows in 5 tables" in out

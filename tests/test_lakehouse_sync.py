@@ -108,7 +108,7 @@ def test_sync_into_a_lakehouse_survives_sigkills(
     finally:
         stop.set()
         thread.join()
-    try:
+    def caught_up_and_equal() -> None:
         assert sync_process([*args, "--until", "caught-up"]).wait(timeout=600) == 0, \
             (tmp_path / "sync-errors.txt").read_text()[-3000:]
         dialect = get_dialect(source)
@@ -124,8 +124,18 @@ def test_sync_into_a_lakehouse_survives_sigkills(
         tables.close()
         assert got == expected
         assert applied and len(applied) == len(set(applied))  # no batch committed twice
+
+    try:
+        caught_up_and_equal()
         if changes:
             snapshot_rows, logged = assert_once(tmp_path / "changes", source, key="id")
             assert snapshot_rows >= ROWS and logged > 0
+        # a column added on the source: the table format's table gains it, every row its value
+        quoted = f"`{table.name}`" if source == "mysql" else f'"{table.name}"'
+        run = request.getfixturevalue("mysql_admin").cursor().execute if source == "mysql" \
+            else request.getfixturevalue("postgres_admin").execute
+        run(f"ALTER TABLE {quoted} ADD COLUMN n INT DEFAULT 7")
+        run(f"UPDATE {quoted} SET n = 8, v = 'after' WHERE id = 3")
+        caught_up_and_equal()
     finally:
         next(made, None)

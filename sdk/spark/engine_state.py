@@ -165,12 +165,18 @@ def latest(store: StateStore) -> EngineState | None:
     return EngineState.load(store, name) if name else None
 
 
-def captured_tables(store: StateStore) -> list[TableSchema]:
-    """The tables the newest state captures (its finished splits are not read)."""
+def captured_tables(store: StateStore, staged: bool = False) -> list[TableSchema]:
+    """The tables the newest state captures (its finished splits are not read); ``staged``:
+    with the columns of the schema changes its batch followed (a typed stream's batch after
+    a restart for new columns carries them already)."""
     names = sorted(n.removesuffix(".json") for n in store.list_dir("states"))
     pointer = store.read_json("states", f"{names[-1]}.json") if names else None
     content = store.read_json("content", f"{pointer['content']}.json") if pointer else None
-    return [TableSchema.from_json(t) for t in content["sync"]["tables"]] if content else []
+    tables = [TableSchema.from_json(t) for t in content["sync"]["tables"]] if content else []
+    if staged and names:
+        changed = {c.table: c.schema for c in staged_schema_changes(store, names[-1])}
+        tables = [changed.get(t.table, t) for t in tables]
+    return tables
 
 
 STREAM_FILE = "stream.json"

@@ -51,13 +51,21 @@ class Retries:
         self.delay = 1.0
 
     def reset(self) -> None:
-        self.since, self.delay = None, 1.0
+        self.since, self.delay, self.reshaped = None, 1.0, 0
+
+    reshaped = 0
+    """Restarts for new columns since the last batch (a typed stream's schema change)."""
 
     count = 0
     """Restarts so far (for the metrics)."""
 
     def wait_or_raise(self, failure: BaseException, stop: threading.Event) -> None:
         text = str(failure)
+        if "SchemaChangedError" in text and not stop.is_set() and self.reshaped < 10:
+            # one table's typed stream met new columns: started again, its schema has them
+            self.reshaped += 1
+            log.warning("sync: a table's columns changed; the stream starts again with them")
+            return
         now = time.monotonic()
         self.since = self.since if self.since is not None else now
         if stop.is_set() or not any(mark in text for mark in TRANSIENT) or \
@@ -247,7 +255,8 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
         store = StateStore(state_dir)
         mirror = Mirror(target, spec.tables, envelope=spec.envelope,
                         target_schema=target_schema, shuffle=False,
-                        more_tables=lambda: captured_tables(store), own_tables=resumed)
+                        more_tables=lambda: captured_tables(store, not spec.envelope),
+                        own_tables=resumed)
     change_log = ChangeLog(changes) if changes is not None else None
 
     def each_batch(df: Any, batch_id: int) -> None:
