@@ -198,7 +198,8 @@ def test_a_second_signal_stops_the_sync_in_the_middle_of_a_batch(tmp_path: Path)
     assert process.returncode == 0, out
     assert "signal again to stop now" in out
     # the JVM's logging is quiet unless asked (--verbose)
-    for notice in ("log4j profile", "WARN Utils", "NativeCodeLoader", "Setting default log"):
+    for notice in ("log4j profile", "WARN Utils", "NativeCodeLoader", "Setting default log",
+                   "Using incubator modules"):
         assert notice not in out, out[:2000]
     report = json.loads((checkpoint / "state" / "progress.json").read_text())
     assert report["phase"] == "snapshot", "the batch committed: the stop did not cut it"

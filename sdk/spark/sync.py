@@ -11,6 +11,7 @@ import logging
 import os
 import pkgutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -124,19 +125,58 @@ def spark_session(master: str = "local[*]", rows_in_jvm: bool = True) -> Any:
         java_options.append("-XX:TieredStopAtLevel=1")
     if not os.environ.get("SDK_VERBOSE"):  # only errors from the JVM's logging
         java_options.append(f"-Dlog4j2.configurationFile=file:{_quiet_log4j()}")
+    settings = {"spark.master": master, "spark.app.name": "sdk sync",
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",  # sdk sync reports progress
+                "spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
     if java_options:
-        builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
-    spark = (builder.master(master).appName("sdk sync")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")  # sdk sync reports progress
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+        settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
+    if not os.environ.get("SDK_VERBOSE"):
+        _quiet_jvm(settings)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if not any(m.name == "pyspark_cdc" for m in pkgutil.iter_modules()):
         from . import register
 
         register(spark)
     return spark
+
+
+JVM_NOTICES = (b"WARNING: Using incubator modules",)
+"""Lines the driver JVM prints on every start that say nothing to a user (Spark's launcher
+always adds ``--add-modules=jdk.incubator.vector``)."""
+
+
+def _quiet_jvm(settings: dict[str, str]) -> None:
+    """Start the driver JVM with its standard error read through a filter that drops
+    :data:`JVM_NOTICES` (everything else passes); nothing when a JVM runs already (a
+    session started before, or a gateway given by ``PYSPARK_GATEWAY_PORT``)."""
+    import subprocess
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._active_spark_context is not None or SparkContext._gateway is not None \
+            or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    conf = SparkConf(loadDefaults=True).setAll(list(settings.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
+    stream = gateway.proc.stderr
+
+    def forward() -> None:
+        out = getattr(sys.stderr, "buffer", None)
+        for line in iter(stream.readline, b""):
+            if not line.startswith(JVM_NOTICES):
+                if out is not None:
+                    out.write(line)
+                    out.flush()
+                else:
+                    sys.stderr.write(line.decode(errors="replace"))
+
+    threading.Thread(target=forward, name="sdk-jvm-stderr", daemon=True).start()
+    SparkContext(conf=conf, gateway=gateway)
 
 
 _QUIET_LOG4J = """\
