@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -308,6 +309,8 @@ def main() -> None:
               f"{equal} ({time.monotonic() - started:.0f} s)")
         failed |= not equal or twice > 0
         case.drop()
+        if equal and twice == 0:  # a failed case keeps its checkpoint and change log to look at
+            shutil.rmtree(work, ignore_errors=True)
     if failed:
         raise SystemExit("CHAOS FAILED")
     print("chaos: passed")
