@@ -20,7 +20,6 @@ each/raw (rate over rate: below 1.0 is slower).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -28,27 +27,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _servers import MYSQL, MYSQL_ADMIN, fill_mariadb
+from e2e_sync import read_progress, sdk_command
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 from sdk.dialects import default_manager
-
-
-def sdk_command() -> list[str]:
-    found = Path(sys.executable).with_name("sdk")
-    return [str(found)] if found.exists() else [sys.executable, "-m", "sdk.cli"]
-
-
-def progress(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def run_sync(table: str, target: list[str], checkpoint: Path, options: list[str]
@@ -65,7 +51,7 @@ def run_sync(table: str, target: list[str], checkpoint: Path, options: list[str]
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
         while process.poll() is None:
-            seen = progress(report)
+            seen = read_progress(report)
             if seen and done_at is None and seen.get("phase") in ("log", "done"):
                 done_at = seen["updated_at"]
             time.sleep(0.05)
@@ -73,7 +59,7 @@ def run_sync(table: str, target: list[str], checkpoint: Path, options: list[str]
     if process.returncode != 0:
         tail = checkpoint.with_suffix(".log").read_text().splitlines()[-30:]
         raise SystemExit(f"sdk sync failed (exit {process.returncode}):\n" + "\n".join(tail))
-    final = progress(report) or {}
+    final = read_progress(report) or {}
     done_at = done_at or final.get("updated_at")
     started = final.get("started_at")
     return seconds, (done_at - started if done_at and started else None)

@@ -84,13 +84,18 @@ class _Report(Collector):
         return families(self.report, self.retries)
 
 
+    def registry(self) -> CollectorRegistry:
+        """A registry of this collector alone (never the process-wide default one)."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        return registry
+
+
 def render(report: Mapping[str, Any], retries: int = 0) -> str:
     """The metrics of one progress report, as Prometheus exposition text."""
     collector = _Report()
     collector.report, collector.retries = dict(report), retries
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    return generate_latest(registry).decode()
+    return generate_latest(collector.registry()).decode()
 
 
 class MetricsServer:
@@ -98,9 +103,8 @@ class MetricsServer:
 
     def __init__(self, port: int, host: str = "0.0.0.0") -> None:
         self._collector = _Report()
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(self._collector)
-        self.server, self._thread = start_http_server(port, host, registry=registry)
+        self.server, self._thread = start_http_server(port, host,
+                                                      registry=self._collector.registry())
         self.port = self.server.server_address[1]
 
     @property

@@ -239,6 +239,14 @@ class TableSchema:
         return TableSchema(self.table, columns, self.primary_key if set(self.primary_key) <=
                            set(self.key) else (), (), self.key)
 
+    def key_row(self, key: Key) -> Row:
+        """A row with only the key columns set (the others None): a delete's image where
+        the log has no before image, or a key to delete by."""
+        row: list[Any] = [None] * len(self.columns)
+        for index, value in zip(self.key_index, key, strict=True):
+            row[index] = value
+        return tuple(row)
+
     def key_of(self, row: Row) -> Key:
         """The key of a row given in column order (called per change: no generator)."""
         index = self.key_index

@@ -188,7 +188,7 @@ def apply_changes(conn: DeltaRoot, table: TableSchema, events: Sequence[ChangeEv
                                                             for r in batch.upserts]):
         deltalake.write_deltalake(delta, rows, mode="append", commit_properties=_commit(batch_id))
         return True
-    gone = arrow_rows(table, [_key_row(table, k) for k in batch.deleted], delta_type)
+    gone = arrow_rows(table, [table.key_row(k) for k in batch.deleted], delta_type)
     source = pa.concat_tables([
         rows.append_column(DELETE, pa.repeat(pa.scalar(False), rows.num_rows)),
         gone.append_column(DELETE, pa.repeat(pa.scalar(True), gone.num_rows))])
@@ -202,13 +202,6 @@ def apply_changes(conn: DeltaRoot, table: TableSchema, events: Sequence[ChangeEv
         merger = merger.when_matched_update(updates=updates, predicate=f"NOT s.{DELETE}")
     merger.when_not_matched_insert(updates=values, predicate=f"NOT s.{DELETE}").execute()
     return True
-
-
-def _key_row(table: TableSchema, key: Key) -> Row:
-    row: list[Any] = [None] * len(table.columns)
-    for index, value in zip(table.key_index, key, strict=True):
-        row[index] = value
-    return tuple(row)
 
 
 @hookimpl

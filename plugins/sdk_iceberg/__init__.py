@@ -93,7 +93,6 @@ class Catalog:
     SQLite file, the file the tasks of this machine take in turn to commit."""
 
     catalog: Any
-    where: str
     lock: Path | None = None
     opened: dict[tuple[str, str], Any] = field(default_factory=dict)
     """Tables loaded before, by identifier: their location and file IO (a commit loads
@@ -116,6 +115,10 @@ class Catalog:
 
     def identifier(self, table: TableSchema) -> tuple[str, str]:
         return (table.table.schema or "default", table.table.name)
+
+    def name(self, table: TableSchema) -> str:
+        """The table's name in messages: ``namespace.table``."""
+        return ".".join(self.identifier(table))
 
     def close(self) -> None:
         engine = getattr(self.catalog, "engine", None)
@@ -146,7 +149,7 @@ def connect(config: ConnectionConfig) -> Catalog:
     options = dict(config.options)
     if kind in ("http", "https"):
         uri = f"{kind}://{parts.netloc}{parts.path}"
-        return Catalog(catalogs.load_catalog("sdk", type="rest", uri=uri, **options), uri)
+        return Catalog(catalogs.load_catalog("sdk", type="rest", uri=uri, **options))
     if parts.netloc or not parts.path.startswith("/"):
         raise ConfigurationError("an iceberg URL names a warehouse directory by its absolute "
                                  "path: iceberg:///path/to/warehouse (or "
@@ -157,7 +160,7 @@ def connect(config: ConnectionConfig) -> Catalog:
     warehouse.mkdir(parents=True, exist_ok=True)
     catalog = SqlCatalog("sdk", uri=f"sqlite:///{warehouse / 'catalog.db'}",
                          warehouse=warehouse.as_uri(), **options)
-    return Catalog(catalog, str(warehouse), warehouse / ".sdk-commit.lock")
+    return Catalog(catalog, warehouse / ".sdk-commit.lock")
 
 
 def _load(conn: Catalog, table: TableSchema) -> Any | None:
@@ -190,7 +193,7 @@ def create_table(conn: Catalog, table: TableSchema) -> None:
     names = [f.name for f in existing.schema().fields]
     if names != list(wanted.names):
         raise ConfigurationError(
-            f"Iceberg table {'.'.join(conn.identifier(table))} exists with other columns "
+            f"Iceberg table {conn.name(table)} exists with other columns "
             f"({', '.join(names)}; the source has {', '.join(wanted.names)}): drop or rename "
             "it, or choose another target")
     if sorted(existing.schema().identifier_field_names()) != sorted(table.key):
@@ -292,7 +295,7 @@ def apply_changes(conn: Catalog, table: TableSchema, events: Sequence[ChangeEven
     if iceberg is None:  # (with the lock, the table is loaded fresh to commit anyway)
         iceberg = _load(conn, table)
         if iceberg is None:
-            raise ConfigurationError(f"Iceberg table {'.'.join(conn.identifier(table))} is "
+            raise ConfigurationError(f"Iceberg table {conn.name(table)} is "
                                      "missing: it is created when the sync starts")
         conn.opened[conn.identifier(table)] = iceberg
         if _applied(iceberg, batch_id):
@@ -311,7 +314,7 @@ def apply_changes(conn: Catalog, table: TableSchema, events: Sequence[ChangeEven
                 if attempt or conn.lock is not None:  # the table as the last commit left it
                     iceberg = _load(conn, table)
                     if iceberg is None:
-                        raise ConfigurationError(f"Iceberg table {conn.identifier(table)} "
+                        raise ConfigurationError(f"Iceberg table {conn.name(table)} "
                                                  "was dropped while the sync wrote it")
                     if _applied(iceberg, batch_id):
                         if written:  # the file of a batch committed before: not needed
@@ -321,7 +324,7 @@ def apply_changes(conn: Catalog, table: TableSchema, events: Sequence[ChangeEven
             return True
         except CommitFailedException:
             continue
-    raise RetriableError(f"Iceberg table {'.'.join(conn.identifier(table))}: the commit lost "
+    raise RetriableError(f"Iceberg table {conn.name(table)}: the commit lost "
                          f"{COMMIT_TRIES} races with other writers")
 
 

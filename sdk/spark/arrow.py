@@ -176,10 +176,7 @@ class TableBatcher:
 
     def key_only(self, key: Sequence[Any]) -> tuple[Any, ...]:
         """A row with only the key columns set, for a delete whose log has no before image."""
-        row: list[Any] = [None] * self._width
-        for index, value in zip(self.table.key_index, key, strict=True):
-            row[index] = value
-        return tuple(row)
+        return self.table.key_row(tuple(key))
 
 
 def event_rows(batcher: TableBatcher, events: Sequence[ChangeEvent]

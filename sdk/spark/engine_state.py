@@ -165,18 +165,22 @@ def latest(store: StateStore) -> EngineState | None:
     return EngineState.load(store, name) if name else None
 
 
+def with_staged_columns(store: StateStore, name: str, tables: list[TableSchema]
+                        ) -> list[TableSchema]:
+    """``tables`` with the columns of the schema changes the batch ending at state ``name``
+    followed (a typed stream's batch after a restart for new columns carries them)."""
+    changed = {c.table: c.schema for c in staged_schema_changes(store, name)}
+    return [changed.get(t.table, t) for t in tables]
+
+
 def captured_tables(store: StateStore, staged: bool = False) -> list[TableSchema]:
     """The tables the newest state captures (its finished splits are not read); ``staged``:
-    with the columns of the schema changes its batch followed (a typed stream's batch after
-    a restart for new columns carries them already)."""
-    names = sorted(n.removesuffix(".json") for n in store.list_dir("states"))
-    pointer = store.read_json("states", f"{names[-1]}.json") if names else None
+    with the columns its batch's schema changes give them (:func:`with_staged_columns`)."""
+    name = latest_name(store)
+    pointer = store.read_json("states", f"{name}.json") if name else None
     content = store.read_json("content", f"{pointer['content']}.json") if pointer else None
     tables = [TableSchema.from_json(t) for t in content["sync"]["tables"]] if content else []
-    if staged and names:
-        changed = {c.table: c.schema for c in staged_schema_changes(store, names[-1])}
-        tables = [changed.get(t.table, t) for t in tables]
-    return tables
+    return with_staged_columns(store, name, tables) if staged and name else tables
 
 
 STREAM_FILE = "stream.json"
@@ -221,7 +225,5 @@ def checkpointed(spec: SourceSpec) -> SourceSpec:
         # the restarted query's columns are the table's after it, and the batch replays
         name = latest_name(store)
         assert name is not None
-        for change in staged_schema_changes(store, name):
-            if change.table == tables[0].table:
-                tables[0] = change.schema
+        tables = with_staged_columns(store, name, tables)
     return replace(spec, tables=tables)

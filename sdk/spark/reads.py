@@ -234,16 +234,16 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
         return
     tables = dict(shapes.tables)  # the columns of the changes read since the last change
     versions = dict(shapes.versions)  # and their schema versions
-    output = None if spec.envelope else spec.tables[0]  # a typed stream's columns
-    batcher = None if output is None else TableBatcher(output)
+    batcher = None if spec.envelope else TableBatcher(spec.tables[0])  # a typed stream's
     seq = 0
     pending: list[ChangeEvent] = []
 
     def flush() -> pa.RecordBatch:
         nonlocal seq
-        if batcher is None or output is None:
+        if batcher is None:
             batch = envelope_batch(tables, pending, seq, versions)
         else:
+            output = batcher.table
             events: list[ChangeEvent] = pending
             shape = tables[output.table]
             if shape.columns != output.columns:  # a replay after a restart for new columns
