@@ -229,3 +229,17 @@ def test_postgres_golden_types_round_trip(fmt: str, postgres_admin: Any, postgre
                     f"{fmt}://{tmp_path}/lake")
     finally:
         postgres_admin.execute(f'DROP TABLE IF EXISTS "{name}"')
+
+
+def test_a_batch_with_no_changes_is_recorded_and_changes_nothing(
+        lake: tuple[Dialect, Any, str]) -> None:
+    """A split read again that found no rows, in a key range the table has none of either,
+    gives the target an empty batch: it writes no row and is not applied twice."""
+    dialect, conn, _ = lake
+    dialect.create_table(conn, TABLE)
+    assert dialect.apply_changes(conn, TABLE, [event("r", row(1), 1)], "a")
+    dialect.apply_changes(conn, TABLE, [], "empty")
+    dialect.apply_changes(conn, TABLE, [], "empty")  # a replay
+    assert read(dialect, conn) == {1: row(1)}
+    applied = commits(dialect, conn)
+    assert len(applied) == len(set(applied))

@@ -184,8 +184,9 @@ def apply_changes(conn: DeltaRoot, table: TableSchema, events: Sequence[ChangeEv
         return False  # a replayed batch: written before
     batch = compact(table, events)
     rows = arrow_rows(table, batch.upserts, delta_type)
-    if batch.inserts_only and not _held_keys(delta, table, [table.key_of(r)
-                                                            for r in batch.upserts]):
+    if batch.inserts_only and (not batch.upserts or  # an empty batch: recorded, no rows
+                               not _held_keys(delta, table, [table.key_of(r)
+                                                             for r in batch.upserts])):
         deltalake.write_deltalake(delta, rows, mode="append", commit_properties=_commit(batch_id))
         return True
     gone = arrow_rows(table, [table.key_row(k) for k in batch.deleted], delta_type)
