@@ -336,6 +336,27 @@ def test_rows_after_the_change_equal_read_range_of_the_new_schema(
             assert [type(v) for v in event.after or ()] == [type(v) for v in rows[event.key]]
 
 
+def test_generated_columns_are_left_out_of_the_snapshot_and_the_log(
+        pg: Dialect, capture: Any, postgres_admin: Any) -> None:
+    """pgoutput never sends a stored generated column: the dialect leaves it out of the
+    table's columns, so the log's rows match the snapshot's and no change looks like a
+    dropped column (a mirror that dropped it would lose the column silently)."""
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY, v int, "
+                  "doubled int GENERATED ALWAYS AS (v * 2) STORED, w text)")
+    name = f'"{schema.table.name}"'
+    assert [c.name for c in schema.columns] == ["id", "v", "w"]
+    start = pg.current_offset(conn)
+    postgres_admin.execute(f"INSERT INTO {name} (id, v, w) VALUES (1, 10, 'a'), (2, 20, 'b')")
+    postgres_admin.execute(f"UPDATE {name} SET v = 11, w = 'moved' WHERE id = 1")
+    postgres_admin.execute(f"DELETE FROM {name} WHERE id = 2")
+    items = read(pg, conn, [schema], start, pg.current_offset(conn))
+    assert all(isinstance(i, ChangeEvent) for i in items), items
+    assert [(i.op, i.after) for i in items] == [  # type: ignore[union-attr]
+        ("c", (1, 10, "a")), ("c", (2, 20, "b")), ("u", (1, 11, "moved")), ("d", None)]
+    assert snapshot(pg, conn, schema) == {(1,): (1, 11, "moved")}
+
+
 def test_partitioned_table_changes_through_its_root(pg: Dialect, capture: Any,
                                                     postgres_admin: Any) -> None:
     """Every partition's changes come under the root's Relation (each partition sends its

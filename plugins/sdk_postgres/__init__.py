@@ -254,13 +254,18 @@ def list_tables(conn: PgConnection) -> list[TableId]:
 
 @hookimpl
 def describe_table(conn: PgConnection, table: TableId) -> TableSchema:
+    """The table's columns and keys. Generated columns are left out: pgoutput never sends
+    them (before PostgreSQL 18, and by default after), so the snapshot leaves them out too
+    and the log's rows match it instead of looking like a dropped column."""
+    # attgenerated: PostgreSQL 12+ ('' for a plain column, 's' stored, 'v' virtual)
+    plain = " AND a.attgenerated = ''" if conn.raw.info.server_version >= 120000 else ""
     rows = conn.query(
         "SELECT a.attname, t.typname, t.typtype, format_type(a.atttypid, a.atttypmod), "
         "NOT a.attnotnull, a.atttypmod, bt.typname FROM pg_attribute a "
         "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
         "JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_type bt ON bt.oid = t.typbasetype "
-        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
-        "ORDER BY a.attnum", (table.schema, table.name))
+        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped"
+        f"{plain} ORDER BY a.attnum", (table.schema, table.name))
     if not rows:
         raise ConfigurationError(f"table {table} does not exist or is not readable")
     columns = tuple(logical_column(*row) for row in rows)
