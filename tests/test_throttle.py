@@ -1,6 +1,7 @@
 """Rate limits for a source that must not be read faster (``snapshot.rows-per-second``,
-``log.changes-per-second``): held within 10% by the in-process runner and as an upper bound by
-Spark's tasks, with the mirror still equal to the source."""
+``log.changes-per-second``): held within 10% by the in-process runner, and by Spark's tasks on
+runs long enough that the batch's planning and commit weigh little (benchmarks/throttle.py:
+1M rows 0.97x), with the mirror still equal to the source."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from sdk import ConnectionConfig, TableId, get_dialect
 from sdk.algorithm import Phase, SyncOptions, SyncRunner, caught_up
-from sdk.algorithm.throttle import Throttle
+from sdk.algorithm.throttle import MOST_CREDIT, Throttle
 from sdk_sqlite import read_target
 
 
@@ -24,6 +25,28 @@ def test_a_throttle_keeps_its_rate() -> None:
     for _ in range(20):
         pace.take(100)
     assert 0.9 <= time.monotonic() - started <= 1.1  # 2,000 items at 2,000/s, the first free
+
+
+def test_a_throttle_reads_up_a_late_start_but_never_more_than_its_credit() -> None:
+    """From ``since`` (a batch planned 0.5 s ago) the first 0.5 s of items come at once; a
+    ``since`` far back is credited :data:`MOST_CREDIT` seconds at most, and one in the future
+    (another machine's clock) nothing."""
+    pace = Throttle(2000, since=time.time() - 0.5)
+    started = time.monotonic()
+    for _ in range(20):
+        pace.take(100)
+    assert 0.4 <= time.monotonic() - started <= 0.6  # 2,000 items: 1 s of schedule, 0.5 late
+    pace = Throttle(10_000, since=time.time() - 3600)
+    started = time.monotonic()
+    for _ in range(60):
+        pace.take(1000)
+    assert MOST_CREDIT == 5.0
+    assert 0.9 <= time.monotonic() - started <= 1.1  # 6 s of schedule, 5 credited
+    pace = Throttle(2000, since=time.time() + 3600)
+    started = time.monotonic()
+    for _ in range(20):
+        pace.take(100)
+    assert 0.9 <= time.monotonic() - started <= 1.1
 
 
 def _source(tmp_path: Path, rows: int) -> str:
@@ -84,7 +107,12 @@ def test_spark_tasks_share_the_snapshot_limit(spark: Any, tmp_path: Path) -> Non
               "snapshot.fetch.size": "500"}, master="local[2]")
     report = json.loads((checkpoint / "state" / "progress.json").read_text())
     seconds = report["updated_at"] - report["started_at"]  # first split to snapshot done
-    assert report["rows"] == 30_000 and 30_000 / seconds <= 10_000 * 1.1, seconds
+    # the tasks' pace counts from the batch's hand-out, so Spark starting them is read up;
+    # on a run this short the query's start before it and the commit after weigh ~1.5 s of
+    # 3 (1M rows: 0.97x, benchmarks/throttle.py), so below the limit only catches a share
+    # taken twice or tasks that do not read at once
+    assert report["rows"] == 30_000 and 10_000 * 0.5 <= 30_000 / seconds <= 10_000 * 1.1, \
+        seconds
     sqlite = get_dialect("sqlite")
     src, dst = (sqlite.connect(ConnectionConfig.from_url(u)) for u in (url, mirror))
     table = sqlite.describe_table(src, TableId("main", "t"))

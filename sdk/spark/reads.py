@@ -53,6 +53,10 @@ class SplitPartition(InputPartition):
     be added after it started); None: the source's tables (a batch read)."""
     versions: dict[str, int] | None = None
     """The schema versions of the splits' tables, by name (absent: 1)."""
+    paced_from: float | None = None
+    """When the batch was planned (``time.time()``) for a task of its first wave, which
+    should start reading then: its pace counts from there (see
+    :class:`sdk.algorithm.throttle.Throttle`)."""
 
     def __post_init__(self) -> None:
         super().__init__(None)
@@ -72,6 +76,9 @@ class LogPartition(InputPartition):
     """The log range of one micro-batch: ``state`` names the state file of its end offset."""
 
     state: str
+    paced_from: float | None = None
+    """When the batch was planned (``time.time()``): ``log.changes-per-second`` counts from
+    there."""
 
     def __post_init__(self) -> None:
         super().__init__(None)
@@ -169,7 +176,8 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
     if sink is not None and (store is None or partition.stage is None):
         raise ConfigurationError("option target needs a stream (spark.readStream) with a "
                                  "stateDir: each split is staged before it is applied")
-    pace = throttle(spec.options.snapshot_rows_per_second, partition.share)
+    pace = throttle(spec.options.snapshot_rows_per_second, partition.share,
+                    partition.paced_from)
     try:
         for split in partition.splits:
             schema = partition.schema_of(spec, split.table)
@@ -257,7 +265,7 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
         pending.clear()
         return batch
 
-    for item in _log_events(spec, engine, shapes):
+    for item in _log_events(spec, engine, shapes, partition.paced_from):
         if isinstance(item, SchemaChange):  # the envelope's images carry the new columns
             if pending:
                 yield flush()
@@ -300,7 +308,7 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
 
     engine = shapes.engine
     try:
-        for item in _log_events(spec, engine, shapes):
+        for item in _log_events(spec, engine, shapes, partition.paced_from):
             if isinstance(item, SchemaChange):
                 if held:
                     flush()
@@ -388,14 +396,14 @@ class Shapes:
         return replace(event, after=project(event.after), before=project(event.before))
 
 
-def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes
-                ) -> Iterator[ChangeEvent | SchemaChange]:
+def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes,
+                paced_from: float | None = None) -> Iterator[ChangeEvent | SchemaChange]:
     """The changes of a log batch's range (``engine``: its end state) of the tables the sync
     captures there, that the incremental filter lets through, and the schema changes it
-    follows (``shapes``)."""
+    follows (``shapes``); read at ``log.changes-per-second`` from ``paced_from``."""
     dialect = spec.dialect_obj
     flt = log_filter(engine.sync, dialect.compare_offset)
-    pace = throttle(spec.options.log_changes_per_second)
+    pace = throttle(spec.options.log_changes_per_second, since=paced_from)
     assert engine.log_from is not None and engine.sync.position is not None
     conn = dialect.connect(spec.config)
     try:

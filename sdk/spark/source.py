@@ -173,6 +173,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._watch = TableWatch(spec) if spec.follows_tables else None
         self._outcomes: dict[str, dict[str, Any]] = {}
         """The snapshot requests taken up by this driver, for the progress report."""
+        self._planned: dict[str, float] = {}
+        """When this driver handed out the batch ending at each state (``time.time()``): the
+        rate limits count from there."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -213,6 +216,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _offset(self, engine: EngineState) -> dict[str, Any]:
         name = engine.save(self.store, self._chunks)
+        self._planned = {**dict(list(self._planned.items())[-3:]), name: time.time()}
         self._keep(name, engine)
         self._report(engine.sync, engine.seq - 1)  # its own splits are still to run
         position = engine.sync.position
@@ -405,17 +409,20 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start == end:
             return []
         engine = self._load(end["state"])
+        # the rate limits count from the batch's hand-out (so Spark's task start-up too)
+        planned = self._planned.get(end["state"], time.time())
         if engine.inflight:
             token = self._view_token()
             groups = task_groups(engine.inflight, self.spec.parallelism)
-            share = 1 / min(len(groups), self.spec.cores or len(groups))  # tasks at once
+            at_once = min(len(groups), self.spec.cores or len(groups))
             tables = engine.sync.tables
-            return [SplitPartition(group, end["state"], token, share,
+            return [SplitPartition(group, end["state"], token, 1 / at_once,
                                    [tables[t] for t in dict.fromkeys(s.table for s in group)],
-                                   {str(s.table): engine.sync.version(s.table) for s in group})
-                    for group in groups]
+                                   {str(s.table): engine.sync.version(s.table) for s in group},
+                                   paced_from=planned if i < at_once else None)
+                    for i, group in enumerate(groups)]
         if engine.log_from is not None:
-            return [LogPartition(end["state"])]
+            return [LogPartition(end["state"], planned)]
         return []
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
