@@ -18,7 +18,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from .algorithm.progress import state_label
+from .algorithm.progress import phase_label, position_label, state_label
 
 
 def _eta(seconds: float | None) -> str:
@@ -103,8 +103,9 @@ class LiveProgress:
     @staticmethod
     def _summary(progress: Mapping[str, Any]) -> str:
         phase = progress.get("phase", "starting")
-        parts = [f"phase {phase}", f"{int(progress.get('rows', 0)):,} rows",
-                 f"{progress.get('rows_per_second', 0):,.0f} rows/s"]
+        parts = [f"phase {phase_label(progress)}", f"{int(progress.get('rows', 0)):,} rows"]
+        if phase == "snapshot":  # after it, the snapshot's rows over ever more time
+            parts.append(f"{progress.get('rows_per_second', 0):,.0f} rows/s")
         tables = progress.get("tables", {}).values()
         done = sum(t["splits_done"] for t in tables)
         estimated = sum(t["splits_estimated"] for t in tables)
@@ -119,7 +120,7 @@ class LiveProgress:
         if "caught_up" in progress:
             parts.append("caught up" if progress["caught_up"] else "catching up")
         if progress.get("position"):
-            parts.append(f"log at {progress['position']}")
+            parts.append(f"log at {position_label(progress['position'])}")
         return " | ".join(parts)
 
 

@@ -111,6 +111,21 @@ def test_progress_lines_show_the_lag_in_the_log_phase() -> None:
     assert "lag" not in describe_progress({"phase": "snapshot", "tables": {}})[-1]
 
 
+def test_progress_lines_name_the_log_position_and_a_report_of_the_last_run() -> None:
+    """The position as the offset's fields, not its JSON (a change's index only when not the
+    first); a resumed sync shows the last run's report as ``resuming``, without the caught-up
+    and lag figures that were true then."""
+    from sdk.algorithm.progress import describe_progress, position_label
+
+    mysql = '{"dialect":"mysql","position":{"file":"mysql-bin.000007","n":0,"pos":2450}}'
+    assert position_label(mysql) == "file mysql-bin.000007 pos 2450"
+    assert position_label('{"dialect":"postgres","position":{"lsn":77,"n":3}}') == "lsn 77 n 3"
+    line = describe_progress({"phase": "log", "tables": {}, "position": mysql,
+                              "resuming": True})[-1]
+    assert line.startswith("phase log (resuming),") and "caught up" not in line
+    assert line.endswith("log at file mysql-bin.000007 pos 2450")
+
+
 def test_progress_counts_the_splits_a_running_batch_has_staged(tmp_path: Any) -> None:
     """A snapshot batch runs for many seconds before the next report: ``sdk status`` and the
     sync's progress lines count its splits as they are staged, once, and not after the report

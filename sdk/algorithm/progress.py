@@ -3,6 +3,7 @@ streaming query's progress show."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -112,6 +113,28 @@ def state_label(table: Mapping[str, Any]) -> str:
     return state
 
 
+def position_label(position: str) -> str:
+    """A log position as shown (``sdk status``, the live display): the fields of the offset
+    (``file mysql-bin.000007 pos 245066236``, ``lsn 23456789``), not its JSON; a change's
+    index within its transaction only when not the first."""
+    try:
+        data = json.loads(position)
+    except ValueError:
+        return position
+    fields = data.get("position") if isinstance(data, dict) else None
+    if not isinstance(fields, dict):
+        return position if fields is None else str(fields)
+    return " ".join(f"{name} {value}" for name, value in fields.items()
+                    if not (name == "n" and value == 0))
+
+
+def phase_label(progress: Mapping[str, Any]) -> str:
+    """The phase as shown: ``resuming`` marks the last run's report, shown until this run
+    writes its own."""
+    phase = str(progress.get("phase", "starting"))
+    return f"{phase} (resuming)" if progress.get("resuming") else phase
+
+
 def describe_progress(progress: Mapping[str, Any]) -> list[str]:
     """Progress as plain lines: per table splits, rows and state; then the log position."""
     lines = []
@@ -123,8 +146,9 @@ def describe_progress(progress: Mapping[str, Any]) -> list[str]:
             lines.append(f"snapshot request {request_id} of {request['table']} refused: "
                          f"{request.get('reason')}")
     phase = progress.get("phase", "starting")
-    summary = f"phase {phase}, {progress.get('rows', 0)} rows, " \
-              f"{progress.get('rows_per_second', 0):,.0f} rows/s"
+    summary = f"phase {phase_label(progress)}, {progress.get('rows', 0)} rows"
+    if phase == "snapshot":  # after it, the snapshot's rows over ever more time
+        summary += f", {progress.get('rows_per_second', 0):,.0f} rows/s"
     tables = progress.get("tables", {}).values()
     done = sum(t["splits_done"] for t in tables)
     estimated = sum(t["splits_estimated"] for t in tables)
@@ -134,7 +158,7 @@ def describe_progress(progress: Mapping[str, Any]) -> list[str]:
     if "applied" in progress:
         summary += f", applied {progress['applied']} ({progress['applied_per_second']:,.0f}/s)"
     if progress.get("position"):
-        summary += f", log at {progress['position']}"
+        summary += f", log at {position_label(progress['position'])}"
         if "caught_up" in progress:
             summary += ", caught up" if progress["caught_up"] else ", catching up"
     if progress.get("lag_seconds") is not None:

@@ -322,7 +322,7 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
             return writer.trigger(availableNow=True).start()
         return writer.trigger(processingTime="1 second").start()
 
-    started = time.monotonic()
+    started, began = time.monotonic(), time.time()
     stop, now = threading.Event(), threading.Event()  # a first signal, and a second one
 
     def on_signal(*_: Any) -> None:
@@ -368,6 +368,10 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
                 if time.monotonic() - last_report >= report_seconds and \
                         (report is not None or metrics is not None):
                     current = with_applied(live_progress(store, staged) or progress)
+                    if progress.get("updated_at", began) < began:  # the last run's report
+                        current = {**{k: v for k, v in current.items()
+                                      if k not in ("caught_up", "lag_seconds")},
+                                   "resuming": True}
                     if report is not None:
                         report(current)
                     if metrics is not None:
