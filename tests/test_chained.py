@@ -97,7 +97,7 @@ def test_a_log_batch_is_applied_in_chunks_once(tmp_path: Path,
     changes += [ChangeEvent(table.table, "d", (2,), None, Offset("sqlite", n=7)),
                 ChangeEvent(table.table, "u", (3,), (3, "moved on", 2.0, b"y"),
                             Offset("sqlite", n=8))]
-    monkeypatch.setattr(reads, "_log_events", lambda spec, engine, shapes: iter(changes))
+    monkeypatch.setattr(reads, "_log_events", lambda *_: iter(changes))
     monkeypatch.setattr(reads, "BATCH_ROWS", 3)
     sizes: list[int] = []
     apply = Applier.apply
