@@ -127,14 +127,15 @@ def stage_name(split: SnapshotSplit) -> str:
     return f"{digest}-{split.index}"
 
 
-def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = None
-                  ) -> dict[str, Any] | None:
+def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = None,
+                  report: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The progress report with the splits of the newest batch it does not count yet (its
     ``counted``) counted as they are staged (:func:`sdk.algorithm.progress.with_staged`): a
     snapshot batch may run for many seconds before the next report. None before the first.
     ``seen`` keeps the staged splits read by earlier calls, so a caller polling reads each
-    one once."""
-    report: dict[str, Any] | None = store.read_json("progress.json")
+    one once. ``report``: progress.json as the caller just read it (not read again)."""
+    if report is None:
+        report = store.read_json("progress.json")
     names = store.list_dir("states")
     if report is None or not names:
         return report

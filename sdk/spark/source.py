@@ -216,7 +216,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _offset(self, engine: EngineState) -> dict[str, Any]:
         name = engine.save(self.store, self._chunks)
-        self._planned = {**dict(list(self._planned.items())[-3:]), name: time.time()}
+        self._planned[name] = time.time()
+        while len(self._planned) > 4:  # as _keep: a batch is planned, read and committed
+            del self._planned[next(iter(self._planned))]
         self._keep(name, engine)
         self._report(engine.sync, engine.seq - 1)  # its own splits are still to run
         position = engine.sync.position

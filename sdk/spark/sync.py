@@ -367,7 +367,8 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
                     retries.reset()  # a batch went through: the source is back
                 if time.monotonic() - last_report >= report_seconds and \
                         (report is not None or metrics is not None):
-                    current = with_applied(live_progress(store, staged) or progress)
+                    current = with_applied(
+                        live_progress(store, staged, progress or None) or progress)
                     if progress.get("updated_at", began) < began:  # the last run's report
                         current = {**{k: v for k, v in current.items()
                                       if k not in ("caught_up", "lag_seconds")},
