@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -57,6 +57,9 @@ from .types import (
     TableSchema,
     TableStats,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ENTRY_POINT_GROUP = "sdk.dialects"
 
@@ -432,6 +435,12 @@ class Dialect:
     def apply_changes(self, conn: Connection, table: TableSchema,
                       events: Sequence[ChangeEvent], batch_id: str) -> bool:
         result: bool = self._call("apply_changes", conn=conn, table=table, events=events,
+                                  batch_id=batch_id)
+        return result
+
+    def load_snapshot(self, conn: Connection, table: TableSchema, rows: pa.Table,
+                      batch_id: str) -> bool:
+        result: bool = self._call("load_snapshot", conn=conn, table=table, rows=rows,
                                   batch_id=batch_id)
         return result
 

@@ -44,6 +44,8 @@ from .types import Capability
 if TYPE_CHECKING:
     import datetime as dt
 
+    import pyarrow as pa
+
     from .config import ConnectionConfig
     from .types import (
         ChangeEvent,
@@ -375,6 +377,21 @@ def alter_table(conn: Connection, old: TableSchema, new: TableSchema) -> None:
     column's type to a wider one. ``new`` keeps the key. Idempotent: called again when the
     table is already altered (a replayed batch), it changes nothing. Capability ``alter``;
     without it a sync stops at a schema change it would follow (``schema.changes=evolve``).
+    """
+
+
+@_spec(Role.TARGET, Capability.BULK_LOAD)
+def load_snapshot(conn: Connection, table: TableSchema, rows: pa.Table, batch_id: str) -> bool:
+    """Load one snapshot split's ``rows`` into ``table`` idempotently, in one transaction that
+    also records ``batch_id``, with the outcome of :func:`apply_changes` given each row as an
+    ``r`` event; return False, changing nothing, when ``batch_id`` was applied already.
+
+    ``rows`` holds ``table``'s columns in order (names as the table's), typed as
+    :func:`sdk.arrow.arrow_type` gives (dates and timestamps past Python's range as their days
+    or microseconds); keys are distinct but may already be in the table (a table read again).
+    :func:`sdk.arrow.python_values` turns a column back into the values ``apply_changes``
+    takes, for what the dialect cannot load as it is. Capability ``bulk_load``; without it,
+    snapshot rows go through ``apply_changes``.
     """
 
 

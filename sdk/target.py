@@ -7,12 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import ConnectionConfig
 from .dialects import default_manager, get_dialect
 from .errors import ConfigurationError
 from .types import Capability, ChangeEvent, Offset, SnapshotSplit, TableId, TableSchema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 REPORT_SCHEMA = "table string, applied long, committed double"
 """What each task reports as a Spark DDL schema: per source table, the changes it applied and
@@ -96,6 +99,24 @@ class Applier:
                 events = [*self._stale(mirrored, replaces, events), *events]
             done = dialect.apply_changes(self._conn, mirrored, events, batch_id)
         self.applied[table] = self.applied.get(table, 0) + (len(events) if done else 0)
+
+    @property
+    def loads(self) -> bool:
+        """Whether the target loads snapshot splits as Arrow tables (:meth:`load`)."""
+        return get_dialect(self.target.dialect_name).implements("load_snapshot")
+
+    def load(self, source: TableSchema, rows: pa.Table, batch_id: str) -> None:
+        """Load a first read of a snapshot split of source table ``source`` (its columns in
+        order, typed as :mod:`sdk.arrow` gives) with the target's ``load_snapshot``, in one
+        transaction recording ``batch_id``; a replay writes and counts nothing."""
+        dialect = get_dialect(self.target.dialect_name)
+        with dialect.passing_faults():
+            if self._conn is None:
+                self._conn = dialect.connect(self.target.config)
+            done = dialect.load_snapshot(self._conn, self.target.table_for(source), rows,
+                                         batch_id)
+        table = source.table
+        self.applied[table] = self.applied.get(table, 0) + (rows.num_rows if done else 0)
 
     def alter(self, old: TableSchema, new: TableSchema) -> None:
         """Alter the target table of source table ``old`` to hold ``new``'s rows (the target

@@ -28,6 +28,7 @@ from sdk import (
     get_dialect,
 )
 from sdk.apply import net_changes
+from sdk.tableformat import arrow_rows
 from sdk.temporal import WideTemporal
 from sdk_mysql import _target as mysql_target
 from sdk_postgres import _target as pg_apply
@@ -270,6 +271,69 @@ def test_postgres_snapshot_rows_are_copied_straight_in_or_merged_over_rows_there
         assert not pg.apply_changes(conn, table, events, f"snap/{n}")  # a replay
         assert pg_rows(conn, table) == state
     assert merges == [700]
+
+
+ARROW_TEXT_ROWS: list[tuple[Any, ...]] = [  # every value one Arrow writes as COPY text
+    (dt.date(2024, 5, 6), *PG_EDGE_ROWS[3][1:8], *PG_EDGE_ROWS[3][10:]),
+    PG_EDGE_ROWS[4][:8] + PG_EDGE_ROWS[4][10:],
+    (dt.date(9999, 12, 31), dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+     dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC), dt.time(0),
+     Decimal("-1e-30"), Decimal("-0.50"), math.nan, math.inf, '{"k": "a\\tb"}',
+     "back\\slash\\N \\. tab\tcr\rlf\n", False),
+    (None,) * 11,
+]
+
+
+@pytest.mark.postgres
+def test_postgres_loads_arrow_splits_as_apply_changes_does(pg_target: Any) -> None:
+    """A split loaded from Arrow (``load_snapshot``) lands as the same rows given to
+    ``apply_changes`` do: written by Arrow's kernels when every column and value allows (escapes,
+    NULLs, NaN, decimals, years 1 and 9999, an instant with an offset in a ``timestamp``),
+    by the row path when one does not (bytes, intervals, infinities, BC and far dates); a
+    replay changes nothing."""
+    conn, schema = pg_target
+    pg = get_dialect("postgres")
+    no_bytes = tuple(c for c in PG_EDGE_COLUMNS if c.name not in ("b", "i"))
+    far = [row[:8] + row[10:] for row in PG_EDGE_ROWS]
+    for name, columns, rows, by_arrow in (("text", no_bytes, ARROW_TEXT_ROWS, True),
+                                          ("far", no_bytes, far, False),
+                                          ("bc", no_bytes, [(*far[2][:2], None, *far[2][3:])],
+                                           False),
+                                          ("rows", PG_EDGE_COLUMNS, PG_EDGE_ROWS, False)):
+        texts = []
+        for how in ("apply", "load"):
+            table = TableSchema(TableId(schema, f"{name}_{how}"), columns, ("id",))
+            pg.create_table(conn, table)
+            values = [(i, *row) for i, row in enumerate(rows)]
+            if how == "apply":
+                assert pg.apply_changes(conn, table, [
+                    ChangeEvent(table.table, "c", (r[0],), r, OFFSET) for r in values], "s/0")
+            else:
+                data = arrow_rows(table, values)
+                assert (pg_apply.copy_text(data) is not None) is by_arrow
+                assert pg.load_snapshot(conn, table, data, "s/0")
+                assert not pg.load_snapshot(conn, table, data, "s/0")  # a replay
+            names = ", ".join(f'"{c.name}"::text' for c in columns)
+            texts.append(conn.query(f'SELECT {names} FROM {schema}."{table.table.name}" '
+                                    "ORDER BY id"))
+        assert texts[0] == texts[1]
+        assert len(texts[0]) == len(rows)
+
+
+@pytest.mark.postgres
+def test_postgres_arrow_split_over_rows_there_is_merged(pg_target: Any) -> None:
+    """Into a table already holding some of a split's keys (a table snapshotted again), the
+    Arrow ``COPY`` is rolled back and the rows are merged as upserts."""
+    conn, schema = pg_target
+    pg = get_dialect("postgres")
+    table = awkward_table(schema, "merged")
+    pg.create_table(conn, table)
+    state: Model = {}
+    for n, (first, last, version) in enumerate([(0, 700, 0), (350, 1050, 1)]):
+        rows = [make_row(i, version) for i in range(first, last)]
+        assert pg.load_snapshot(conn, table, arrow_rows(table, rows), f"snap/{n}")
+        state.update({table.key_of(r): r for r in rows})
+        assert pg_rows(conn, table) == state
 
 
 # --- MySQL --------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk import (
     Capability,
@@ -57,6 +57,9 @@ from ._connection import PgConnection, q, qp, qualified
 from ._offsets import NAME, compare, lsn_int, lsn_text, make_offset, parts
 from ._stream import check_slot, read_changes
 from ._types import TEXT_TYPES, kind_of, logical_column, register_wide_temporals
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 POLL_SECONDS = 0.5  # an open-ended stream_log reads up to a new watermark this often
 UNREACHABLE = ("Connection refused", "timeout expired", "timed out", "No route to host",
@@ -500,6 +503,18 @@ def apply_changes(conn: PgConnection, table: TableSchema, events: Sequence[Chang
             return True
         _target.write(cur, table, quoted, qualified(table.table, params=True),
                       net_changes(events), q, qp)
+        return True
+
+
+@hookimpl
+def load_snapshot(conn: PgConnection, table: TableSchema, rows: pa.Table, batch_id: str) -> bool:
+    """Claim the batch, then copy the split's rows as Arrow writes them
+    (:func:`._target.load_arrow`)."""
+    with conn.raw.transaction(), conn.raw.cursor() as cur:
+        if not _target.ledger(q(table.table.schema)).claim(cur, table, batch_id):
+            return False
+        _target.load_arrow(cur, table, qualified(table.table),
+                           qualified(table.table, params=True), rows, q, qp)
         return True
 
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg.errors import UniqueViolation
 
 from sdk import Column, LogicalType, TableSchema
 from sdk.apply import Ledger, NetChanges
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 L = LogicalType
 
@@ -143,6 +146,96 @@ def load(cursor: Any, table: TableSchema, quoted: str, rows: Sequence[tuple[Any,
     except UniqueViolation:
         return False
     return True
+
+
+_FIRST_MICROS, _LAST_MICROS = -62135596800000000, 253402300799999999
+"""The first and last microsecond of years 1-9999 (Python's and Arrow's text forms), from
+the epoch; a date's days are these over 86,400,000,000."""
+_SPECIAL = r"[\\\t\n\r]"
+"""What ``COPY``'s text format escapes in a value (a backslash and the three separators)."""
+
+
+def _text_column(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """One column as ``COPY`` text, NULL as ``\\N``; None for a type or value Arrow does not
+    write as PostgreSQL reads it (bytes, intervals, dates and timestamps past years 1-9999)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_string(kind):
+        if pc.any(pc.match_substring_regex(column, _SPECIAL)).as_py():
+            for char, escaped in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"),
+                                  ("\r", "\\r")):
+                column = pc.replace_substring(column, char, escaped)
+        return pc.fill_null(column, "\\N")
+    if (pa.types.is_timestamp(kind) and kind.unit == "us") or pa.types.is_date32(kind):
+        scale = 86_400_000_000 if pa.types.is_date32(kind) else 1
+        low, high = pc.min_max(column.cast(pa.int32() if scale > 1 else pa.int64())).values()
+        if low.is_valid and (low.as_py() * scale < _FIRST_MICROS
+                             or high.as_py() * scale > _LAST_MICROS):
+            return None
+    elif not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+              or pa.types.is_boolean(kind) or pa.types.is_decimal(kind)):
+        return None
+    return pc.fill_null(column.cast(pa.string()), "\\N")
+
+
+def copy_text(rows: pa.Table) -> list[memoryview] | None:
+    """``rows`` in ``COPY``'s text format (UTF-8), made a column at a time by Arrow's kernels
+    rather than a Python value per cell; None when a column needs the row path
+    (:func:`_text_column`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns = []
+    for column in rows.columns:
+        text = _text_column(column)
+        if text is None:
+            return None
+        columns.append(text)
+    if not columns or not rows.num_rows:
+        return []
+    lines = pc.binary_join_element_wise(
+        pc.binary_join_element_wise(*columns, "\t"), pa.scalar(""), "\n")
+    out = []
+    for chunk in lines.chunks:
+        if len(chunk):  # the lines lie end to end in the chunk's data buffer
+            _, offsets, data = chunk.buffers()
+            ends = memoryview(offsets).cast("i")
+            out.append(memoryview(data)[ends[chunk.offset]:ends[chunk.offset + len(chunk)]])
+    return out
+
+
+def load_arrow(cursor: Any, table: TableSchema, quoted: str, quoted_params: str,
+               rows: pa.Table, q: Callable[[str], str], qp: Callable[[str], str]) -> None:
+    """Load snapshot ``rows`` (keys distinct, as ``load_snapshot`` takes them) into the target
+    table: their ``COPY`` text (:func:`copy_text`) straight into it under a savepoint, or,
+    when a key is there already, into a staging table merged like :func:`write`'s upserts.
+    A column Arrow cannot write sends the rows through :func:`load` and :func:`write`."""
+    from sdk.arrow import python_values
+
+    data = copy_text(rows) if cursor.connection.info.encoding == "utf-8" else None
+    if data is None:
+        columns = [python_values(rows.column(i), c.type) for i, c in enumerate(table.columns)]
+        values = list(zip(*columns, strict=True))
+        if not load(cursor, table, quoted, values, q):
+            write(cursor, table, quoted, quoted_params, NetChanges([], values), q, qp)
+        return
+    names = _column_list(table.column_names, q)
+    try:
+        with cursor.connection.transaction(), \
+                cursor.copy(f"COPY {quoted} ({names}) FROM STDIN") as stream:
+            for part in data:
+                stream.write(part)
+        return
+    except UniqueViolation:
+        pass
+    create, copy = stage_sql(table, q, False)
+    cursor.execute(create)
+    with cursor.copy(copy) as stream:
+        for part in data:
+            stream.write(part)
+    cursor.execute(merge_sql(table, quoted, q)[1])
 
 
 def write(cursor: Any, table: TableSchema, quoted: str, quoted_params: str, net: NetChanges,

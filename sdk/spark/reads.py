@@ -126,6 +126,13 @@ def _staged_rows(schema: TableSchema, staged: pa.Table) -> tuple[list[Any], list
             [schema.key_of(row) for row, op in zip(values, ops, strict=True) if op == "d"])
 
 
+def _table_columns(schema: TableSchema, staged: pa.Table) -> pa.Table:
+    """A staged split's own columns (a chained task's stage: the table's typed columns, then
+    the metadata), as a target's ``load_snapshot`` takes them."""
+    width = len(schema.columns)
+    return pa.Table.from_arrays(staged.columns[:width], names=list(schema.column_names))
+
+
 def _stage_schema(spec: SourceSpec, schema: TableSchema) -> pa.Schema:
     if _envelope_out(spec):
         return envelope_schema()[1]
@@ -182,7 +189,7 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
         for split in partition.splits:
             schema = partition.schema_of(spec, split.table)
             name = stage_name(split)
-            staged = None
+            staged, rows, deleted = None, None, []
             if store is not None and partition.stage is not None:
                 finished = store.read_json("batches", partition.stage, f"{name}.json")
                 if finished is not None:
@@ -192,7 +199,6 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                 if sink is None:
                     yield from staged.to_batches(BATCH_ROWS)
                     continue
-                rows, deleted = _staged_rows(schema, staged)
                 watermark = FinishedSplit.from_json(finished).watermark
             else:
                 if conn is None:
@@ -202,21 +208,29 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                 rows, watermark, deleted = result.rows, result.watermark, result.deleted
                 batches = _split_output(spec, schema, rows, watermark, deleted,
                                         partition.version_of(split.table))
+                if sink is None and store is None:
+                    yield from batches
+                    continue
+                staged = pa.Table.from_batches(batches, schema=_stage_schema(spec, schema))
                 if store is not None and partition.stage is not None:
-                    store.write_arrow(pa.Table.from_batches(batches,
-                                                            schema=_stage_schema(spec, schema)),
-                                      "batches", partition.stage, f"{name}.arrow")
+                    store.write_arrow(staged, "batches", partition.stage, f"{name}.arrow")
                     done = FinishedSplit(split, watermark, len(rows))
                     store.write_json(done.to_json(), "batches", partition.stage, f"{name}.json")
                 if sink is None:
                     yield from batches
                     continue
             assert sink is not None and partition.stage is not None
+            ledger_id = split_ledger_id(partition.stage, split)
+            if split.since is None and sink.loads:  # a first read: rows only, as read
+                sink.load(schema, _table_columns(schema, staged), ledger_id)
+                continue
+            if rows is None:  # a replay
+                rows, deleted = _staged_rows(schema, staged)
             key_of, table = schema.key_of, schema.table
             whole_range = split.since is not None and split.where is None  # a table read again
             sink.apply(schema, [*(ChangeEvent(table, "r", key_of(r), r, watermark)
                                   for r in rows), *_deletes(schema, deleted, watermark)],
-                       split_ledger_id(partition.stage, split), split if whole_range else None)
+                       ledger_id, split if whole_range else None)
         if sink is not None:
             yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
     finally:
