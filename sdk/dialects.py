@@ -93,13 +93,19 @@ class DialectManager:
         self.pm.add_hookspecs(hookspecs)
         self._broken: dict[str, str] = {}
         self._dialects: dict[str, Dialect] = {}
-        if load_entry_points:
-            self._load_entry_points()
+        self._unloaded = load_entry_points
+        """Entry points not loaded yet: :meth:`get` loads only the one it is asked for (a Spark
+        worker needs one or two dialects, and importing all costs each worker ~0.3 s), the
+        listings load them all."""
 
-    def _load_entry_points(self) -> None:
+    def _load_entry_points(self, only: str | None = None) -> None:
+        if not self._unloaded:
+            return
+        self._unloaded = only is not None
         disabled = {n.strip() for n in os.environ.get("SDK_DISABLE_PLUGINS", "").split(",")}
         for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in disabled or self.pm.has_plugin(ep.name):
+            if ep.name in disabled or self.pm.has_plugin(ep.name) or ep.name in self._broken \
+                    or only not in (None, ep.name):
                 continue
             try:
                 plugin = ep.load()
@@ -162,10 +168,12 @@ class DialectManager:
     @property
     def names(self) -> list[str]:
         """Names of the dialects that loaded, sorted."""
+        self._load_entry_points()
         return sorted(name for name, _ in self.pm.list_name_plugin())
 
     def statuses(self) -> list[DialectStatus]:
         """Every installed dialect (and every built-in one that is not), with what it lacks."""
+        self._load_entry_points()
         out: dict[str, DialectStatus] = {}
         for name in self.names:
             info = self.get_info(name)
@@ -215,6 +223,10 @@ class DialectManager:
         """
         if name in self._dialects:
             return self._dialects[name]
+        if not self.pm.has_plugin(name):
+            self._load_entry_points(only=name)
+        if not self.pm.has_plugin(name):
+            self._load_entry_points()
         if not self.pm.has_plugin(name):
             installed = ", ".join(self.names) or "none"
             if name in self._broken:
