@@ -450,6 +450,14 @@ class Dialect:
                                   batch_id=batch_id)
         return result
 
+    def read_range_arrow(self, conn: Connection, table: TableSchema, split: SnapshotSplit
+                         ) -> pa.Table | None:
+        if not self.implements("read_range_arrow"):
+            return None
+        result: pa.Table | None = self._call("read_range_arrow", conn=conn, table=table,
+                                             split=split)
+        return result
+
     def load_snapshot(self, conn: Connection, table: TableSchema, rows: pa.Table,
                       batch_id: str) -> bool:
         result: bool = self._call("load_snapshot", conn=conn, table=table, rows=rows,

@@ -320,6 +320,23 @@ def end_snapshot(conn: Connection) -> None:
     capability ``atomic_snapshot``."""
 
 
+@gives(Capability.ARROW_READS)
+def read_range_arrow(conn: Connection, table: TableSchema, split: SnapshotSplit
+                     ) -> pa.Table | None:
+    """Read ``split`` as ``read_range`` does, into one Arrow table of ``table``'s columns in
+    order, typed as :func:`sdk.arrow.arrow_type` gives, each value the one ``read_range``'s
+    row would become through :mod:`sdk.arrow`; or return None, having read nothing or not,
+    when it cannot for this table or one of its values (the engine then reads the split with
+    ``read_range``, in the same view).
+
+    The engine calls it only inside a ``begin_snapshot`` view (nothing to merge from the log)
+    for a split read the first time, so a dialect may read the whole split at once (memory
+    stays O(split), as with ``read_range``) in whatever form its server sends fastest and
+    convert it a column at a time. Capability ``arrow_reads``; without it every split is
+    read with ``read_range``.
+    """
+
+
 @gives(Capability.EARLIEST)
 def earliest_offset(conn: Connection) -> Offset | None:
     """Return the oldest offset still in the log (startup mode ``earliest``).

@@ -432,6 +432,9 @@ class Capability(StrEnum):
     FILTERED_READS = "filtered_reads"
     """``read_range`` also applies a split's ``where`` condition (a snapshot on demand of the
     rows matching a predicate); declared in :class:`DialectInfo`."""
+    ARROW_READS = "arrow_reads"
+    """``read_range_arrow`` reads a split into an Arrow table, without a Python value per
+    cell (used inside a snapshot view)."""
     BULK_LOAD = "bulk_load"
     """A sync target that loads a snapshot split's rows as one Arrow table
     (``load_snapshot``), without a Python value per cell."""

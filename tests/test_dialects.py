@@ -182,7 +182,7 @@ BUILTIN_CAPABILITIES = {
     "sqlite": {"atomic_snapshot", "before_images", "apply", "acknowledge", "earliest",
                "filtered_reads", "alter"},
     "mysql": {"atomic_snapshot", "before_images", "earliest", "apply", "filtered_reads",
-              "alter", "schema_changes"},
+              "alter", "schema_changes", "arrow_reads"},
     "postgres": {"acknowledge", "earliest", "apply", "atomic_snapshot", "filtered_reads",
                  "alter", "schema_changes", "bulk_load"},
     "oracle": {"atomic_snapshot", "earliest"},

@@ -758,3 +758,65 @@ def test_connections_share_the_preferred_tls_context() -> None:
     assert first.ctx is second.ctx and not first._ssl_required
     own = open_connection(host="127.0.0.1", defer_connect=True, ssl={"check_hostname": False})
     assert own.ctx is not first.ctx and own._ssl_required
+
+
+ARROW = """CREATE TABLE {name} (
+  id BIGINT UNSIGNED PRIMARY KEY, ti TINYINT, tu TINYINT UNSIGNED, si SMALLINT, mi MEDIUMINT,
+  i INT, iu INT UNSIGNED, bi BIGINT, d2 DECIMAL(10,2), d38 DECIMAL(38,10), db DOUBLE,
+  ch CHAR(3), vc VARCHAR(300), tx MEDIUMTEXT, vb VARBINARY(10), bl MEDIUMBLOB,
+  e ENUM('a','b'), s SET('x','y','z'), dt DATE, dtt DATETIME(6), dt0 DATETIME,
+  ts TIMESTAMP(6) NULL
+) CHARSET utf8mb4"""
+ARROW_ROWS = [
+    (18446744073709551615, -128, 255, -32768, -8388608, -2147483648, 4294967295,
+     -9223372036854775808, "-12345678.91", "-1234567890123456789012345678.0123456789",
+     1.7976931348623157e308, "ab", "😀 é ' \"\t\n\\" + "x" * 250, "y" * 70000,
+     b"\x00\xff", bytes(range(256)) * 300, "b", "x,z", "2024-02-29",
+     "9999-12-31 23:59:59.999999", "1000-01-01 00:00:00", "2038-01-19 03:14:07.999999"),
+    (1,) + (None,) * 21,
+    (2, 0, 0, 0, 0, 0, 0, 0, "0", "0.0000000001", -0.0, "", "", "", b"", b"", "a", "",
+     "0000-00-00", "0000-00-00 00:00:00", "2024-00-10 00:00:00", "0000-00-00 00:00:00"),
+    (3, 127, 0, 32767, 8388607, 2147483647, 0, 9223372036854775807, "99999999.99",
+     "-0.0000000001", 5e-324, "abc", "é", "z", b"1", b"2", "a", "x,y,z", "0000-01-01",
+     "2024-05-00 12:00:00", "2024-05-06 07:08:09", "1970-01-01 00:00:01"),
+]
+
+
+def test_arrow_reads_equal_the_row_path(mysql: Dialect, conn: Any, make_table: Any,
+                                        mysql_admin: Any) -> None:
+    """``read_range_arrow`` cuts the protocol's packets into columns: for every type it takes,
+    at the edges (lengths of 1, 2 and 3 bytes, NULLs, zero dates and dates Python cannot hold
+    as NULL, -0, the extreme integers and decimals), it gives the Arrow table the row path's
+    values make; bounds are the same; a table with a type it does not take, and a value Arrow
+    refuses, are left to ``read_range``."""
+    from sdk.tableformat import arrow_rows
+
+    admin(mysql_admin, "SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+    table = make_table(ARROW)
+    with mysql_admin.cursor() as cur:
+        cur.executemany(f"INSERT INTO `{table.name}` VALUES ({', '.join(['%s'] * 22)})",
+                        ARROW_ROWS)
+    schema = mysql.describe_table(conn, table)
+    for split in (SnapshotSplit(table, 0, None, None), SnapshotSplit(table, 1, (2,), (3,)),
+                  SnapshotSplit(table, 2, (3,), None), SnapshotSplit(table, 3, (9,), None)):
+        rows = [r for b in mysql.read_range(conn, schema, split, 2) for r in b]
+        got = mysql.read_range_arrow(conn, schema, split)
+        assert got is not None and got.num_rows == len(rows)
+        want = arrow_rows(schema, rows).sort_by("id")
+        got = got.sort_by("id")
+        for name in schema.column_names:
+            assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+            assert got.column(name).type == want.column(name).type, name
+    zero = {r[0]: r for b in mysql.read_range(conn, schema, SnapshotSplit(table, 0, None, None),
+                                              10) for r in b}[Decimal(2)]
+    assert zero[18:] == (None, None, None, None)
+    assert mysql.read_range_arrow(conn, schema, SnapshotSplit(table, 0, None, None)) is not None
+    # 2024-02-30 is stored under ALLOW_INVALID_DATES: Arrow refuses it, the row path reads NULL
+    admin(mysql_admin, f"INSERT INTO `{table.name}` (id, dt) VALUES (4, '2024-02-30')")
+    assert mysql.read_range_arrow(conn, schema, SnapshotSplit(table, 0, None, None)) is None
+    late = SnapshotSplit(table, 0, (4,), None)
+    assert next(r for b in mysql.read_range(conn, schema, late, 9) for r in b)[18] is None
+    other = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, f FLOAT)", [(1, 1.5)])
+    assert mysql.read_range_arrow(conn, mysql.describe_table(conn, other),
+                                  SnapshotSplit(other, 0, None, None)) is None
+    assert conn.query("SELECT 1") == [(1,)]  # the connection is left ready

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk import (
     Capability,
@@ -42,7 +42,7 @@ from sdk import (
 from sdk.apply import check_target_columns, net_changes
 from sdk.sql import lexicographic_range, with_condition
 
-from . import _target, _visibility
+from . import _arrow, _target, _visibility
 from ._binlog import CONNECTION_LOST, read_changes
 from ._connect import open_connection
 from ._offsets import (
@@ -55,6 +55,9 @@ from ._offsets import (
 )
 from ._rows import TableMap, describe_column, storage_matches
 from ._types import logical_column, normalizer, select_term, zero_date_none
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 HEARTBEAT_SECONDS = 0.5  # an open-ended stream_log's heartbeat period (option heartbeat_seconds)
@@ -475,6 +478,20 @@ def read_range(conn: MySqlConnection, table: TableSchema, split: SnapshotSplit,
         cur.execute(f"SELECT {columns} FROM {_table(table.table, True)} WHERE {where}", args)
         while batch := cur.fetchmany(fetch_size):
             yield _normalized_rows(table, batch)
+
+
+@hookimpl
+def read_range_arrow(conn: MySqlConnection, table: TableSchema, split: SnapshotSplit
+                     ) -> pa.Table | None:
+    """The split's rows as Arrow, cut from the protocol's packets (:mod:`._arrow`); None for
+    a table with a column that path does not read."""
+    if not all(_arrow.readable(c) for c in table.columns):
+        return None
+    where, args = _key_range(table, split.start, split.end)
+    where = with_condition(where, split.where)
+    columns = ", ".join(select_term(c, qp(c.name)) for c in table.columns)
+    return _arrow.read_split(conn.raw, table, f"SELECT {columns} FROM "
+                             f"{_table(table.table, True)} WHERE {where}", args)
 
 
 def _check_retained(conn: MySqlConnection, file: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ..dialects import Dialect
 from ..errors import ConfigurationError
@@ -35,6 +36,9 @@ from ..types import (
 )
 from .options import SyncOptions
 from .throttle import Throttle
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +76,28 @@ class SplitResult:
     deleted: list[Key] = field(default_factory=list)
     """Keys of the split gone at the watermark that the sync may have emitted before (a read
     ``since`` a log position): a table read again must delete them downstream."""
+    columns: pa.Table | None = None
+    """The rows as the dialect's ``read_range_arrow`` read them (``rows`` then empty)."""
+
+    @property
+    def count(self) -> int:
+        """How many rows the split holds."""
+        return len(self.rows) if self.columns is None else self.columns.num_rows
 
 
 def read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: SnapshotSplit,
                options: SyncOptions, hooks: PhaseHooks | None = None,
-               view_token: str | None = None, pace: Throttle | None = None) -> SplitResult:
+               view_token: str | None = None, pace: Throttle | None = None,
+               columnar: bool = False) -> SplitResult:
     """Read ``split`` and merge it with the log window read during it (see module doc);
     ``pace`` paces the rows read (``snapshot.rows-per-second``). A split with ``since``
-    reads again a table whose changes were emitted up to there (see :func:`reread`)."""
+    reads again a table whose changes were emitted up to there (see :func:`reread`).
+    ``columnar``: the caller takes the rows as Arrow, so a split read in a snapshot view
+    goes through the dialect's ``read_range_arrow`` when it has one."""
     if split.since is None:
         try:
-            return _read_split(dialect, conn, table, split, options, hooks, view_token, pace)
+            return _read_split(dialect, conn, table, split, options, hooks, view_token, pace,
+                               columnar=columnar)
         except Exception as failure:
             # a column dropped while the snapshot runs (the log phase follows the drop when
             # it meets it): read the columns the table still has, the dropped one None
@@ -162,7 +177,8 @@ def reread(dialect: Dialect, conn: Connection, table: TableSchema, result: Split
 
 def _read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: SnapshotSplit,
                 options: SyncOptions, hooks: PhaseHooks | None, view_token: str | None,
-                pace: Throttle | None, reading: Reading | None = None) -> SplitResult:
+                pace: Throttle | None, reading: Reading | None = None,
+                columnar: bool = False) -> SplitResult:
     hooks = hooks or PhaseHooks()
     sid = split.split_id
     hooks.before_low_watermark(split)
@@ -171,13 +187,20 @@ def _read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: S
         try:
             log.debug("split %s step 1: snapshot view at %s", sid, view.offset)
             hooks.after_low_watermark(split)
-            rows = _read_rows(dialect, conn, table, split, options, pace, reading)
+            columns = dialect.read_range_arrow(conn, table, split) \
+                if columnar and reading is None else None
+            if columns is not None:
+                rows: list[Row] = []
+                if pace is not None:
+                    pace.take(columns.num_rows)
+            else:
+                rows = _read_rows(dialect, conn, table, split, options, pace, reading)
             hooks.after_read(split)
         finally:
             dialect.end_snapshot(conn)
         hooks.after_high_watermark(split)
         return SplitResult(split, rows, view.offset, view.offset, view.offset,
-                           peak_buffer=len(rows))
+                           peak_buffer=len(rows), columns=columns)
 
     low = dialect.current_offset(conn)
     log.debug("split %s step 1: low watermark %s", sid, low)

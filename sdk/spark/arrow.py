@@ -167,6 +167,21 @@ class TableBatcher:
                 pa.repeat(pa.scalar(version, pa.int32()), n)]
         return self._assemble(rows, meta, complete=True)
 
+    def columns_batches(self, columns: pa.Table, watermark: str, version: int = 1
+                        ) -> list[pa.RecordBatch]:
+        """Snapshot rows read as Arrow (a dialect's ``read_range_arrow``: the table's columns
+        in order) as :meth:`snapshot_batch` gives them, without a Python value per cell."""
+        n = columns.num_rows
+        meta = [pa.repeat(pa.scalar("r"), n), pa.repeat(pa.scalar(watermark), n),
+                pa.nulls(n, pa.timestamp("us", tz="UTC")), pa.repeat(pa.scalar(0), n),
+                pa.repeat(pa.scalar(version, pa.int32()), n)]
+        own = [column.combine_chunks().cast(field.type) for column, field in
+               zip(columns.columns, self.arrow_schema, strict=False)]
+        if len(own) != self._width:
+            raise ValueError(f"{self.table.table}: read_range_arrow gave {len(own)} columns, "
+                             f"the table has {self._width}")
+        return [pa.RecordBatch.from_arrays(own + meta, schema=self.arrow_schema)]
+
     def rows_of(self, table: pa.Table) -> list[tuple[Any, ...]]:
         """The rows of batches made here (a staged split), back as Python values (see
         :func:`python_values`)."""

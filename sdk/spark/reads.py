@@ -204,17 +204,24 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                 if conn is None:
                     conn = dialect.connect(spec.config)
                 result = read_split(dialect, conn, schema, split, spec.options,
-                                    view_token=partition.view_token, pace=pace)
+                                    view_token=partition.view_token, pace=pace,
+                                    columnar=not _envelope_out(spec))
                 rows, watermark, deleted = result.rows, result.watermark, result.deleted
-                batches = _split_output(spec, schema, rows, watermark, deleted,
-                                        partition.version_of(split.table))
+                if result.columns is not None:  # read as Arrow: the rows stay columns
+                    rows = None
+                    batches = TableBatcher(schema).columns_batches(
+                        result.columns, dumps(watermark.to_json()),
+                        partition.version_of(split.table))
+                else:
+                    batches = _split_output(spec, schema, rows, watermark, deleted,
+                                            partition.version_of(split.table))
                 if sink is None and store is None:
                     yield from batches
                     continue
                 staged = pa.Table.from_batches(batches, schema=_stage_schema(spec, schema))
                 if store is not None and partition.stage is not None:
                     store.write_arrow(staged, "batches", partition.stage, f"{name}.arrow")
-                    done = FinishedSplit(split, watermark, len(rows))
+                    done = FinishedSplit(split, watermark, result.count)
                     store.write_json(done.to_json(), "batches", partition.stage, f"{name}.json")
                 if sink is None:
                     yield from batches
