@@ -28,6 +28,7 @@ from ..errors import (
 from ..metrics import MetricsServer
 from ..spec import UNTIL, SourceSpec, checkpoint_paths, resolve
 from ..types import FinishedSplit
+from . import jvmcache
 from .engine_state import captured_tables, checkpointed, live_progress
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
@@ -123,6 +124,9 @@ def spark_session(master: str = "local[*]", rows_in_jvm: bool = True) -> Any:
     java_options = []
     if not rows_in_jvm and master.startswith("local"):
         java_options.append("-XX:TieredStopAtLevel=1")
+    archive = jvmcache.for_this_machine() if _starts_jvm() else None
+    if archive is not None:
+        java_options += archive.java_options()
     if not os.environ.get("SDK_VERBOSE"):  # only errors from the JVM's logging
         java_options.append(f"-Dlog4j2.configurationFile=file:{_quiet_log4j()}")
     settings = {"spark.master": master, "spark.app.name": "sdk sync",
@@ -137,6 +141,8 @@ def spark_session(master: str = "local[*]", rows_in_jvm: bool = True) -> Any:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if archive is not None:
+        archive.build_later(spark)
     if not any(m.name == "pyspark_cdc" for m in pkgutil.iter_modules()):
         from . import register
 
@@ -149,6 +155,14 @@ JVM_NOTICES = (b"WARNING: Using incubator modules",)
 always adds ``--add-modules=jdk.incubator.vector``)."""
 
 
+def _starts_jvm() -> bool:
+    """Whether the session about to be made starts its own driver JVM."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is None and SparkContext._gateway is None \
+        and "PYSPARK_GATEWAY_PORT" not in os.environ
+
+
 def _quiet_jvm(settings: dict[str, str]) -> None:
     """Start the driver JVM with its standard error read through a filter that drops
     :data:`JVM_NOTICES` (everything else passes); nothing when a JVM runs already (a
@@ -158,8 +172,7 @@ def _quiet_jvm(settings: dict[str, str]) -> None:
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    if SparkContext._active_spark_context is not None or SparkContext._gateway is not None \
-            or "PYSPARK_GATEWAY_PORT" in os.environ:
+    if not _starts_jvm():
         return
     conf = SparkConf(loadDefaults=True).setAll(list(settings.items()))
     gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
