@@ -178,14 +178,15 @@ def _imports(annotations: str) -> str:
     names = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*", annotations)) | {"DialectInfo",
                                                                          "hookimpl"}
     unknown = names - set(sdk.__all__) - set(collections.abc.__all__) - set(dir(builtins))
-    if unknown - {"dt"}:
+    if unknown - {"dt", "pa"}:
         raise AssertionError(f"spec annotations use names sdk does not export: {unknown}")
     stdlib = ["import datetime as dt"] if "dt" in names else []
     from_abc = sorted(names & set(collections.abc.__all__))
     if from_abc:
         stdlib.append(f"from collections.abc import {', '.join(from_abc)}")
+    arrow = "import pyarrow as pa\n\n" if "pa" in names else ""  # an Arrow table (sdk needs it)
     from_sdk = "".join(f"    {n},\n" for n in sorted(names & set(sdk.__all__)))
-    return "\n".join(stdlib) + f"\n\nfrom sdk import (\n{from_sdk})"
+    return "\n".join(stdlib) + f"\n\n{arrow}from sdk import (\n{from_sdk})"
 
 
 def dialect_name(text: str) -> str:

@@ -146,18 +146,29 @@ def _columns(table: TableSchema, packets: list[bytes]) -> pa.Table:
 
 def _texts(data: np.ndarray, start: np.ndarray, length: np.ndarray, null: np.ndarray
            ) -> pa.Array:
-    """One column's values as a binary array: the bytes at ``start`` for ``length``."""
+    """One column's values as a binary view array over ``data`` (the bytes at ``start`` for
+    ``length``): 16 bytes a row, however long the values, and nothing copied but a value of at
+    most 12 bytes, which a view holds itself (Arrow's layout: the length, then the bytes, or
+    their first four, a buffer index and the offset)."""
     import numpy as np
     import pyarrow as pa
 
-    offsets = np.zeros(len(start) + 1, dtype=np.int64)
-    np.cumsum(length, out=offsets[1:])
-    index = np.repeat(start - offsets[:-1], length) + np.arange(offsets[-1], dtype=np.int64)
-    valid = np.packbits(~null, bitorder="little") if null.any() else None
-    return pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), len(start),
-        [None if valid is None else pa.py_buffer(valid), pa.py_buffer(offsets),
-         pa.py_buffer(data[index])], null_count=int(null.sum()))
+    n = len(start)
+    if int(length.sum()) >= 2**31 or len(data) >= 2**31:
+        raise _NotArrowError("a column of 2 GB or more")  # views hold 32-bit offsets
+    views = np.zeros((n, 16), dtype=np.uint8)
+    views[:, 0:4] = length.astype("<i4").view(np.uint8).reshape(n, 4)
+    inline = length <= 12
+    at = np.arange(12)
+    head = data[np.minimum(start[:, None] + at[None, :], max(len(data) - 1, 0))] \
+        if len(data) else np.zeros((n, 12), dtype=np.uint8)
+    views[inline, 4:16] = np.where(at[None, :] < length[:, None], head, 0)[inline]
+    views[~inline, 4:8] = head[~inline, :4]  # the prefix; buffer 0 (bytes 8-12 stay zero)
+    views[~inline, 12:16] = start[~inline].astype("<i4").view(np.uint8).reshape(-1, 4)
+    valid = pa.py_buffer(np.packbits(~null, bitorder="little")) if null.any() else None
+    return pa.Array.from_buffers(pa.binary_view(), n,
+                                 [valid, pa.py_buffer(views), pa.py_buffer(data)],
+                                 null_count=int(null.sum()))
 
 
 def _column(column: Column, values: pa.Array) -> pa.Array:
@@ -169,8 +180,7 @@ def _column(column: Column, values: pa.Array) -> pa.Array:
     try:
         if column.type is L.BINARY:
             return values.cast(pa.binary())
-        text = values.cast(pa.large_string())
-        text.validate(full=True)  # UTF-8, as pymysql's decoding demands
+        text = values.cast(pa.large_string())  # checks the text is UTF-8, as pymysql does
         if column.type is L.STRING:
             return text.cast(pa.string())
         if column.type in _DATES:
