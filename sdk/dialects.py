@@ -95,8 +95,8 @@ class DialectManager:
         self._dialects: dict[str, Dialect] = {}
         self._unloaded = load_entry_points
         """Entry points not loaded yet: :meth:`get` loads only the one it is asked for (a Spark
-        worker needs one or two dialects, and importing all costs each worker ~0.3 s), the
-        listings load them all."""
+        worker needs one or two dialects; importing all seven took ~0.1 s more in each), the
+        listings and URL lookups load them all."""
 
     def _load_entry_points(self, only: str | None = None) -> None:
         if not self._unloaded:

@@ -92,8 +92,7 @@ class Applier:
         if stamps:
             self.newest[table] = max(self.newest.get(table, -2**63), max(stamps))
         with dialect.passing_faults():  # a target that drops out is retried like a source
-            if self._conn is None:
-                self._conn = dialect.connect(self.target.config)
+            self._connect(dialect)
             mirrored = self.target.table_for(source)
             if replaces is not None:
                 events = [*self._stale(mirrored, replaces, events), *events]
@@ -111,8 +110,7 @@ class Applier:
         transaction recording ``batch_id``; a replay writes and counts nothing."""
         dialect = get_dialect(self.target.dialect_name)
         with dialect.passing_faults():
-            if self._conn is None:
-                self._conn = dialect.connect(self.target.config)
+            self._connect(dialect)
             done = dialect.load_snapshot(self._conn, self.target.table_for(source), rows,
                                          batch_id)
         table = source.table
@@ -128,8 +126,7 @@ class Applier:
                 "cannot alter its tables (no alter_table): use schema.changes=ignore, or a "
                 "new snapshot")
         with dialect.passing_faults():
-            if self._conn is None:
-                self._conn = dialect.connect(self.target.config)
+            self._connect(dialect)
             dialect.alter_table(self._conn, self.target.table_for(old),
                                 self.target.table_for(new))
 
@@ -154,6 +151,11 @@ class Applier:
         return [{"table": str(t), "applied": self.applied.get(t, 0),
                  "committed": self.newest[t] / 1e6 if t in self.newest else None}
                 for t in tables]
+
+    def _connect(self, dialect: Any) -> None:
+        """Open the applier's target connection on first use."""
+        if self._conn is None:
+            self._conn = dialect.connect(self.target.config)
 
     def close(self) -> None:
         if self._conn is not None:

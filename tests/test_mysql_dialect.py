@@ -819,4 +819,16 @@ def test_arrow_reads_equal_the_row_path(mysql: Dialect, conn: Any, make_table: A
     other = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, f FLOAT)", [(1, 1.5)])
     assert mysql.read_range_arrow(conn, mysql.describe_table(conn, other),
                                   SnapshotSplit(other, 0, None, None)) is None
+    # the engine's split read takes the Arrow path in a snapshot view, when asked for columns
+    from sdk.algorithm.reader import read_split
+
+    arrow = read_split(mysql, conn, schema, late, SyncOptions(), columnar=True)
+    assert arrow.columns is None and arrow.count == 2  # 2024-02-30: left to read_range
+    split = SnapshotSplit(table, 1, (2,), (4,))
+    arrow = read_split(mysql, conn, schema, split, SyncOptions(), columnar=True)
+    plain = read_split(mysql, conn, schema, split, SyncOptions())
+    assert arrow.columns is not None and arrow.rows == [] and plain.columns is None
+    assert arrow.count == plain.count == 2 and arrow.watermark == plain.watermark
+    assert arrow.columns.sort_by("id").equals(
+        arrow_rows(schema, plain.rows).sort_by("id").cast(arrow.columns.schema))
     assert conn.query("SELECT 1") == [(1,)]  # the connection is left ready

@@ -161,20 +161,14 @@ class TableBatcher:
                        ) -> pa.RecordBatch:
         """Snapshot rows: op ``r``, all at the split's watermark, ``_seq`` 0 (their keys are
         distinct, so their order does not matter)."""
-        n = len(rows)
-        meta = [pa.repeat(pa.scalar("r"), n), pa.repeat(pa.scalar(watermark), n),
-                pa.nulls(n, pa.timestamp("us", tz="UTC")), pa.repeat(pa.scalar(0), n),
-                pa.repeat(pa.scalar(version, pa.int32()), n)]
-        return self._assemble(rows, meta, complete=True)
+        return self._assemble(rows, _snapshot_meta(len(rows), watermark, version),
+                              complete=True)
 
     def columns_batches(self, columns: pa.Table, watermark: str, version: int = 1
                         ) -> list[pa.RecordBatch]:
         """Snapshot rows read as Arrow (a dialect's ``read_range_arrow``: the table's columns
         in order) as :meth:`snapshot_batch` gives them, without a Python value per cell."""
-        n = columns.num_rows
-        meta = [pa.repeat(pa.scalar("r"), n), pa.repeat(pa.scalar(watermark), n),
-                pa.nulls(n, pa.timestamp("us", tz="UTC")), pa.repeat(pa.scalar(0), n),
-                pa.repeat(pa.scalar(version, pa.int32()), n)]
+        meta = _snapshot_meta(columns.num_rows, watermark, version)
         own = [column.combine_chunks().cast(field.type) for column, field in
                zip(columns.columns, self.arrow_schema, strict=False)]
         if len(own) != self._width:
@@ -192,6 +186,13 @@ class TableBatcher:
     def key_only(self, key: Sequence[Any]) -> tuple[Any, ...]:
         """A row with only the key columns set, for a delete whose log has no before image."""
         return self.table.key_row(tuple(key))
+
+
+def _snapshot_meta(n: int, watermark: str, version: int) -> list[pa.Array]:
+    """The metadata columns of ``n`` snapshot rows (see :meth:`TableBatcher.snapshot_batch`)."""
+    return [pa.repeat(pa.scalar("r"), n), pa.repeat(pa.scalar(watermark), n),
+            pa.nulls(n, pa.timestamp("us", tz="UTC")), pa.repeat(pa.scalar(0), n),
+            pa.repeat(pa.scalar(version, pa.int32()), n)]
 
 
 def event_rows(batcher: TableBatcher, events: Sequence[ChangeEvent]

@@ -131,10 +131,13 @@ def for_this_machine() -> JvmArchive | None:
 
 def _prune(cache: Path, keep: int) -> None:
     """Keep the ``keep`` newest archives (each ~180 MB; a JDK or Spark upgrade, or another
-    environment, makes a new one)."""
+    environment, makes a new one), and drop class lists a day old."""
     archives = sorted(cache.glob("jvm-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in archives[keep:]:
         old.unlink(missing_ok=True)
+    for listed in cache.glob("jvm-*.classes"):  # left by syncs that ended before handing over
+        if time.time() - listed.stat().st_mtime > 86400:
+            listed.unlink(missing_ok=True)
 
 
 def _build(job: dict[str, Any]) -> None:
