@@ -152,3 +152,42 @@ def test_the_writer_thread_applies_in_order_and_raises_a_failure_at_the_next_ste
         writer.submit(job(4))  # waits for chunk 3 first, and raises its failure
     assert done == [0, 1, 2, 3]
     writer.shutdown()
+
+
+def test_first_reads_are_loaded_on_the_writer_thread_in_order(tmp_path: Path,
+                                                               monkeypatch: Any) -> None:
+    """A target that loads Arrow (``load_snapshot``) gets each first-read split on the writer
+    thread while the task reads the next one: in split order, all of them before the task
+    reports, and a failed load fails the task."""
+    import threading
+
+    from sdk.target import Applier
+
+    url = make_source(tmp_path, rows=500)
+    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+                    "target": f"sqlite:///{tmp_path}/target.db", "snapshot.split.size": "100"})
+    dialect = get_dialect("sqlite")
+    source = dialect.connect(spec.config)
+    splits = PhaseMachine(dialect, spec.options).all_splits(source, spec.tables)
+    source.close()
+    loaded: list[tuple[str, int, bool]] = []
+
+    def load(self: Applier, table: object, rows: pa.Table, batch_id: str) -> None:
+        loaded.append((batch_id, rows.num_rows,
+                       threading.current_thread() is not threading.main_thread()))
+        if batch_id.endswith("/fail"):
+            raise RuntimeError("target refused the split")
+        self.applied[spec.tables[0].table] = self.applied.get(spec.tables[0].table, 0) + \
+            rows.num_rows
+
+    monkeypatch.setattr(Applier, "loads", property(lambda self: True))
+    monkeypatch.setattr(Applier, "load", load)
+    assert applied_of(list(read_splits(spec, SplitPartition(splits, stage="5-load")))) == \
+        {"main.items": 500}
+    assert [b for b, _, _ in loaded] == [f"5-load/{s.split_id}" for s in splits]
+    assert sum(n for _, n, _ in loaded) == 500 and all(t for _, _, t in loaded)
+
+    monkeypatch.setattr("sdk.spark.reads.split_ledger_id",
+                        lambda stage, split: f"{stage}/fail" if split.index == 1 else stage)
+    with pytest.raises(RuntimeError, match="refused the split"):
+        list(read_splits(spec, SplitPartition(splits, stage="6-load")))

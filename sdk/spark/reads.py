@@ -4,6 +4,7 @@ state directory so a replayed batch serves the same rows) or a micro-batch's log
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -150,6 +151,9 @@ def log_ledger_id(state: str) -> str:
     return f"log/{state}"
 
 
+_frozen = False
+
+
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while a task turns rows into Arrow batches.
@@ -158,7 +162,15 @@ def gc_paused() -> Iterator[None]:
     reference counting); with the collector on, each of its passes walks all of them again, so
     the cost grows with what is held. Measured on 100k log changes: 0.44x of the dialect's raw
     stream with it on, 1.0x paused. Cycles made meanwhile are collected when it resumes.
+
+    A worker's first task also moves the objects alive then (its imports: ~100k objects of
+    pyarrow, pandas, psycopg, the dialects) out of the collector's sight for good: Spark's
+    daemon collects after every task of a reused worker, 30 ms a time walking them again.
     """
+    global _frozen
+    if not _frozen:
+        gc.freeze()
+        _frozen = True
     if not gc.isenabled():
         yield
         return
@@ -185,6 +197,7 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                                  "stateDir: each split is staged before it is applied")
     pace = throttle(spec.options.snapshot_rows_per_second, partition.share,
                     partition.paced_from)
+    loader = Pipeline() if sink is not None else None
     try:
         for split in partition.splits:
             schema = partition.schema_of(spec, split.table)
@@ -226,11 +239,14 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                 if sink is None:
                     yield from batches
                     continue
-            assert sink is not None and partition.stage is not None
+            assert sink is not None and loader is not None and partition.stage is not None
             ledger_id = split_ledger_id(partition.stage, split)
             if split.since is None and sink.loads:  # a first read: rows only, as read
-                sink.load(schema, _table_columns(schema, staged), ledger_id)
+                # loaded while the next split is read (the split is staged already)
+                loader.submit(functools.partial(sink.load, schema,
+                                                _table_columns(schema, staged), ledger_id))
                 continue
+            loader.wait()
             if rows is None:  # a replay
                 rows, deleted = _staged_rows(schema, staged)
             key_of, table = schema.key_of, schema.table
@@ -238,9 +254,12 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
             sink.apply(schema, [*(ChangeEvent(table, "r", key_of(r), r, watermark)
                                   for r in rows), *_deletes(schema, deleted, watermark)],
                        ledger_id, split if whole_range else None)
-        if sink is not None:
+        if sink is not None and loader is not None:
+            loader.wait()
             yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
     finally:
+        if loader is not None:
+            loader.shutdown()
         if conn is not None:
             conn.close()
         if sink is not None:
