@@ -184,7 +184,7 @@ BUILTIN_CAPABILITIES = {
     "mysql": {"atomic_snapshot", "before_images", "earliest", "apply", "filtered_reads",
               "alter", "schema_changes", "arrow_reads"},
     "postgres": {"acknowledge", "earliest", "apply", "atomic_snapshot", "filtered_reads",
-                 "alter", "schema_changes", "bulk_load"},
+                 "alter", "schema_changes", "bulk_load", "arrow_reads"},
     "oracle": {"atomic_snapshot", "earliest"},
     "sqlserver": {"before_images", "earliest", "timestamp"},
 }

@@ -52,7 +52,7 @@ from sdk import (
 from sdk.apply import check_target_columns, net_changes
 from sdk.sql import row_range, with_condition
 
-from . import _capture, _snapshot, _target
+from . import _arrow, _capture, _snapshot, _target
 from ._connection import PgConnection, q, qp, qualified
 from ._offsets import NAME, compare, lsn_int, lsn_text, make_offset, parts
 from ._stream import check_slot, read_changes
@@ -385,6 +385,17 @@ def read_range(conn: PgConnection, table: TableSchema, split: SnapshotSplit, fet
             yield batch
 
 
+@hookimpl
+def read_range_arrow(conn: PgConnection, table: TableSchema, split: SnapshotSplit
+                     ) -> pa.Table | None:
+    """The split's rows as Arrow, numerics and times cast from the server's text
+    (:mod:`._arrow`); None for a table with a column that path does not read."""
+    if not all(_arrow.readable(c) for c in table.columns):
+        return None
+    where, args = _range(table, split.start, split.end)
+    where = with_condition(where, split.where)
+    return _arrow.read_split(conn.raw, table, f"SELECT {_select_list(table)} FROM "
+                             f"{qualified(table.table, params=True)} WHERE {where}", args)
 
 
 @hookimpl
