@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyspark
 import pytest
@@ -42,3 +43,46 @@ def test_a_spark_distribution_keeps_the_plain_interpreter(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))  # its zips may be another pyspark
     assert worker_python() == sys.executable
+
+
+@pytest.mark.spark
+def test_warmed_workers_serve_the_next_tasks_with_the_dialects_imported(spark: Any) -> None:
+    """The warm-up read leaves a worker per core that imported the engine and the dialects
+    named; the next Python data source tasks run on those very workers (no import left)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from sdk.spark.warmup import warm_workers
+
+    class Probe(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "sdk_probe"
+
+        def schema(self) -> str:
+            return "pid int, loaded boolean, frozen boolean"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return ProbeReader()
+
+    class ProbeReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(0), InputPartition(1)]
+
+        def read(self, partition: InputPartition) -> Any:
+            import gc
+            import os
+            import sys
+
+            yield (os.getpid(), "sdk_sqlite" in sys.modules and "pandas" in sys.modules,
+                   gc.get_freeze_count() > 10_000)
+
+    cores = spark.sparkContext.defaultParallelism
+    thread = warm_workers(spark, cores, ["sqlite"])
+    thread.join(120)
+    assert not thread.is_alive()
+    spark.dataSource.register(Probe)
+    warmed = {r.pid for r in spark.read.format("sdk_warmup").option("tasks", str(cores))
+              .option("dialects", "sqlite").load().collect()}
+    probed = spark.read.format("sdk_probe").load().collect()
+    assert {r.pid for r in probed} <= warmed
+    assert all(r.loaded and r.frozen for r in probed)

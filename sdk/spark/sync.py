@@ -326,6 +326,10 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
 
     spark = spark_session(master, rows_in_jvm=spec.target is None)
     reader_options.setdefault("cores", str(spark.sparkContext.defaultParallelism))
+    from .warmup import warm_workers
+
+    dialects = [spec.dialect_obj.name] + ([spec.target.dialect_name] if spec.target else [])
+    warm_workers(spark, spark.sparkContext.defaultParallelism, dialects)
 
     def start_query() -> Any:
         stream = spark.readStream.format("cdc").options(**reader_options).load()
