@@ -466,16 +466,21 @@ def current_offset(conn: MySqlConnection) -> Offset:
         conn.query("COMMIT")
 
 
+def _split_query(table: TableSchema, split: SnapshotSplit) -> tuple[str, list[Any]]:
+    """The SELECT of ``split``'s rows (its key range and condition) and its parameters."""
+    where, args = _key_range(table, split.start, split.end)
+    where = with_condition(where, split.where)
+    columns = ", ".join(select_term(c, qp(c.name)) for c in table.columns)
+    return f"SELECT {columns} FROM {_table(table.table, True)} WHERE {where}", args
+
+
 @hookimpl
 def read_range(conn: MySqlConnection, table: TableSchema, split: SnapshotSplit,
                fetch_size: int) -> Iterator[Sequence[Row]]:
     import pymysql.cursors
 
-    where, args = _key_range(table, split.start, split.end)
-    where = with_condition(where, split.where)
-    columns = ", ".join(select_term(c, qp(c.name)) for c in table.columns)
     with conn.raw.cursor(pymysql.cursors.SSCursor) as cur:  # args: formatted even when empty
-        cur.execute(f"SELECT {columns} FROM {_table(table.table, True)} WHERE {where}", args)
+        cur.execute(*_split_query(table, split))
         while batch := cur.fetchmany(fetch_size):
             yield _normalized_rows(table, batch)
 
@@ -487,11 +492,7 @@ def read_range_arrow(conn: MySqlConnection, table: TableSchema, split: SnapshotS
     a table with a column that path does not read."""
     if not all(_arrow.readable(c) for c in table.columns):
         return None
-    where, args = _key_range(table, split.start, split.end)
-    where = with_condition(where, split.where)
-    columns = ", ".join(select_term(c, qp(c.name)) for c in table.columns)
-    return _arrow.read_split(conn.raw, table, f"SELECT {columns} FROM "
-                             f"{_table(table.table, True)} WHERE {where}", args)
+    return _arrow.read_split(conn.raw, table, *_split_query(table, split))
 
 
 def _check_retained(conn: MySqlConnection, file: str) -> None:

@@ -372,15 +372,20 @@ def current_offset(conn: PgConnection) -> Offset:
         time.sleep(0.005)
 
 
+def _split_query(table: TableSchema, split: SnapshotSplit) -> tuple[str, list[Any]]:
+    """The SELECT of ``split``'s rows (its key range and condition) and its parameters."""
+    where, args = _range(table, split.start, split.end)
+    where = with_condition(where, split.where)
+    return (f"SELECT {_select_list(table)} FROM {qualified(table.table, params=True)} "
+            f"WHERE {where}", args)
+
+
 @hookimpl
 def read_range(conn: PgConnection, table: TableSchema, split: SnapshotSplit, fetch_size: int
                ) -> Iterator[Sequence[Row]]:
-    where, args = _range(table, split.start, split.end)
-    where = with_condition(where, split.where)
     with conn.raw.transaction(), conn.raw.cursor(name="sdk_split") as cur:
         cur.itersize = fetch_size
-        cur.execute(f"SELECT {_select_list(table)} FROM {qualified(table.table, params=True)} "
-                    f"WHERE {where}", args)
+        cur.execute(*_split_query(table, split))
         while batch := cur.fetchmany(fetch_size):
             yield batch
 
@@ -392,10 +397,7 @@ def read_range_arrow(conn: PgConnection, table: TableSchema, split: SnapshotSpli
     (:mod:`._arrow`); None for a table with a column that path does not read."""
     if not all(_arrow.readable(c) for c in table.columns):
         return None
-    where, args = _range(table, split.start, split.end)
-    where = with_condition(where, split.where)
-    return _arrow.read_split(conn.raw, table, f"SELECT {_select_list(table)} FROM "
-                             f"{qualified(table.table, params=True)} WHERE {where}", args)
+    return _arrow.read_split(conn.raw, table, *_split_query(table, split))
 
 
 @hookimpl

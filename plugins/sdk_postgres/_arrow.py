@@ -2,11 +2,11 @@
 
 On the row path a split's numerics, dates and timestamps become Python ``Decimal``, ``date``
 and ``datetime`` objects (psycopg's C loaders, the timestamps through the Python wrapper that
-catches values Python cannot hold), and Arrow then takes them apart again: about 2.9 us a row
-for benchmarks/e2e_sync.py's six columns. Here those columns are loaded as the server's text
-(psycopg's C text loader, on this cursor only) and cast by Arrow a column at a time; integers,
-floats, booleans, text and bytea keep their C loaders, whose Python values Arrow takes as the
-row path gives them. About half the client CPU of the row path.
+catches values Python cannot hold), and Arrow then takes them apart again: 2.18 s of client
+CPU for 1M rows of benchmarks/e2e_sync.py's six columns. Here those columns are loaded as the
+server's text (psycopg's C text loader, on this cursor only) and cast by Arrow a column at a
+time; integers, floats, booleans, text and bytea keep their C loaders, whose Python values
+Arrow takes as the row path gives them: 1.07 s.
 
 A value Arrow's cast refuses (``infinity``, a BC date, a year past 9999, a NaN numeric) sends
 the split back to ``read_range``, which reads it as before. Columns carried as text

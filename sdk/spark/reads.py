@@ -151,16 +151,11 @@ def log_ledger_id(state: str) -> str:
     return f"log/{state}"
 
 
-_frozen = False
-
-
+@functools.cache
 def freeze_imports() -> None:
     """Once per process: move the objects alive now out of the cyclic collector's sight (see
     :func:`gc_paused`)."""
-    global _frozen
-    if not _frozen:
-        gc.freeze()
-        _frozen = True
+    gc.freeze()
 
 
 @contextlib.contextmanager

@@ -87,8 +87,8 @@ class StateStore:
 
     def write_arrow(self, table: pa.Table, *parts: str) -> None:
         """An Arrow IPC file, LZ4-compressed: a staged split repeats its watermark on every
-        row, and LZ4 takes a split to about a fifth of its size for no more CPU than the
-        write it saves."""
+        row, and LZ4 takes an 8k-row split of benchmarks/e2e_sync.py's table from 1.6 MB to
+        0.36 MB for about the same CPU (2.3 ms against 2.2 ms)."""
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, table.schema, options=_IPC_OPTIONS) as writer:
             writer.write_table(table)
