@@ -47,11 +47,11 @@ def test_a_spark_distribution_keeps_the_plain_interpreter(
 
 @pytest.mark.spark
 def test_warmed_workers_serve_the_next_tasks_with_the_dialects_imported(spark: Any) -> None:
-    """The warm-up read leaves a worker per core that imported the engine and the dialects
+    """The warm-up job leaves a worker per core that imported the engine and the dialects
     named; the next Python data source tasks run on those very workers (no import left)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from sdk.spark.warmup import warm_workers
+    from sdk.spark.warmup import warm, warm_workers
 
     class Probe(DataSource):
         @classmethod
@@ -81,8 +81,8 @@ def test_warmed_workers_serve_the_next_tasks_with_the_dialects_imported(spark: A
     thread.join(120)
     assert not thread.is_alive()
     spark.dataSource.register(Probe)
-    warmed = {r.pid for r in spark.read.format("sdk_warmup").option("tasks", str(cores))
-              .option("dialects", "sqlite").load().collect()}
+    warmed = warm(spark, cores, ["sqlite"])  # the same workers again: they are all idle
+    assert len(warmed) == cores
     probed = spark.read.format("sdk_probe").load().collect()
     assert {r.pid for r in probed} <= warmed
     assert all(r.loaded and r.frozen for r in probed)
