@@ -143,35 +143,25 @@ _INT32 = struct.Struct(">i")
 
 
 _UINT32 = struct.Struct(">I")
+BEGIN = struct.Struct(">qqI")
+"""A Begin message's fields after its kind byte: final LSN, commit time, xid."""
+_COMMIT = struct.Struct(">bqq")
 _INSERT, _UPDATE, _DELETE, _NEW, _KEY = b"IUDNK"
-_CHANGES = frozenset(b"IUD")
+CHANGES = frozenset(b"IUD")
+"""The kind bytes of Insert, Update and Delete messages."""
 
 
 def decode(data: bytes) -> Message:
     """One pgoutput message; None for those the dialect does not need (Type, Origin,
     Message)."""
     kind = data[0]
-    if kind in _CHANGES:  # per change: read directly
-        (relid,) = _UINT32.unpack_from(data, 1)
-        marker = data[5]  # N (new tuple), K (key-only old tuple) or O (whole old tuple)
-        reader = Reader(data, 6)
-        if kind == _INSERT:
-            return Change("c", relid, reader.tuple_data(), None)
-        if kind == _DELETE:
-            return Change("d", relid, None, reader.tuple_data(), marker == _KEY)
-        old = None
-        if marker != _NEW:
-            old = reader.tuple_data()
-            reader.pos += 1  # 'N'
-            reader.unchanged = False
-        new = reader.tuple_data()
-        return Change("u", relid, new, old, marker == _KEY, reader.unchanged)
-    reader = Reader(data, 1)
-    if kind == ord("B"):
-        return Begin(reader.int64(), reader.int64(), reader.uint32())
+    if kind in CHANGES:
+        return decode_change(data)
+    if kind == ord("B"):  # once a transaction: one unpack
+        return Begin(*BEGIN.unpack_from(data, 1))
     if kind == ord("C"):
-        reader.int8()
-        return Commit(reader.int64(), reader.int64())
+        return Commit(*_COMMIT.unpack_from(data, 1)[1:])
+    reader = Reader(data, 1)
     if kind == ord("R"):
         relation = Relation(reader.uint32(), reader.string(), reader.string(), reader.byte())
         for i in range(reader.int16()):
@@ -188,3 +178,23 @@ def decode(data: bytes) -> Message:
         reader.int8()  # options
         return Truncate([reader.uint32() for _ in range(count)])
     return None
+
+
+def decode_change(data: bytes) -> Change:
+    """An Insert, Update or Delete message (kind byte in :data:`CHANGES`): runs per change,
+    so it reads the buffer directly."""
+    kind = data[0]
+    (relid,) = _UINT32.unpack_from(data, 1)
+    marker = data[5]  # N (new tuple), K (key-only old tuple) or O (whole old tuple)
+    reader = Reader(data, 6)
+    if kind == _INSERT:
+        return Change("c", relid, reader.tuple_data(), None)
+    if kind == _DELETE:
+        return Change("d", relid, None, reader.tuple_data(), marker == _KEY)
+    old = None
+    if marker != _NEW:
+        old = reader.tuple_data()
+        reader.pos += 1  # 'N'
+        reader.unchanged = False
+    new = reader.tuple_data()
+    return Change("u", relid, new, old, marker == _KEY, reader.unchanged)

@@ -155,11 +155,13 @@ def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
     import psycopg
 
     # publication_names is a list of identifiers (folded to lower case unless quoted), so the
-    # name goes quoted: a publication named ``MyPub`` or ``a,b`` is found as created
+    # name goes quoted: a publication named ``MyPub`` or ``a,b`` is found as created. The
+    # cursor is binary: each message's bytea arrives as it is, not as hex text the server
+    # encodes and the client decodes again
     deadline = time.monotonic() + conn.wait_seconds
     while True:
         try:
-            with conn.raw.transaction(), conn.raw.cursor(name="sdk_peek") as cursor:
+            with conn.raw.transaction(), conn.raw.cursor(name="sdk_peek", binary=True) as cursor:
                 cursor.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, "
                                "%s::pg_lsn, NULL, 'proto_version', '1', "
                                "'publication_names', %s)",
@@ -287,20 +289,22 @@ def _decode_rows(conn: PgConnection, wanted: Shapes,
     whole = False
     targets: dict[int, Target | None] = {}  # relation id -> what its changes feed, if wanted
     types: dict[tuple[int, int], TypeRow] = {}
-    decode, change_type, offset_of = pgo.decode, pgo.Change, Offset.from_sorted
+    decode, decode_change, offset_of = pgo.decode, pgo.decode_change, Offset.from_sorted
+    changes, begin = pgo.CHANGES, pgo.BEGIN
     for rows in batches:
         for (data,) in rows:
-            message = decode(data)
-            if type(message) is change_type:
+            kind = data[0]  # Begin, Commit and the changes go by their kind byte
+            if kind in changes:
+                change = decode_change(data)
                 n = index
                 index += 1
                 if not whole and not start <= (lsn, n) < end:
                     continue
-                relid = message.relid
+                relid = change.relid
                 if relid in targets:
                     target = targets[relid]
                     if target is not None:
-                        yield _change(target, message, offset_of(NAME, (lsn_field, ("n", n))),
+                        yield _change(target, change, offset_of(NAME, (lsn_field, ("n", n))),
                                       commit_ts)
                     continue
                 target, changed = _target_of(conn, wanted, relid, types)
@@ -314,13 +318,15 @@ def _decode_rows(conn: PgConnection, wanted: Shapes,
                     offset = offset_of(NAME, (lsn_field, ("n", n)))
                     if changed:
                         yield SchemaChange(target[0], offset)
-                    yield _change(target, message, offset, commit_ts)
-            elif isinstance(message, pgo.Begin):
-                lsn, index = message.final_lsn, 0
-                lsn_field = ("lsn", lsn)
-                commit_ts = message.commit_ts + PG_EPOCH_MICROS
+                    yield _change(target, change, offset, commit_ts)
+            elif kind == 0x42:  # 'B'
+                lsn, commit_ts, _ = begin.unpack_from(data, 1)
+                index, lsn_field = 0, ("lsn", lsn)
+                commit_ts += PG_EPOCH_MICROS
                 whole = start[0] < lsn < end[0]
-            elif isinstance(message, pgo.Relation):
+            elif kind == 0x43:  # 'C': nothing the changes need
+                continue
+            elif isinstance(message := decode(data), pgo.Relation):
                 conn.relations[message.relid] = message
                 targets.pop(message.relid, None)
             elif isinstance(message, pgo.Truncate):
