@@ -29,7 +29,10 @@ into a fresh PostgreSQL table by
   hands out the first ones: after the JVM, the Spark session and the query have started) to
   the ``updated_at`` of the first report whose phase is past ``snapshot`` (written when the
   batch holding the last split has been applied and committed). Startup is the time from
-  launching the command to ``started_at``.
+  launching the command to ``started_at``. Each sdk run also shows the peak resident memory
+  of the command's process tree, sampled every 0.25 s: its Python processes together (the
+  driver and Spark's Python workers) and its JVM (run with ``--rows 5000000`` beside the
+  default to see that memory stays O(split) as the table grows).
 
 Log case: ``--changes`` one-row UPDATE transactions on a ``--log-rows`` table after a
 ``sdk sync --until snapshot`` of it, then ``sdk sync --until caught-up`` resuming from that
@@ -496,6 +499,39 @@ class SdkRun:
     """The seconds of the command's own last line ("applied N rows in X s")."""
     applied: int | None
     output: list[str]
+    peak_python: int = 0
+    """Peak resident memory (bytes) of the command's Python processes together: the driver
+    and Spark's Python workers, sampled every 0.25 s."""
+    peak_jvm: int = 0
+    """Peak resident memory (bytes) of its JVMs."""
+
+
+def tree_rss(root: int) -> tuple[int, int]:
+    """The resident memory of process ``root`` and its descendants: (Python, JVM) bytes."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                parent[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+    python = jvm = 0
+    for pid in parent:
+        up = pid
+        while up in parent and up != root:
+            up = parent[up]
+        if up != root:
+            continue
+        with suppress(OSError, ValueError):
+            status = Path(f"/proc/{pid}/status").read_text()
+            rss = next((int(line.split()[1]) * 1024 for line in status.splitlines()
+                        if line.startswith("VmRSS:")), 0)
+            name = next((line.split()[1] for line in status.splitlines()
+                         if line.startswith("Name:")), "")
+            if name == "java":
+                jvm += rss
+            elif name.startswith("python") or name == "sdk":
+                python += rss
+    return python, jvm
 
 
 def run_sdk(source: Source, table: str, run: str, checkpoint: Path, schema: str, until: str,
@@ -516,7 +552,12 @@ def run_sdk(source: Source, table: str, run: str, checkpoint: Path, schema: str,
     with open(log, "w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
+        polls = peak_python = peak_jvm = 0
         while process.poll() is None:
+            if polls % 5 == 0:
+                python, jvm = tree_rss(process.pid)
+                peak_python, peak_jvm = max(peak_python, python), max(peak_jvm, jvm)
+            polls += 1
             report = read_progress(progress)
             if report and report.get("updated_at") != first_update:
                 if started_at is None:
@@ -544,7 +585,7 @@ def run_sdk(source: Source, table: str, run: str, checkpoint: Path, schema: str,
             break
     own = done_at - started_at if until == "snapshot" and started_at and done_at else None
     return SdkRun(seconds, own, started_at - launched if started_at else None, reported,
-                  applied, output)
+                  applied, output, peak_python, peak_jvm)
 
 
 def read_progress(path: Path) -> dict[str, Any] | None:
@@ -631,7 +672,8 @@ def snapshot_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, wo
         shutil.rmtree(checkpoint, ignore_errors=True)
         print(f"  [{k + 1}/{args.repeat}] sdk sync --until snapshot {run.seconds:.2f} s "
               f"(own {run.own if run.own is None else round(run.own, 2)} s, startup "
-              f"{run.startup if run.startup is None else round(run.startup, 2)} s)",
+              f"{run.startup if run.startup is None else round(run.startup, 2)} s; peak RSS "
+              f"Python {run.peak_python / 2**20:.0f} MiB, JVM {run.peak_jvm / 2**20:.0f} MiB)",
               flush=True)
 
     rows = args.rows
@@ -656,6 +698,9 @@ def snapshot_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, wo
     else:
         own_rate = float("nan")
         print("  sdk sync, first split to snapshot done: not found in progress.json")
+    print(f"    (peak resident memory, the most of any run: Python processes together "
+          f"{max(r.peak_python for r in runs) / 2**20:.0f} MiB, JVM "
+          f"{max(r.peak_jvm for r in runs) / 2**20:.0f} MiB)")
     print(f"  ratios (rate/rate), sdk first split to done [whole command]: "
           f"sdk/hand-written {own_rate / hand_rate:.3f} [{whole_rate / hand_rate:.3f}], "
           f"sdk/C-tools {own_rate / pipe_rate:.3f} [{whole_rate / pipe_rate:.3f}]")
