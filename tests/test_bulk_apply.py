@@ -401,3 +401,56 @@ def test_mysql_out_of_range_in_a_large_batch(my_target: Any) -> None:
     rows = my_rows(conn, table)
     assert len(rows) == 3000 and rows[(1500,)][1] is None and rows[(7,)][1] == 3.5
     assert rows[(7,)][2] == dt.datetime(2024, 1, 1, 6, 30)  # instants as UTC
+
+
+# --- SQLite -------------------------------------------------------------------------------------
+
+SQLITE_ARROW_ROWS: list[tuple[Any, ...]] = [  # every column built by Arrow's kernels
+    (dt.date(1, 1, 1), dt.datetime(1, 1, 1), dt.datetime(1, 1, 1, tzinfo=dt.UTC),
+     dt.time(0, 0, 0, 1), Decimal("1E+5"), Decimal("-0.50"), math.nan, -0.0, b"x",
+     dt.timedelta(hours=-1), '{"k": 1}', "ünïcødé '\"", True),
+    (dt.date(9999, 12, 31), dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+     dt.datetime(2024, 5, 6, 7, 8, 9, 10, tzinfo=EAST), dt.time(23), Decimal("-1e-30"),
+     Decimal("0.00"), 1.7976931348623157e308, 3.4028234663852886e38, b"", dt.timedelta(0),
+     "[]", "", False),
+    (dt.date(1969, 12, 31), dt.datetime(1970, 1, 1), dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
+     None, None, Decimal("-99999999.99"), 5e-324, math.inf, None, None, None, None, None),
+    (None,) * 13,
+]
+
+
+@pytest.mark.parametrize("rows", [SQLITE_ARROW_ROWS, PG_EDGE_ROWS], ids=["arrow", "edge"])
+def test_sqlite_loads_arrow_splits_as_apply_changes_does(tmp_path: Any,
+                                                         rows: list[tuple[Any, ...]]) -> None:
+    """A split loaded from Arrow (``load_snapshot``) stores what ``apply_changes`` stores for
+    the same split's values as ``r`` events: the same text, numbers and blobs, each of the
+    same storage class (``quote``), whether Arrow built a column (years 1 and 9999, NaN,
+    decimals of scale 2 and 10, an instant at another offset) or the values went one by one
+    (far and BC dates, infinities, a decimal without a scale, times, intervals); a replay
+    changes nothing, and a split read again replaces the rows it holds."""
+    from sdk.arrow import python_values
+
+    lite = get_dialect("sqlite")
+    conn = lite.connect(ConnectionConfig.from_url(f"sqlite:///{tmp_path}/mirror.db"))
+    columns = (*PG_EDGE_COLUMNS, Column("n10", L.DECIMAL, "numeric(38,10)", precision=38,
+                                        scale=10))  # written with an exponent: 1.000E-7
+    scaled = [Decimal("1E-7"), Decimal("0"), Decimal("-12345.6789012345"), None]
+    stored = []
+    for how in ("apply", "load"):
+        table = TableSchema(TableId("main", how), columns, ("id",))
+        lite.create_table(conn, table)
+        data = arrow_rows(table, [(i, *row, scaled[i % 4]) for i, row in enumerate(rows)])
+        if how == "apply":
+            values = zip(*[python_values(data.column(i), c.type)
+                           for i, c in enumerate(table.columns)], strict=True)
+            assert lite.apply_changes(conn, table, [
+                ChangeEvent(table.table, "r", (row[0],), row, OFFSET) for row in values], "s/0")
+        else:
+            assert lite.load_snapshot(conn, table, data, "s/0")
+            assert not lite.load_snapshot(conn, table, data.slice(0, 1), "s/0")  # a replay
+            assert lite.load_snapshot(conn, table, data.slice(1), "s/1")  # read again
+        quoted = ", ".join(f'quote("{c.name}")' for c in table.columns)
+        stored.append(conn.execute(f'SELECT {quoted} FROM "{how}" ORDER BY id').fetchall())
+    conn.close()
+    assert stored[0] == stored[1]
+    assert len(stored[0]) == len(rows)

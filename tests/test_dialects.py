@@ -180,7 +180,7 @@ def test_table_stats_is_optional_and_defaults_to_none() -> None:
 
 BUILTIN_CAPABILITIES = {
     "sqlite": {"atomic_snapshot", "before_images", "apply", "acknowledge", "earliest",
-               "filtered_reads", "alter"},
+               "filtered_reads", "alter", "bulk_load"},
     "mysql": {"atomic_snapshot", "before_images", "earliest", "apply", "filtered_reads",
               "alter", "schema_changes", "arrow_reads"},
     "postgres": {"acknowledge", "earliest", "apply", "atomic_snapshot", "filtered_reads",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk import (
     Capability,
@@ -43,12 +43,16 @@ from sdk import (
 from sdk.apply import Ledger, check_target_columns
 from sdk.sqlbase import SqlDialect
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 from ._sql import (
     CHANGES,
     META,
     decode_row,
     from_target_value,
     q,
+    target_column,
     target_type,
     to_target_value,
     trigger_sql,
@@ -308,17 +312,42 @@ def alter_table(conn: sqlite3.Connection, old: TableSchema, new: TableSchema) ->
             conn.execute(f"ALTER TABLE {name} ADD COLUMN {q(column.name)} {target_type(column)}")
 
 
-@hookimpl
-def apply_changes(conn: sqlite3.Connection, table: TableSchema,
-                  events: Sequence[ChangeEvent], batch_id: str) -> bool:
+def _statements(table: TableSchema) -> tuple[str, str]:
+    """The DELETE by key and the upsert of a row of mirror table ``table``."""
     name = q(table.table.name)
     delete = f"DELETE FROM {name} WHERE " + " AND ".join(f"{q(k)} = ?" for k in table.key)
     upsert = (f"INSERT OR REPLACE INTO {name} ({', '.join(map(q, table.column_names))}) "
               f"VALUES ({', '.join('?' * len(table.columns))})")
+    return delete, upsert
+
+
+@hookimpl
+def apply_changes(conn: sqlite3.Connection, table: TableSchema,
+                  events: Sequence[ChangeEvent], batch_id: str) -> bool:
+    delete, upsert = _statements(table)
     conn.execute("BEGIN IMMEDIATE")
     try:
         done = APPLIED.apply(conn.cursor(), table, events, batch_id, delete, upsert,
                              to_target_value)
+        conn.execute("COMMIT")
+        return done
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+@hookimpl
+def load_snapshot(conn: sqlite3.Connection, table: TableSchema, rows: pa.Table,
+                  batch_id: str) -> bool:
+    """The split's rows as ``apply_changes`` writes ``r`` events, their values made from
+    whole Arrow columns (:func:`._sql.target_column`), not a ChangeEvent per row."""
+    upsert = _statements(table)[1]
+    columns = [target_column(rows.column(i), c) for i, c in enumerate(table.columns)]
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        done = APPLIED.claim(conn.cursor(), table, batch_id)
+        if done:
+            conn.executemany(upsert, zip(*columns, strict=True))
         conn.execute("COMMIT")
         return done
     except BaseException:

@@ -7,11 +7,14 @@ import json
 import math
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk import Column, LogicalType, Row, TableSchema
 from sdk.temporal import time_from_text
 from sdk.types import WideTemporal
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 CHANGES = "_sdk_changes"
 META = "_sdk_meta"
@@ -107,6 +110,80 @@ def to_target_value(value: Any) -> Any:
     if isinstance(value, (list, dict)):
         return json.dumps(value)
     raise TypeError(f"cannot store a {type(value).__name__} in SQLite: {value!r}")
+
+
+_AS_IS = frozenset({LogicalType.INT8, LogicalType.INT16, LogicalType.INT32, LogicalType.INT64,
+                    LogicalType.STRING, LogicalType.BINARY, LogicalType.JSON,
+                    LogicalType.BOOLEAN})  # sqlite3 stores a bool as 0 or 1
+_DAYS = (-719162, 2932896)  # 0001-01-01 and 9999-12-31, in days since 1970-01-01
+_MICROS = (-62135596800000000, 253402300799999999)  # their first and last microsecond
+
+
+def target_column(values: pa.ChunkedArray | pa.Array, column: Column) -> list[Any]:
+    """A snapshot split's column (typed as :func:`sdk.arrow.arrow_type` gives) as the values
+    :func:`to_target_value` makes of it, built by Arrow where the text is the same: integers,
+    text, bytes and booleans as they are, floats with NaN as ``NaN``, decimals as text (Arrow
+    and ``str`` of a Decimal both write the scientific form of the decimal arithmetic spec:
+    ``1.000E-7``, ``0E-10``), and dates and timestamps of years 1-9999 in ``isoformat``'s
+    text. Anything else goes value by value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from sdk.arrow import python_values
+
+    kind, logical = values.type, column.type
+    if logical in _AS_IS and (pa.types.is_integer(kind) or pa.types.is_string(kind)
+                              or pa.types.is_binary(kind) or pa.types.is_boolean(kind)):
+        return values.to_pylist()  # type: ignore[no-any-return]
+    if logical in (LogicalType.FLOAT32, LogicalType.FLOAT64) and pa.types.is_floating(kind):
+        floats = values.to_pylist()
+        if pc.any(pc.is_nan(values)).as_py():
+            return [v if v == v else "NaN" for v in floats]
+        return floats  # type: ignore[no-any-return]
+    if logical is LogicalType.DECIMAL and pa.types.is_decimal(kind):
+        return values.cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
+    text = _iso_text(values, logical)
+    if text is not None:
+        return text
+    return [to_target_value(v) for v in python_values(values, logical)]
+
+
+def _iso_text(values: pa.ChunkedArray | pa.Array, logical: LogicalType) -> list[Any] | None:
+    """Dates and timestamps as ``isoformat`` writes them, when all lie in years 1-9999 (else
+    None): Arrow's text with a ``T``, no ``.000000``, and ``+00:00`` for an instant."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if logical is LogicalType.DATE and (pa.types.is_date32(values.type)
+                                        or pa.types.is_integer(values.type)):
+        days = values.cast(pa.int32())
+        low, high = _DAYS
+        if not _within(days, low, high):
+            return None
+        return days.cast(pa.date32()).cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
+    if logical not in (LogicalType.TIMESTAMP, LogicalType.TIMESTAMP_TZ) or not (
+            pa.types.is_timestamp(values.type) or pa.types.is_integer(values.type)):
+        return None
+    if pa.types.is_timestamp(values.type) and values.type.unit != "us":
+        return None
+    micros = values.cast(pa.int64())
+    low, high = _MICROS
+    if not _within(micros, low, high):
+        return None
+    text = micros.cast(pa.timestamp("us")).cast(pa.string())  # 2024-01-02 03:04:05.000000
+    text = pc.replace_substring(text, " ", "T", max_replacements=1)
+    text = pc.replace_substring_regex(text, r"\.000000$", "")
+    if logical is LogicalType.TIMESTAMP_TZ:
+        text = pc.binary_join_element_wise(text, "+00:00", "")
+    return text.to_pylist()  # type: ignore[no-any-return]
+
+
+def _within(numbers: pa.ChunkedArray | pa.Array, low: int, high: int) -> bool:
+    """Whether every non-null number lies in ``low .. high`` (an empty or all-null column does)."""
+    import pyarrow.compute as pc
+
+    bounds = pc.min_max(numbers).as_py()
+    return bounds["min"] is None or (bounds["min"] >= low and bounds["max"] <= high)
 
 
 def _temporal(parse: Callable[[str], Any], logical: LogicalType) -> Callable[[str], Any]:
