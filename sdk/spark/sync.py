@@ -334,7 +334,9 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
     reader_options.setdefault("cores", str(spark.sparkContext.defaultParallelism))
     from .warmup import warm_workers
 
-    dialects = [spec.dialect_obj.name] + ([spec.target.dialect_name] if spec.target else [])
+    writes = spec.target.dialect_name if spec.target is not None else \
+        mirror.target.dialect_name if isinstance(mirror, Mirror) else None
+    dialects = [spec.dialect_obj.name] + ([writes] if writes else [])  # the tasks' dialects
     warm_workers(spark, spark.sparkContext.defaultParallelism, dialects)
 
     def start_query() -> Any:
