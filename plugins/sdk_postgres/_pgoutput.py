@@ -101,11 +101,6 @@ class Reader:
         self.pos += 4
         return int(value)
 
-    def int64(self) -> int:
-        (value,) = struct.unpack_from(">q", self.data, self.pos)
-        self.pos += 8
-        return int(value)
-
     def string(self) -> str:
         end = self.data.index(b"\0", self.pos)
         value = self.data[self.pos:end].decode()
