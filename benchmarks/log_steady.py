@@ -122,6 +122,7 @@ def run(kind: str, changes: int, writers: int, work: Path) -> None:
             conn.execute("DROP SCHEMA IF EXISTS log_steady CASCADE")
             conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                          "WHERE slot_name = 'log_steady'")
+            conn.execute("DROP PUBLICATION IF EXISTS log_steady")  # the sync made it
     if kind == "mysql":
         conn2 = pymysql.connect(host="127.0.0.1", user="root", database="sdk_test")
         with conn2.cursor() as cur:
