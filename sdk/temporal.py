@@ -188,16 +188,23 @@ def units_of(value: Any, logical: str) -> int | None:
     return None
 
 
+DATE_DAYS = (1 - _EPOCH_ORDINAL, dt.date.max.toordinal() - _EPOCH_ORDINAL)
+"""The first and last day Python's ``date`` holds (0001-01-01, 9999-12-31), in days since
+1970-01-01: the dates :func:`date_from_days` makes, and those Arrow writes as Python does."""
+DATETIME_MICROS = ((dt.datetime.min - _EPOCH) // _US, (dt.datetime.max - _EPOCH) // _US)
+"""The first and last microsecond Python's ``datetime`` holds (years 1-9999), since the
+epoch: the timestamps :func:`datetime_from_micros` makes, and those Arrow writes as Python
+(and PostgreSQL) do."""
+
+
 def date_from_days(days: int) -> dt.date | WideTemporal:
     """Days since 1970-01-01 (Spark's ``DateType``) as a date, or a WideTemporal beyond it."""
-    ordinal = days + _EPOCH_ORDINAL
-    if 1 <= ordinal <= 3652059:  # 0001-01-01 .. 9999-12-31
-        return dt.date.fromordinal(ordinal)
+    if DATE_DAYS[0] <= days <= DATE_DAYS[1]:
+        return dt.date.fromordinal(days + _EPOCH_ORDINAL)
     return WideTemporal(DATE, days)
 
 
-_MIN_MICROS = (dt.datetime.min - _EPOCH) // _US
-_MAX_MICROS = (dt.datetime.max - _EPOCH) // _US
+_MIN_MICROS, _MAX_MICROS = DATETIME_MICROS
 
 
 def datetime_from_micros(micros: int, aware: bool) -> dt.datetime | WideTemporal:
@@ -217,5 +224,5 @@ def time_from_text(text: str) -> dt.time | WideTemporal:
         return WideTemporal.parse(text, TIME)
 
 
-__all__ = ["WideTemporal", "civil_from_days", "date_from_days", "datetime_from_micros",
-           "days_from_civil", "time_from_text", "units_of"]
+__all__ = ["DATETIME_MICROS", "DATE_DAYS", "WideTemporal", "civil_from_days", "date_from_days",
+           "datetime_from_micros", "days_from_civil", "time_from_text", "units_of"]

@@ -144,6 +144,8 @@ _COMMIT = struct.Struct(">bqq")
 _INSERT, _UPDATE, _DELETE, _NEW, _KEY = b"IUDNK"
 CHANGES = frozenset(b"IUD")
 """The kind bytes of Insert, Update and Delete messages."""
+BEGIN_KIND, COMMIT_KIND = b"BC"
+"""The kind bytes of Begin and Commit messages."""
 
 
 def decode(data: bytes) -> Message:
@@ -152,9 +154,9 @@ def decode(data: bytes) -> Message:
     kind = data[0]
     if kind in CHANGES:
         return decode_change(data)
-    if kind == ord("B"):  # once a transaction: one unpack
+    if kind == BEGIN_KIND:  # once a transaction: one unpack
         return Begin(*BEGIN.unpack_from(data, 1))
-    if kind == ord("C"):
+    if kind == COMMIT_KIND:
         return Commit(*_COMMIT.unpack_from(data, 1)[1:])
     reader = Reader(data, 1)
     if kind == ord("R"):

@@ -290,7 +290,8 @@ def _decode_rows(conn: PgConnection, wanted: Shapes,
     targets: dict[int, Target | None] = {}  # relation id -> what its changes feed, if wanted
     types: dict[tuple[int, int], TypeRow] = {}
     decode, decode_change, offset_of = pgo.decode, pgo.decode_change, Offset.from_sorted
-    changes, begin = pgo.CHANGES, pgo.BEGIN
+    changes, begin, begin_kind, commit_kind = pgo.CHANGES, pgo.BEGIN, pgo.BEGIN_KIND, \
+        pgo.COMMIT_KIND
     for rows in batches:
         for (data,) in rows:
             kind = data[0]  # Begin, Commit and the changes go by their kind byte
@@ -319,12 +320,12 @@ def _decode_rows(conn: PgConnection, wanted: Shapes,
                     if changed:
                         yield SchemaChange(target[0], offset)
                     yield _change(target, change, offset, commit_ts)
-            elif kind == 0x42:  # 'B'
+            elif kind == begin_kind:
                 lsn, commit_ts, _ = begin.unpack_from(data, 1)
                 index, lsn_field = 0, ("lsn", lsn)
                 commit_ts += PG_EPOCH_MICROS
                 whole = start[0] < lsn < end[0]
-            elif kind == 0x43:  # 'C': nothing the changes need
+            elif kind == commit_kind:  # nothing the changes need
                 continue
             elif isinstance(message := decode(data), pgo.Relation):
                 conn.relations[message.relid] = message

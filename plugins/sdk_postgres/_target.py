@@ -18,6 +18,7 @@ from psycopg.errors import UniqueViolation
 
 from sdk import Column, LogicalType, TableSchema
 from sdk.apply import Ledger, NetChanges
+from sdk.temporal import DATE_DAYS, DATETIME_MICROS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -148,9 +149,6 @@ def load(cursor: Any, table: TableSchema, quoted: str, rows: Sequence[tuple[Any,
     return True
 
 
-_FIRST_MICROS, _LAST_MICROS = -62135596800000000, 253402300799999999
-"""The first and last microsecond of years 1-9999 (Python's and Arrow's text forms), from
-the epoch; a date's days are these over 86,400,000,000."""
 _SPECIAL = r"[\\\t\n\r]"
 """What ``COPY``'s text format escapes in a value (a backslash and the three separators)."""
 
@@ -169,10 +167,10 @@ def _text_column(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
                 column = pc.replace_substring(column, char, escaped)
         return pc.fill_null(column, "\\N")
     if (pa.types.is_timestamp(kind) and kind.unit == "us") or pa.types.is_date32(kind):
-        scale = 86_400_000_000 if pa.types.is_date32(kind) else 1
-        low, high = pc.min_max(column.cast(pa.int32() if scale > 1 else pa.int64())).values()
-        if low.is_valid and (low.as_py() * scale < _FIRST_MICROS
-                             or high.as_py() * scale > _LAST_MICROS):
+        days = pa.types.is_date32(kind)
+        first, last = DATE_DAYS if days else DATETIME_MICROS
+        low, high = pc.min_max(column.cast(pa.int32() if days else pa.int64())).values()
+        if low.is_valid and (low.as_py() < first or high.as_py() > last):
             return None
         if pa.types.is_timestamp(kind) and kind.tz is not None:
             # the UTC wall time and its offset: Arrow's own text of an aware timestamp looks

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sdk import (
@@ -43,9 +44,6 @@ from sdk import (
 from sdk.apply import Ledger, check_target_columns
 from sdk.sqlbase import SqlDialect
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-
 from ._sql import (
     CHANGES,
     META,
@@ -57,6 +55,9 @@ from ._sql import (
     to_target_value,
     trigger_sql,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 NAME = "sqlite"
 SCHEMA = "main"
@@ -104,10 +105,22 @@ def preflight(conn: sqlite3.Connection, tables: Sequence[TableId]) -> list[Requi
     return checks
 
 
-@hookimpl
-def prepare_capture(conn: sqlite3.Connection, tables: Sequence[TableSchema]) -> None:
+@contextmanager
+def _writing(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction (the database's write lock taken at once), committed when the
+    block ends, rolled back when it raises."""
     conn.execute("BEGIN IMMEDIATE")
     try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+@hookimpl
+def prepare_capture(conn: sqlite3.Connection, tables: Sequence[TableSchema]) -> None:
+    with _writing(conn):
         conn.execute(f"CREATE TABLE IF NOT EXISTS {CHANGES} (seq INTEGER PRIMARY KEY "
                      "AUTOINCREMENT, tbl TEXT NOT NULL, op TEXT NOT NULL, old_row TEXT, "
                      "new_row TEXT, ts INTEGER NOT NULL)")
@@ -115,10 +128,6 @@ def prepare_capture(conn: sqlite3.Connection, tables: Sequence[TableSchema]) -> 
         for table in tables:
             for statement in trigger_sql(table):
                 conn.execute(statement)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
 
 
 @hookimpl
@@ -275,12 +284,11 @@ def earliest_offset(conn: sqlite3.Connection) -> Offset:
 
 @hookimpl
 def acknowledge_offset(conn: sqlite3.Connection, offset: Offset) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    conn.execute(f"INSERT INTO {META} VALUES ('purged_below', ?) ON CONFLICT(name) DO UPDATE "
-                 "SET value = max(value, excluded.value)", (_seq(offset),))
-    conn.execute(f"DELETE FROM {CHANGES} WHERE seq < (SELECT value FROM {META} "
-                 "WHERE name = 'purged_below')")
-    conn.execute("COMMIT")
+    with _writing(conn):
+        conn.execute(f"INSERT INTO {META} VALUES ('purged_below', ?) ON CONFLICT(name) DO "
+                     "UPDATE SET value = max(value, excluded.value)", (_seq(offset),))
+        conn.execute(f"DELETE FROM {CHANGES} WHERE seq < (SELECT value FROM {META} "
+                     "WHERE name = 'purged_below')")
 
 
 # --- the dialect as a sync target ------------------------------------------------------------
@@ -325,15 +333,9 @@ def _statements(table: TableSchema) -> tuple[str, str]:
 def apply_changes(conn: sqlite3.Connection, table: TableSchema,
                   events: Sequence[ChangeEvent], batch_id: str) -> bool:
     delete, upsert = _statements(table)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        done = APPLIED.apply(conn.cursor(), table, events, batch_id, delete, upsert,
+    with _writing(conn):
+        return APPLIED.apply(conn.cursor(), table, events, batch_id, delete, upsert,
                              to_target_value)
-        conn.execute("COMMIT")
-        return done
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
 
 
 @hookimpl
@@ -343,16 +345,11 @@ def load_snapshot(conn: sqlite3.Connection, table: TableSchema, rows: pa.Table,
     whole Arrow columns (:func:`._sql.target_column`), not a ChangeEvent per row."""
     upsert = _statements(table)[1]
     columns = [target_column(rows.column(i), c) for i, c in enumerate(table.columns)]
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        done = APPLIED.claim(conn.cursor(), table, batch_id)
-        if done:
-            conn.executemany(upsert, zip(*columns, strict=True))
-        conn.execute("COMMIT")
-        return done
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+    with _writing(conn):
+        if not APPLIED.claim(conn.cursor(), table, batch_id):
+            return False
+        conn.executemany(upsert, zip(*columns, strict=True))
+        return True
 
 
 def read_target(conn: sqlite3.Connection, table: TableSchema) -> dict[Key, Row]:

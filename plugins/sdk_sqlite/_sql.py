@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from sdk import Column, LogicalType, Row, TableSchema
-from sdk.temporal import time_from_text
+from sdk.temporal import DATE_DAYS, DATETIME_MICROS, time_from_text
 from sdk.types import WideTemporal
 
 if TYPE_CHECKING:
@@ -115,8 +115,6 @@ def to_target_value(value: Any) -> Any:
 _AS_IS = frozenset({LogicalType.INT8, LogicalType.INT16, LogicalType.INT32, LogicalType.INT64,
                     LogicalType.STRING, LogicalType.BINARY, LogicalType.JSON,
                     LogicalType.BOOLEAN})  # sqlite3 stores a bool as 0 or 1
-_DAYS = (-719162, 2932896)  # 0001-01-01 and 9999-12-31, in days since 1970-01-01
-_MICROS = (-62135596800000000, 253402300799999999)  # their first and last microsecond
 
 
 def target_column(values: pa.ChunkedArray | pa.Array, column: Column) -> list[Any]:
@@ -157,8 +155,7 @@ def _iso_text(values: pa.ChunkedArray | pa.Array, logical: LogicalType) -> list[
     if logical is LogicalType.DATE and (pa.types.is_date32(values.type)
                                         or pa.types.is_integer(values.type)):
         days = values.cast(pa.int32())
-        low, high = _DAYS
-        if not _within(days, low, high):
+        if not _within(days, *DATE_DAYS):
             return None
         return days.cast(pa.date32()).cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
     if logical not in (LogicalType.TIMESTAMP, LogicalType.TIMESTAMP_TZ) or not (
@@ -167,8 +164,7 @@ def _iso_text(values: pa.ChunkedArray | pa.Array, logical: LogicalType) -> list[
     if pa.types.is_timestamp(values.type) and values.type.unit != "us":
         return None
     micros = values.cast(pa.int64())
-    low, high = _MICROS
-    if not _within(micros, low, high):
+    if not _within(micros, *DATETIME_MICROS):
         return None
     text = micros.cast(pa.timestamp("us")).cast(pa.string())  # 2024-01-02 03:04:05.000000
     text = pc.replace_substring(text, " ", "T", max_replacements=1)
