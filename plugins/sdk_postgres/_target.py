@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from psycopg.errors import UniqueViolation
@@ -115,7 +116,9 @@ def copy_values(table: TableSchema, rows: Sequence[tuple[Any, ...]], keys_only: 
     names = list(table.key) if keys_only else list(table.column_names)
     by_name = {c.name: c for c in table.columns}
     wall = [i for i, n in enumerate(names) if by_name[n].type in (L.TIMESTAMP, L.DATE)]
-    if not wall:
+    # sources give such columns naive values, so look before copying every row
+    if not any(isinstance(v, dt.datetime) and v.tzinfo is not None
+               for i in wall for v in map(itemgetter(i), rows)):
         return rows
     out = []
     for row in rows:
