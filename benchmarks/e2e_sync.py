@@ -2,7 +2,8 @@
 (issue #18's acceptance figures).
 
     python benchmarks/e2e_sync.py [--rows 1000000] [--changes 40000] [--log-rows 100000]
-        [--source mysql|postgres|both] [--skip-log] [--repeat 1] [--sdk-option KEY=VALUE ...]
+        [--source mysql|postgres|both] [--target postgres|mysql] [--skip-log] [--skip-snapshot]
+        [--repeat 1] [--sdk-option KEY=VALUE ...]
 
 Needs the servers of scripts/services.sh (SDK_TEST_MYSQL_URL / SDK_TEST_POSTGRES_URL and their
 ``..._ADMIN_URL``, defaulting to the local ones), the ``mariadb`` and ``psql`` clients and the
@@ -21,6 +22,10 @@ into a fresh PostgreSQL table by
   (NULL 'NULL')"`` (batch mode prints NULL as ``NULL`` and escapes backslash, tab and newline
   as COPY's text format reads them; the data holds no string ``NULL``), and
   ``psql -c "\\copy (SELECT ...) TO STDOUT" | psql -c "\\copy t FROM STDIN"``;
+- with ``--target mysql``, into a fresh MariaDB database instead (``MYSQL_ADMIN``'s server):
+  the hand-written copy writes with pymysql's ``executemany`` of the one-row INSERT (which it
+  sends as multi-row statements of ~1 MB), the C tools load with ``mariadb --local-infile``
+  ``LOAD DATA LOCAL INFILE '/dev/stdin'`` (NULLs by ``NULLIF``), the checksum is MariaDB's;
 - ``sdk sync --until snapshot`` run as a user runs it (a subprocess, fresh ``--checkpoint``,
   fresh ``--target-schema``, default options), timed twice: the whole command, and the sync's
   own run from the first split to the snapshot done. The latter comes from the state dir's
@@ -190,8 +195,12 @@ class Cleanup:
     slots: list[str] = field(default_factory=list)
     publications: list[str] = field(default_factory=list)
     dirs: list[Path] = field(default_factory=list)
+    mysql_databases: list[str] = field(default_factory=list)
 
     def run(self) -> None:
+        for database in self.mysql_databases:
+            with suppress(Exception):
+                mysql_exec(MYSQL_ADMIN, f"DROP DATABASE IF EXISTS {database}")
         for table in self.mysql_tables:
             with suppress(Exception):
                 mysql_exec(MYSQL_ADMIN, f"DROP TABLE IF EXISTS {table}")
@@ -210,6 +219,105 @@ class Cleanup:
                 pg_exec(PG_ADMIN, f"DROP TABLE IF EXISTS {table}")
         for path in self.dirs:
             shutil.rmtree(path, ignore_errors=True)
+
+
+MYSQL_TARGET_DDL = MYSQL_DDL.replace("TIMESTAMP(6) NULL", "DATETIME(6)")
+
+
+class Sink:
+    """The target server: a fresh schema (a database on MySQL) per copy, the hand-written
+    loop's writing half, the C tools' loading half, and the checksum of a copy."""
+
+    label = ""
+    url = ""
+
+    def __init__(self, cleanup: Cleanup) -> None:
+        self.cleanup = cleanup
+
+    def fresh(self, name: str, table: str | None = None) -> str:
+        raise NotImplementedError
+
+    def drop(self, name: str) -> None:
+        raise NotImplementedError
+
+    def checksum(self, table: str) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def write(self, cursor: Any, target: str) -> int:
+        """Fetch from the source ``cursor`` and write ``target``, in one transaction."""
+        raise NotImplementedError
+
+    def load(self, target: str, null: str) -> str:
+        """The command that loads text rows from its stdin (tab-separated, backslash escapes,
+        NULL written as ``null``) into ``target``."""
+        raise NotImplementedError
+
+
+class PostgresSink(Sink):
+    label, url = "PostgreSQL", PG
+
+    def fresh(self, name: str, table: str | None = None) -> str:
+        return fresh_schema(self.cleanup, name, table)
+
+    def drop(self, name: str) -> None:
+        drop_schema(name)
+
+    def checksum(self, table: str) -> tuple[int, int]:
+        return target_checksum(table)
+
+    def write(self, cursor: Any, target: str) -> int:
+        with pg_connect(PG) as dest:
+            return copy_rows(cursor, dest, target)
+
+    def load(self, target: str, null: str) -> str:
+        load = "\\copy " + target + " FROM STDIN" + \
+            (f" WITH (NULL '{null}')" if null != "\\N" else "")
+        return f"psql {shlex.quote(PG)} -X -v ON_ERROR_STOP=1 -c {shlex.quote(load)}"
+
+
+class MySQLSink(Sink):
+    label, url = "MariaDB", MYSQL_ADMIN
+
+    def fresh(self, name: str, table: str | None = None) -> str:
+        self.cleanup.mysql_databases.append(name)
+        self.drop(name)
+        mysql_exec(MYSQL_ADMIN, f"CREATE DATABASE {name}")
+        if table is not None:
+            mysql_exec(MYSQL_ADMIN, f"CREATE TABLE {name}.{table} {MYSQL_TARGET_DDL}")
+        return name
+
+    def drop(self, name: str) -> None:
+        mysql_exec(MYSQL_ADMIN, f"DROP DATABASE IF EXISTS {name}")
+
+    def checksum(self, table: str) -> tuple[int, int]:
+        (count, total), = mysql_exec(MYSQL_ADMIN, MYSQL_CHECKSUM.format(table=table))
+        return int(count), int(total)
+
+    def write(self, cursor: Any, target: str) -> int:
+        """pymysql's ``executemany`` of the one-row INSERT, which it sends as multi-row
+        statements of up to ~1 MB, each value escaped by pymysql."""
+        dest = mysql_connect(MYSQL_ADMIN)
+        n = 0
+        try:
+            dest.begin()
+            with dest.cursor() as out:
+                insert = f"INSERT INTO {target} ({COLUMNS}) VALUES ({', '.join(['%s'] * 6)})"
+                while batch := cursor.fetchmany(FETCH):
+                    out.executemany(insert, batch)
+                    n += len(batch)
+            dest.commit()
+        finally:
+            dest.close()
+        return n
+
+    def load(self, target: str, null: str) -> str:
+        p = parts(MYSQL_ADMIN)
+        nulls = ", ".join(f"{c} = NULLIF(@{c}, {null!r})" for c in ("customer_id", "note"))
+        load = (f"LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE {target} (id, @customer_id, "
+                f"amount, status, @note, created_at) SET {nulls}")
+        return (f"MYSQL_PWD={shlex.quote(p['password'])} mariadb --local-infile=1 "
+                f"-h {p['host']} -P {p['port'] or 3306} -u {shlex.quote(p['user'])} "
+                f"-e {shlex.quote(load)}")
 
 
 class Source:
@@ -246,24 +354,22 @@ class MySQLSource(Source):
         (count, total), = mysql_exec(MYSQL_ADMIN, MYSQL_CHECKSUM.format(table=table))
         return int(count), int(total)
 
-    def hand(self, table: str, target: str) -> int:
+    def hand(self, table: str, sink: Sink, target: str) -> int:
         source = mysql_connect(MYSQL, unbuffered=True)
         try:
-            with source.cursor() as cur, pg_connect(PG) as dest:
+            with source.cursor() as cur:
                 cur.execute(f"SELECT {COLUMNS} FROM {table}")
-                return copy_rows(cur, dest, target)
+                return sink.write(cur, target)
         finally:
             source.close()
 
-    def pipe(self, table: str, target: str) -> str:
+    def pipe(self, table: str, sink: Sink, target: str) -> str:
         p = parts(MYSQL)
         select = f"SET time_zone = '+00:00'; SELECT {COLUMNS} FROM {table}"
-        load = "\\copy " + target + " FROM STDIN WITH (NULL 'NULL')"
         return (f"MYSQL_PWD={shlex.quote(p['password'])} mariadb --quick -B -N "
                 f"-h {p['host']} -P {p['port'] or 3306} -u {shlex.quote(p['user'])} "
                 f"{shlex.quote(p['database'])} -e {shlex.quote(select)} | "
-                f"psql {shlex.quote(PG)} -X -v ON_ERROR_STOP=1 "
-                f"-c {shlex.quote(load)}")
+                + sink.load(target, "NULL"))
 
     def sdk_url(self, table: str, run: str) -> str:
         return MYSQL
@@ -344,18 +450,17 @@ class PostgresSource(Source):
         (count, total), = pg_exec(PG_ADMIN, PG_CHECKSUM.format(table=table))
         return int(count), int(total)
 
-    def hand(self, table: str, target: str) -> int:
-        with pg_connect(PG) as source, pg_connect(PG) as dest, source.transaction(), \
+    def hand(self, table: str, sink: Sink, target: str) -> int:
+        with pg_connect(PG) as source, source.transaction(), \
                 source.cursor(name="e2e_hand") as cur:
             cur.itersize = FETCH
             cur.execute(f"SELECT {COLUMNS} FROM {table}")
-            return copy_rows(cur, dest, target)
+            return sink.write(cur, target)
 
-    def pipe(self, table: str, target: str) -> str:
+    def pipe(self, table: str, sink: Sink, target: str) -> str:
         unload = "\\copy (SELECT " + COLUMNS + " FROM " + table + ") TO STDOUT"
-        load = "\\copy " + target + " FROM STDIN"
         return (f"psql {shlex.quote(PG)} -X -q -v ON_ERROR_STOP=1 -c {shlex.quote(unload)} | "
-                f"psql {shlex.quote(PG)} -X -v ON_ERROR_STOP=1 -c {shlex.quote(load)}")
+                + sink.load(target, "\\N"))
 
     def sdk_url(self, table: str, run: str) -> str:
         slot, pub = f"e2e_{run}_{TAG}", f"e2e_pub_{table}"
@@ -534,10 +639,11 @@ def tree_rss(root: int) -> tuple[int, int]:
     return python, jvm
 
 
-def run_sdk(source: Source, table: str, run: str, checkpoint: Path, schema: str, until: str,
-            options: list[str]) -> SdkRun:
+def run_sdk(source: Source, sink: Sink, table: str, run: str, checkpoint: Path, schema: str,
+            until: str, options: list[str]) -> SdkRun:
     """``sdk sync`` as a user runs it, watching its progress.json."""
-    command = [*sdk_command(), "sync", "--source", source.sdk_url(table, run), "--target", PG,
+    command = [*sdk_command(), "sync", "--source", source.sdk_url(table, run), "--target",
+               sink.url,
                "--tables", source.pattern(table), "--checkpoint", str(checkpoint),
                "--target-schema", schema, "--until", until]
     for option in options:
@@ -628,13 +734,13 @@ def target_checksum(table: str) -> tuple[int, int]:
     return int(count), int(total)
 
 
-def snapshot_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, work: Path
-                  ) -> bool:
+def snapshot_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Cleanup,
+                  work: Path) -> bool:
     table = f"e2e_{source.kind}_{TAG}"
     t0 = time.perf_counter()
     source.create(table, args.rows)
     expected = source.checksum(table)
-    print(f"\n== {source.label} -> PostgreSQL, snapshot of {args.rows:,} rows "
+    print(f"\n== {source.label} -> {sink.label}, snapshot of {args.rows:,} rows "
           f"(source loaded in {time.perf_counter() - t0:.1f} s; count/checksum "
           f"{expected[0]:,}/{expected[1]})", flush=True)
     hand_s: list[float] = []
@@ -642,31 +748,31 @@ def snapshot_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, wo
     runs: list[SdkRun] = []
     checks: dict[str, list[bool]] = {"hand-written": [], "C tools": [], "sdk": []}
     for k in range(args.repeat):
-        schema = fresh_schema(cleanup, f"e2e_hand_{source.kind}_{TAG}_{k}", table)
+        schema = sink.fresh(f"e2e_hand_{source.kind}_{TAG}_{k}", table)
         t = time.perf_counter()
-        n = source.hand(table, f"{schema}.{table}")
+        n = source.hand(table, sink, f"{schema}.{table}")
         hand_s.append(time.perf_counter() - t)
         checks["hand-written"].append(n == args.rows and
-                                      target_checksum(f"{schema}.{table}") == expected)
-        drop_schema(schema)
+                                      sink.checksum(f"{schema}.{table}") == expected)
+        sink.drop(schema)
         print(f"  [{k + 1}/{args.repeat}] hand-written {hand_s[-1]:.2f} s", flush=True)
 
-        schema = fresh_schema(cleanup, f"e2e_pipe_{source.kind}_{TAG}_{k}", table)
+        schema = sink.fresh(f"e2e_pipe_{source.kind}_{TAG}_{k}", table)
         t = time.perf_counter()
-        n = run_pipe(source.pipe(table, f"{schema}.{table}"))
+        n = run_pipe(source.pipe(table, sink, f"{schema}.{table}"))
         pipe_s.append(time.perf_counter() - t)
-        checks["C tools"].append(n == args.rows and
-                                 target_checksum(f"{schema}.{table}") == expected)
-        drop_schema(schema)
+        checks["C tools"].append(n in (args.rows, -1) and  # -1: the loader prints no count
+                                 sink.checksum(f"{schema}.{table}") == expected)
+        sink.drop(schema)
         print(f"  [{k + 1}/{args.repeat}] C tools {pipe_s[-1]:.2f} s", flush=True)
 
-        schema = fresh_schema(cleanup, f"e2e_sdk_{source.kind}_{TAG}_{k}")
+        schema = sink.fresh(f"e2e_sdk_{source.kind}_{TAG}_{k}")
         checkpoint = work / f"snap_{source.kind}_{k}"
-        run = run_sdk(source, table, f"snap_{source.kind}_{k}", checkpoint, schema,
+        run = run_sdk(source, sink, table, f"snap_{source.kind}_{k}", checkpoint, schema,
                       "snapshot", args.sdk_option)
         runs.append(run)
-        checks["sdk"].append(target_checksum(f"{schema}.{table}") == expected)
-        drop_schema(schema)
+        checks["sdk"].append(sink.checksum(f"{schema}.{table}") == expected)
+        sink.drop(schema)
         if isinstance(source, PostgresSource):
             drop_slot(f"e2e_snap_{source.kind}_{k}_{TAG}")
         shutil.rmtree(checkpoint, ignore_errors=True)
@@ -684,10 +790,12 @@ def snapshot_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, wo
     hand_rate, pipe_rate = rate(rows, hand_s), rate(rows, pipe_s)
     whole_rate = rate(rows, whole)
     reader = "pymysql SSCursor" if source.kind == "mysql" else "psycopg server-side cursor"
-    tools = "mariadb -B | psql \\copy" if source.kind == "mysql" else \
-        "psql \\copy TO | psql \\copy FROM"
-    print(f"{source.label} -> PostgreSQL, {rows:,} rows, best of {args.repeat}:")
-    line(f"hand-written ({reader} -> COPY write_row)", hand_s, rows, "rows/s")
+    unload = "mariadb -B" if source.kind == "mysql" else "psql \\copy TO"
+    writer, load = ("COPY write_row", "psql \\copy FROM") if isinstance(sink, PostgresSink) \
+        else ("pymysql executemany", "mariadb LOAD DATA LOCAL")
+    tools = f"{unload} | {load}"
+    print(f"{source.label} -> {sink.label}, {rows:,} rows, best of {args.repeat}:")
+    line(f"hand-written ({reader} -> {writer})", hand_s, rows, "rows/s")
     line(f"C tools ({tools})", pipe_s, rows, "rows/s")
     line("sdk sync --until snapshot, whole command", whole, rows, "rows/s")
     if own:
@@ -725,9 +833,10 @@ def mysql_or_pg_drop(source: Source, table: str, cleanup: Cleanup) -> None:
         cleanup.pg_tables.remove(table)
 
 
-def log_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, work: Path) -> bool:
+def log_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Cleanup,
+             work: Path) -> bool:
     table = f"e2e_log_{source.kind}_{TAG}"
-    print(f"\n== {source.label} -> PostgreSQL, log phase: {args.changes:,} one-row UPDATE "
+    print(f"\n== {source.label} -> {sink.label}, log phase: {args.changes:,} one-row UPDATE "
           f"transactions on a {args.log_rows:,}-row table", flush=True)
     ids = [k % args.log_rows + 1 for k in range(args.changes)]
     raw_s: list[float] = []
@@ -736,10 +845,10 @@ def log_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, work: P
     raw_count = raw_tx = 0
     for k in range(args.repeat):  # each repeat: a fresh table, checkpoint and target
         source.create(table, args.log_rows)
-        schema = fresh_schema(cleanup, f"e2e_log_{source.kind}_{TAG}_{k}")
+        schema = sink.fresh(f"e2e_log_{source.kind}_{TAG}_{k}")
         checkpoint = work / f"log_{source.kind}_{k}"
         run_name = f"log_{source.kind}_{k}"
-        snap = run_sdk(source, table, run_name, checkpoint, schema, "snapshot",
+        snap = run_sdk(source, sink, table, run_name, checkpoint, schema, "snapshot",
                        args.sdk_option)
         source.prepare_raw(table)
         start = source.position()
@@ -751,9 +860,10 @@ def log_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, work: P
         t = time.perf_counter()
         raw_count, raw_tx = source.raw(table, start, end)
         raw_s.append(time.perf_counter() - t)
-        run = run_sdk(source, table, run_name, checkpoint, schema, "caught-up", args.sdk_option)
+        run = run_sdk(source, sink, table, run_name, checkpoint, schema, "caught-up",
+                      args.sdk_option)
         runs.append(run)
-        equal = target_checksum(f"{schema}.{table}") == expected
+        equal = sink.checksum(f"{schema}.{table}") == expected
         counted = raw_count == args.changes
         ok &= equal and counted
         print(f"  [{k + 1}/{args.repeat}] snapshot run {snap.seconds:.1f} s; updates made in "
@@ -761,7 +871,7 @@ def log_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, work: P
               f"transactions); sdk --until caught-up {run.seconds:.2f} s (own "
               f"{run.reported} s, applied {run.applied}); mirror == source: {equal}",
               flush=True)
-        drop_schema(schema)
+        sink.drop(schema)
         if isinstance(source, PostgresSource):
             drop_slot(f"e2e_{run_name}_{TAG}")
             drop_slot(f"e2e_raw_{TAG}")
@@ -775,7 +885,7 @@ def log_case(source: Source, args: argparse.Namespace, cleanup: Cleanup, work: P
     own_rate = rate(n, own) if own else float("nan")
     decoder = "python-mysql-replication BinLogStreamReader" if source.kind == "mysql" else \
         "slot peek, pgoutput decoded, psycopg loaders"
-    print(f"{source.label} -> PostgreSQL, log phase, {n:,} changes, best of {args.repeat}:")
+    print(f"{source.label} -> {sink.label}, log phase, {n:,} changes, best of {args.repeat}:")
     line(f"raw decoder ({decoder})", raw_s, n, "changes/s")
     line("sdk sync --until caught-up, whole command", whole, n, "changes/s")
     if own:
@@ -805,6 +915,8 @@ def main() -> None:
     parser.add_argument("--log-rows", type=int, default=100_000,
                         help="rows of the log case's table")
     parser.add_argument("--source", choices=("mysql", "postgres", "both"), default="both")
+    parser.add_argument("--target", choices=("postgres", "mysql"), default="postgres",
+                        help="the server the copies go into (default PostgreSQL)")
     parser.add_argument("--skip-log", action="store_true")
     parser.add_argument("--skip-snapshot", action="store_true")
     parser.add_argument("--repeat", type=int, default=1, help="best of K (spread shown)")
@@ -817,6 +929,7 @@ def main() -> None:
     if args.source in ("postgres", "both"):
         sources.append(PostgresSource)
     cleanup = Cleanup()
+    sink: Sink = MySQLSink(cleanup) if args.target == "mysql" else PostgresSink(cleanup)
     work = Path(tempfile.mkdtemp(prefix="sdk-e2e-"))
     cleanup.dirs.append(work)
     try:
@@ -831,9 +944,9 @@ def main() -> None:
         for make in sources:
             source = make(cleanup)
             if not args.skip_snapshot:
-                ok &= snapshot_case(source, args, cleanup, work)
+                ok &= snapshot_case(source, sink, args, cleanup, work)
             if not args.skip_log:
-                ok &= log_case(source, args, cleanup, work)
+                ok &= log_case(source, sink, args, cleanup, work)
     finally:
         cleanup.run()
     load = os.getloadavg()

@@ -10,8 +10,10 @@ amount NUMERIC(12,2), status VARCHAR(16), note VARCHAR(200), created_at TIMESTAM
 - load: ``--rows`` insert events (``r``) into the empty table through ``apply_changes``, in
   tasks of ``--task-rows`` (each its own batch id, as the mirror's tasks), against a
   hand-written loop into an empty table of the same shape: psycopg ``COPY ... FROM STDIN`` with
-  ``write_row`` for PostgreSQL, multi-row ``INSERT`` statements of 1000 rows for MySQL. Best of
-  ``--runs``, taken in turn; rows/s and the ratio.
+  ``write_row`` for PostgreSQL, multi-row ``INSERT`` statements of 1000 rows for MySQL; and
+  through ``load_snapshot`` (each task's rows as the Arrow table the engine hands a target that
+  loads snapshot splits, made before the clock starts). Best of ``--runs``, taken in turn;
+  rows/s and the ratios.
 - changes: one task of ``--task-rows`` changes on the loaded table (80 % updates, 10 % deletes,
   10 % updates that move their key), through ``apply_changes``: rows/s.
 - sizes (PostgreSQL, with the set-based target only): batches of each ``--sizes`` upserts by
@@ -42,6 +44,7 @@ from sdk import (
     TableSchema,
     get_dialect,
 )
+from sdk.tableformat import arrow_rows
 
 L = LogicalType
 COLUMNS = (
@@ -177,11 +180,30 @@ def load_and_change(target: Target, name: str, rows: int, task_rows: int, runs: 
             target.raw_load(data[i:i + task_rows])
         return len(data)
 
-    (wall_t, cpu_t, n), (wall_r, cpu_r, _) = best_of_interleaved(runs, through_target, by_hand)
+    splits = [arrow_rows(target.table, data[i:i + task_rows])
+              for i in range(0, len(data), task_rows)]
+
+    def loaded() -> int:
+        target.reset()
+        for split in splits:
+            target.batch += 1
+            assert target.dialect.load_snapshot(target.conn, target.table, split,
+                                                f"{target.batch}-0")
+        return len(data)
+
+    fns = [through_target, by_hand]
+    if target.dialect.implements("load_snapshot"):
+        fns.append(loaded)
+    figures = best_of_interleaved(runs, *fns)
+    (wall_t, cpu_t, n), (wall_r, cpu_r, _) = figures[:2]
     raw_name = "COPY" if name == "postgres" else "multi-row INSERT"
     print(f"{name} load {n} rows in tasks of {task_rows}: apply_changes {n / wall_t:,.0f} rows/s "
           f"(client CPU {cpu_t:.2f} s), hand-written {raw_name} {n / wall_r:,.0f} rows/s "
           f"(client CPU {cpu_r:.2f} s): {wall_t / wall_r:.2f}x the hand-written time")
+    if len(figures) > 2:
+        wall_l, cpu_l, _ = figures[2]
+        print(f"{name} load_snapshot (Arrow splits) {n / wall_l:,.0f} rows/s (client CPU "
+              f"{cpu_l:.2f} s): {wall_r / wall_l:.2f}x the hand-written rate")
     target.reset()
     target.apply(batches)
     mixed = changes(target.table, rows, min(task_rows, rows))

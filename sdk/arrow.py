@@ -16,7 +16,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from .temporal import WideTemporal, date_from_days, datetime_from_micros, time_from_text
+from .temporal import (
+    DATE_DAYS,
+    DATETIME_MICROS,
+    WideTemporal,
+    date_from_days,
+    datetime_from_micros,
+    time_from_text,
+)
 from .types import Column, LogicalType
 
 MAX_DECIMAL = 38
@@ -120,5 +127,27 @@ def python_values(column: pa.Array | pa.ChunkedArray, logical: LogicalType) -> l
     return values
 
 
-__all__ = ["MAX_DECIMAL", "arrow_type", "as_text", "converter", "micros", "python_values",
-           "units", "utc", "wide"]
+def python_units(column: pa.Array | pa.ChunkedArray, logical: LogicalType
+                 ) -> pa.Array | pa.ChunkedArray | None:
+    """A date column's days (int32) or a timestamp column's microseconds (int64), as Arrow or
+    Spark store them, when every one lies in years 1-9999: what Python's date and datetime hold,
+    so a target may write the column's text as Arrow gives it. None when a value lies outside
+    (infinity, BC, past 9999), or the column is of another type or unit."""
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if logical is LogicalType.DATE and (pa.types.is_date32(kind) or pa.types.is_integer(kind)):
+        units, (low, high) = column.cast(pa.int32()), DATE_DAYS
+    elif logical in (LogicalType.TIMESTAMP, LogicalType.TIMESTAMP_TZ) and (
+            (pa.types.is_timestamp(kind) and kind.unit == "us") or pa.types.is_integer(kind)):
+        units, (low, high) = column.cast(pa.int64()), DATETIME_MICROS
+    else:
+        return None
+    bounds = pc.min_max(units).as_py()
+    if bounds["min"] is None or (bounds["min"] >= low and bounds["max"] <= high):
+        return units
+    return None
+
+
+__all__ = ["MAX_DECIMAL", "arrow_type", "as_text", "converter", "micros", "python_units",
+           "python_values", "units", "utc", "wide"]

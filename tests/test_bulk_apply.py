@@ -62,6 +62,17 @@ def one_by_one(state: Model, events: list[ChangeEvent]) -> Model:
     return out
 
 
+def applied_as_events(dialect: Any, conn: Any, table: TableSchema, data: Any) -> bool:
+    """A split's Arrow rows given to ``apply_changes`` as ``r`` events of the values
+    ``python_values`` makes of them (what ``load_snapshot`` must store alike), as batch s/0."""
+    from sdk.arrow import python_values
+
+    values = zip(*[python_values(data.column(i), c.type) for i, c in enumerate(table.columns)],
+                 strict=True)
+    return bool(dialect.apply_changes(conn, table, [
+        ChangeEvent(table.table, "r", (row[0],), row, OFFSET) for row in values], "s/0"))
+
+
 # --- net changes, without a database ------------------------------------------------------------
 
 NUMS = TableSchema(TableId("main", "t"), (Column("id", L.INT64, "bigint"),
@@ -347,7 +358,8 @@ def my_target(mysql_admin: Any) -> Iterator[tuple[Any, str]]:
     finally:
         conn.close()
         with mysql_admin.cursor() as cur:
-            for suffix in ("", "_one", "_nan"):
+            for suffix in ("", "_one", "_nan", "_apply", "_load", "_one_apply", "_one_load",
+                           "_plain"):
                 cur.execute(f"DROP TABLE IF EXISTS `{name}{suffix}`")
 
 
@@ -403,6 +415,86 @@ def test_mysql_out_of_range_in_a_large_batch(my_target: Any) -> None:
     assert rows[(7,)][2] == dt.datetime(2024, 1, 1, 6, 30)  # instants as UTC
 
 
+MY_ARROW_COLUMNS = (
+    Column("id", L.INT64, "bigint"), Column("d", L.DATE, "date"),
+    Column("ts", L.TIMESTAMP, "timestamp"), Column("tz", L.TIMESTAMP_TZ, "timestamptz"),
+    Column("n", L.DECIMAL, "numeric"),  # unbounded: carried as text, stored as LONGTEXT
+    Column("n2", L.DECIMAL, "numeric(10,2)", precision=10, scale=2),
+    Column("n10", L.DECIMAL, "numeric(38,10)", precision=38, scale=10),  # Arrow: 1.000E-7
+    Column("f8", L.FLOAT64, "float8"), Column("f4", L.FLOAT32, "float4"),
+    Column("j", L.JSON, "json"), Column("s", L.STRING, "text"), Column("ok", L.BOOLEAN, "bool"),
+    Column("i8", L.INT8, "tinyint"))
+MY_ARROW_ROWS: list[tuple[Any, ...]] = [  # every value one Arrow writes as a MySQL literal
+    (dt.date(1, 1, 1), dt.datetime(1, 1, 1), dt.datetime(1, 1, 1, tzinfo=dt.UTC),
+     Decimal("1E+5"), Decimal("-0.50"), Decimal("1E-7"), 0.1, 3.4028234663852886e38,
+     '{"k": 1}', "ünïcødé '\"", True, -128),
+    (dt.date(9999, 12, 31), dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+     dt.datetime(2024, 5, 6, 7, 8, 9, 10, tzinfo=EAST), Decimal("-1e-30"), Decimal("0.00"),
+     Decimal("0"), 1.7976931348623157e308, -0.0, "[]",
+     "back\\slash \\' 'q' nul\0 sub\x1a lf\n cr\r tab\t %s", False, 127),
+    (dt.date(1969, 12, 31), dt.datetime(1970, 1, 1), dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
+     None, Decimal("-99999999.99"), Decimal("-12345.6789012345"), 5e-324, 1 / 3, None, "",
+     None, 0),
+    (None,) * 12,
+]
+
+
+@pytest.mark.mysql
+def test_mysql_loads_arrow_splits_as_apply_changes_does(my_target: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A split loaded from Arrow (``load_snapshot``) stores what ``apply_changes`` stores for
+    the same values as ``r`` events: by literals Arrow's kernels wrote (escapes, years 1 and
+    9999, an instant at another offset, decimals with an exponent, the largest FLOAT) in
+    statements cut at ``STATEMENT_BYTES`` (a row longer than that goes alone), or value by value
+    when a column needs it (bytes); a replay changes nothing, a split read again replaces the
+    rows it holds, and a NaN stops the split before anything is written."""
+    conn, name = my_target
+    my = get_dialect("mysql")
+    monkeypatch.setattr(mysql_target, "STATEMENT_BYTES", 700)
+    rows = [(*MY_ARROW_ROWS[i % 4][:-1], (i % 4) or None if i % 7 else i % 100)
+            for i in range(300)]
+    rows[5] = (*rows[5][:9], "x" * 5000, *rows[5][10:])  # longer than a statement
+    binary = (*MY_ARROW_COLUMNS, Column("b", L.BINARY, "bytea"))
+    by_suffix = {}
+    for suffix, columns, by_arrow in (("", MY_ARROW_COLUMNS, True), ("_one", binary, False)):
+        stored = []
+        for how in ("apply", "load"):
+            table = TableSchema(TableId("sdk_test", f"{name}{suffix}_{how}"), columns, ("id",))
+            my.create_table(conn, table)
+            extra = (b"\x00'\\",) if len(columns) > len(MY_ARROW_COLUMNS) else ()
+            data = arrow_rows(table, [(i, *row, *extra) for i, row in enumerate(rows)])
+            if how == "apply":
+                assert applied_as_events(my, conn, table, data)
+            else:
+                assert (mysql_target.literal_rows(table, data, False) is not None) is by_arrow
+                assert my.load_snapshot(conn, table, data, "s/0")
+                assert not my.load_snapshot(conn, table, data.slice(0, 1), "s/0")  # a replay
+                assert my.load_snapshot(conn, table, data.slice(1), "s/1")  # read again
+            stored.append(my_rows(conn, table))
+        assert stored[0] == stored[1]
+        assert len(stored[0]) == len(rows)
+        assert stored[1][(1,)][10].startswith("back\\slash \\' 'q' nul\0")
+        by_suffix[suffix] = stored[1]
+    table = TableSchema(TableId("sdk_test", f"{name}_plain"), MY_ARROW_COLUMNS, ("id",))
+    my.create_table(conn, table)
+    (mode,) = conn.query("SELECT @@SESSION.sql_mode")[0]
+    conn.query("SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')")
+    try:  # a backslash is plain text in this mode: only quotes are escaped, doubled
+        assert my.load_snapshot(conn, table, arrow_rows(
+            table, [(i, *row) for i, row in enumerate(rows)]), "p/0")
+    finally:
+        conn.query("SET SESSION sql_mode = %s", (mode,))
+    assert my_rows(conn, table) == by_suffix[""]
+    table = TableSchema(TableId("sdk_test", f"{name}_nan"), MY_ARROW_COLUMNS, ("id",))
+    my.create_table(conn, table)
+    nan = arrow_rows(table, [(i, *MY_ARROW_ROWS[2][:6], math.nan, *MY_ARROW_ROWS[2][7:])
+                             for i in range(3)])
+    with pytest.raises(FatalSyncError, match="cannot hold nan"):
+        my.load_snapshot(conn, table, nan, "n/0")
+    assert my_rows(conn, table) == {}
+    assert my.load_snapshot(conn, table, nan.slice(0, 0), "n/0")  # the batch was not claimed
+
+
 # --- SQLite -------------------------------------------------------------------------------------
 
 SQLITE_ARROW_ROWS: list[tuple[Any, ...]] = [  # every column built by Arrow's kernels
@@ -428,8 +520,6 @@ def test_sqlite_loads_arrow_splits_as_apply_changes_does(tmp_path: Any,
     decimals of scale 2 and 10, an instant at another offset) or the values went one by one
     (far and BC dates, infinities, a decimal without a scale, times, intervals); a replay
     changes nothing, and a split read again replaces the rows it holds."""
-    from sdk.arrow import python_values
-
     lite = get_dialect("sqlite")
     conn = lite.connect(ConnectionConfig.from_url(f"sqlite:///{tmp_path}/mirror.db"))
     columns = (*PG_EDGE_COLUMNS, Column("n10", L.DECIMAL, "numeric(38,10)", precision=38,
@@ -441,10 +531,7 @@ def test_sqlite_loads_arrow_splits_as_apply_changes_does(tmp_path: Any,
         lite.create_table(conn, table)
         data = arrow_rows(table, [(i, *row, scaled[i % 4]) for i, row in enumerate(rows)])
         if how == "apply":
-            values = zip(*[python_values(data.column(i), c.type)
-                           for i, c in enumerate(table.columns)], strict=True)
-            assert lite.apply_changes(conn, table, [
-                ChangeEvent(table.table, "r", (row[0],), row, OFFSET) for row in values], "s/0")
+            assert applied_as_events(lite, conn, table, data)
         else:
             assert lite.load_snapshot(conn, table, data, "s/0")
             assert not lite.load_snapshot(conn, table, data.slice(0, 1), "s/0")  # a replay

@@ -182,7 +182,7 @@ BUILTIN_CAPABILITIES = {
     "sqlite": {"atomic_snapshot", "before_images", "apply", "acknowledge", "earliest",
                "filtered_reads", "alter", "bulk_load"},
     "mysql": {"atomic_snapshot", "before_images", "earliest", "apply", "filtered_reads",
-              "alter", "schema_changes", "arrow_reads"},
+              "alter", "schema_changes", "arrow_reads", "bulk_load"},
     "postgres": {"acknowledge", "earliest", "apply", "atomic_snapshot", "filtered_reads",
                  "alter", "schema_changes", "bulk_load", "arrow_reads"},
     "oracle": {"atomic_snapshot", "earliest"},

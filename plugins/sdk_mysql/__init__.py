@@ -12,6 +12,7 @@ the raw position and the window is not closed (see docs/dialects/mysql.md).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import check_target_columns, net_changes
+from sdk.apply import NetChanges, check_target_columns, net_changes
 from sdk.sql import lexicographic_range, with_condition
 
 from . import _arrow, _target, _visibility
@@ -660,6 +661,21 @@ def alter_table(conn: MySqlConnection, old: TableSchema, new: TableSchema) -> No
         conn.query(statement)
 
 
+@contextlib.contextmanager
+def _claiming(conn: MySqlConnection, table: TableSchema, batch_id: str) -> Iterator[Any]:
+    """One transaction that claims ``batch_id`` for ``table``: its cursor, or None (nothing
+    to write) when the batch was applied before; rolled back on an error."""
+    conn.raw.begin()
+    try:
+        with conn.raw.cursor() as cur:
+            done = _target.ledger(q(table.table.schema)).claim(cur, table, batch_id)
+            yield cur if done else None
+        conn.raw.commit()
+    except BaseException:
+        conn.raw.rollback()
+        raise
+
+
 @hookimpl
 def apply_changes(conn: MySqlConnection, table: TableSchema, events: Sequence[ChangeEvent],
                   batch_id: str) -> bool:
@@ -667,14 +683,33 @@ def apply_changes(conn: MySqlConnection, table: TableSchema, events: Sequence[Ch
     (:func:`._target.write`); values are checked before anything is written."""
     net = net_changes(_target.checked(table, events, conn.out_of_range))
     net = replace(net, deletes=[tuple(map(_target.value, k)) for k in net.deletes])
-    conn.raw.begin()
-    try:
-        with conn.raw.cursor() as cur:
-            done = _target.ledger(q(table.table.schema)).claim(cur, table, batch_id)
-            if done:
-                _target.write(cur, table, _table(table.table, True), net, qp)
-        conn.raw.commit()
-        return done
-    except BaseException:
-        conn.raw.rollback()
-        raise
+    with _claiming(conn, table, batch_id) as cur:
+        if cur is None:
+            return False
+        _target.write(cur, table, _table(table.table, True), net, qp)
+    return True
+
+
+@hookimpl
+def load_snapshot(conn: MySqlConnection, table: TableSchema, rows: pa.Table,
+                  batch_id: str) -> bool:
+    """Claim the batch, then upsert the split's rows in multi-row statements whose values
+    Arrow's kernels wrote as literals (:func:`._target.literal_rows`), not pymysql value by
+    value; a column that needs it sends the rows through :func:`apply_changes`' checked path."""
+    from pymysql.constants import SERVER_STATUS
+
+    plain = bool(conn.raw.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES)
+    literals = _target.literal_rows(table, rows, plain)
+    checked = None if literals is not None else \
+        _target.checked_rows(table, rows, conn.out_of_range)
+    with _claiming(conn, table, batch_id) as cur:
+        if cur is None:
+            return False
+        if checked is not None:
+            _target.write(cur, table, _table(table.table, True), NetChanges([], checked), qp)
+            return True
+        head, tail = _target.upsert_parts(table, _table(table.table), q)
+        for statement in _target.insert_statements(literals, head, tail,
+                                                   _target.STATEMENT_BYTES):
+            cur.execute(statement)
+    return True

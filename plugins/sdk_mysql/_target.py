@@ -20,14 +20,18 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk import ChangeEvent, Column, ConfigurationError, FatalSyncError, LogicalType, TableSchema
 from sdk.apply import Ledger, NetChanges
 from sdk.temporal import WideTemporal
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 L = LogicalType
 
@@ -59,14 +63,19 @@ def create_sql(table: TableSchema, quoted: str, q: Any) -> str:
             f"PRIMARY KEY ({', '.join(q(k) for k in table.key)})) CHARSET utf8mb4")
 
 
-def statements(table: TableSchema, quoted: str, q: Any) -> tuple[str, str]:
-    delete = f"DELETE FROM {quoted} WHERE " + " AND ".join(f"{q(k)} = %s" for k in table.key)
+def upsert_parts(table: TableSchema, quoted: str, q: Any) -> tuple[str, str]:
+    """The multi-row upsert around its rows: ``INSERT INTO t (columns) VALUES `` and
+    `` ON DUPLICATE KEY UPDATE ...``."""
     updates = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in table.column_names)
     names = ", ".join(q(c) for c in table.column_names)
+    return f"INSERT INTO {quoted} ({names}) VALUES ", f" ON DUPLICATE KEY UPDATE {updates}"
+
+
+def statements(table: TableSchema, quoted: str, q: Any) -> tuple[str, str]:
+    delete = f"DELETE FROM {quoted} WHERE " + " AND ".join(f"{q(k)} = %s" for k in table.key)
+    head, tail = upsert_parts(table, quoted, q)
     marks = ", ".join(["%s"] * len(table.columns))
-    upsert = (f"INSERT INTO {quoted} ({names}) VALUES ({marks}) "
-              f"ON DUPLICATE KEY UPDATE {updates}")
-    return delete, upsert
+    return delete, f"{head}({marks}){tail}"
 
 
 DELETE_CHUNK = 1000
@@ -138,35 +147,146 @@ _PLAIN = frozenset({type(None), bool, int, str, bytes, dt.date, dt.time})
 def checked(table: TableSchema, events: Sequence[ChangeEvent], policy: str
             ) -> Sequence[ChangeEvent]:
     """``events`` with every value MySQL can hold as pymysql sends it (:func:`value`), checked
-    before anything is written: a value it cannot hold is an error naming table, key and
-    column, or NULL when ``policy`` is ``null`` (never in a key). Keys (``key``, ``old_key``)
-    are left to the caller's :func:`value`."""
+    before anything is written (:func:`checked_row`). Keys (``key``, ``old_key``) are left to
+    the caller's :func:`value`."""
     out: list[ChangeEvent] = []
-    plain = _PLAIN.issuperset
     for event in events:
         after = event.after
-        if after is None or plain(map(type, after)):
-            out.append(event)
-            continue
-        row = list(after)
-        for i, v in enumerate(after):
-            if type(v) in _PLAIN:
-                continue
-            column = table.columns[i]
-            if _holds(column, v):
-                row[i] = str(v) if isinstance(v, WideTemporal) else value(v)
-                continue
-            if policy != "null" or column.name in table.key:
-                raise FatalSyncError(
-                    f"{table.table} key {event.key!r} column {column.name!r}: MySQL's "
-                    f"{target_type(column, column.name in table.key)} cannot hold {v}. Nothing "
-                    "of this table's batch was written. Fix: add out_of_range=null to the "
-                    "target URL to write NULL for such values (not in a key), or mirror into "
-                    "a target that holds them (PostgreSQL)")
-            row[i] = None
-        changed = any(a is not b for a, b in zip(row, after, strict=True))
-        out.append(replace(event, after=tuple(row)) if changed else event)
+        row = after if after is None else checked_row(table, after, event.key, policy)
+        out.append(event if row is after else replace(event, after=row))
     return out
+
+
+def checked_row(table: TableSchema, row: tuple[Any, ...], key: Any, policy: str
+                ) -> tuple[Any, ...]:
+    """``row`` (of ``key``) with every value MySQL can hold as pymysql sends it
+    (:func:`value`): a value it cannot hold is an error naming table, key and column, or NULL
+    when ``policy`` is ``null`` (never in a key). ``row`` itself when nothing changed."""
+    if _PLAIN.issuperset(map(type, row)):
+        return row
+    out = list(row)
+    for i, v in enumerate(row):
+        if type(v) in _PLAIN:
+            continue
+        column = table.columns[i]
+        if _holds(column, v):
+            out[i] = str(v) if isinstance(v, WideTemporal) else value(v)
+            continue
+        if policy != "null" or column.name in table.key:
+            raise FatalSyncError(
+                f"{table.table} key {key!r} column {column.name!r}: MySQL's "
+                f"{target_type(column, column.name in table.key)} cannot hold {v}. Nothing "
+                "of this table's batch was written. Fix: add out_of_range=null to the "
+                "target URL to write NULL for such values (not in a key), or mirror into "
+                "a target that holds them (PostgreSQL)")
+        out[i] = None
+    changed = any(a is not b for a, b in zip(out, row, strict=True))
+    return tuple(out) if changed else row
+
+
+def checked_rows(table: TableSchema, rows: pa.Table, policy: str) -> list[tuple[Any, ...]]:
+    """A snapshot split's Arrow rows as :func:`checked_row` leaves the values
+    :func:`sdk.arrow.python_values` gives: the row path of :func:`literal_rows`."""
+    from sdk.arrow import python_values
+
+    columns = [python_values(rows.column(i), c.type) for i, c in enumerate(table.columns)]
+    return [checked_row(table, row, table.key_of(row), policy)
+            for row in zip(*columns, strict=True)]
+
+
+STATEMENT_BYTES = 1_024_000
+"""About the most bytes of one multi-row INSERT of a loaded split: pymysql's ``executemany``
+cuts its statements there, far below any server's ``max_allowed_packet``."""
+_INTEGERS = frozenset({L.INT8, L.INT16, L.INT32, L.INT64})
+_ESCAPED = r"[\\'\x00]"
+"""What a quoted literal escapes (by a backslash, as pymysql's ``escape_string``): a
+backslash, a quote, and NUL; the rest of a string goes as it is."""
+
+
+def _quoted(text: pa.ChunkedArray, escape: bool, plain_backslash: bool) -> pa.ChunkedArray:
+    """``text`` as quoted literals; ``escape``: it may hold characters to escape, escaped with
+    a backslash unless the session has ``NO_BACKSLASH_ESCAPES`` (then a quote is doubled)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if escape and pc.any(pc.match_substring_regex(text, _ESCAPED)).as_py():
+        pairs = [("'", "''")] if plain_backslash else \
+            [("\\", "\\\\"), ("'", "\\'"), ("\0", "\\0")]
+        for char, escaped in pairs:
+            text = pc.replace_substring(text, char, escaped)
+    return pc.binary_join_element_wise(pa.scalar("'"), text, pa.scalar("'"), "")
+
+
+def literal_column(values: pa.ChunkedArray, column: Column, plain_backslash: bool
+                   ) -> pa.ChunkedArray | None:
+    """One column of a snapshot split as MySQL literals (``NULL`` for a null) made by Arrow's
+    kernels, for what pymysql would send of the values :func:`sdk.arrow.python_values` gives:
+    integers and finite floats as numbers (a FLOAT's as the double it holds), booleans as 0
+    or 1, text quoted and escaped, decimals as quoted text (MySQL reads ``'1.000E-7'``
+    exactly), dates and timestamps of years 1-9999 as quoted text (an instant as its UTC wall
+    time). None for what goes value by value (:func:`checked_rows`): bytes, times, intervals,
+    a NaN or infinity, a date past those years."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from sdk.arrow import python_units
+
+    kind, logical = values.type, column.type
+    if logical is L.BOOLEAN and pa.types.is_boolean(kind):
+        text = values.cast(pa.int8()).cast(pa.string())
+    elif logical in _INTEGERS and pa.types.is_integer(kind):
+        text = values.cast(pa.string())
+    elif logical in (L.FLOAT32, L.FLOAT64) and pa.types.is_floating(kind):
+        if pc.all(pc.is_finite(values)).as_py() is False:
+            return None
+        text = values.cast(pa.float64()).cast(pa.string())
+    elif logical is L.DECIMAL and pa.types.is_decimal(kind):
+        text = _quoted(values.cast(pa.string()), False, plain_backslash)
+    elif logical in (L.STRING, L.JSON, L.DECIMAL) and pa.types.is_string(kind):
+        text = _quoted(values, True, plain_backslash)  # a wide decimal: its text
+    elif (units := python_units(values, logical)) is not None:
+        stamps = units.cast(pa.date32() if logical is L.DATE else pa.timestamp("us"))
+        text = _quoted(stamps.cast(pa.string()), False, plain_backslash)
+    else:
+        return None
+    return pc.fill_null(text, "NULL")
+
+
+def literal_rows(table: TableSchema, rows: pa.Table, plain_backslash: bool
+                 ) -> pa.ChunkedArray | None:
+    """Each row of a snapshot split as ``(v1,v2,...),`` (:func:`literal_column`), for
+    :func:`insert_statements`; None when a column goes value by value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns = []
+    for i, column in enumerate(table.columns):
+        text = literal_column(rows.column(i), column, plain_backslash)
+        if text is None:
+            return None
+        columns.append(text)
+    return pc.binary_join_element_wise(
+        pa.scalar("("), pc.binary_join_element_wise(*columns, ","), pa.scalar("),"), "")
+
+
+def insert_statements(rows: pa.ChunkedArray, head: str, tail: str, limit: int
+                      ) -> Iterator[bytes]:
+    """``head``, rows of :func:`literal_rows` (the last one's comma dropped), ``tail``: the
+    statements, each of as many rows as fit ``limit`` bytes (at least one), cut from the
+    bytes Arrow wrote without a Python string per row."""
+    start, end = head.encode(), tail.encode()
+    for chunk in rows.chunks:
+        n = len(chunk)
+        if not n:
+            continue
+        _, offsets, data = chunk.buffers()
+        ends = memoryview(offsets).cast("i")[chunk.offset:chunk.offset + n + 1]
+        body = memoryview(data)
+        i = 0
+        while i < n:
+            j = max(bisect_right(ends, ends[i] + limit, i + 1, n + 1) - 1, i + 1)
+            yield b"".join((start, body[ends[i]:ends[j] - 1], end))
+            i = j
 
 
 def ledger(schema: str) -> Ledger:

@@ -19,7 +19,6 @@ from psycopg.errors import UniqueViolation
 
 from sdk import Column, LogicalType, TableSchema
 from sdk.apply import Ledger, NetChanges
-from sdk.temporal import DATE_DAYS, DATETIME_MICROS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -162,6 +161,8 @@ def _text_column(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from sdk.arrow import python_units
+
     kind = column.type
     if pa.types.is_string(kind):
         if pc.any(pc.match_substring_regex(column, _SPECIAL)).as_py():
@@ -170,10 +171,7 @@ def _text_column(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
                 column = pc.replace_substring(column, char, escaped)
         return pc.fill_null(column, "\\N")
     if (pa.types.is_timestamp(kind) and kind.unit == "us") or pa.types.is_date32(kind):
-        days = pa.types.is_date32(kind)
-        first, last = DATE_DAYS if days else DATETIME_MICROS
-        low, high = pc.min_max(column.cast(pa.int32() if days else pa.int64())).values()
-        if low.is_valid and (low.as_py() < first or high.as_py() > last):
+        if python_units(column, L.DATE if pa.types.is_date32(kind) else L.TIMESTAMP) is None:
             return None
         if pa.types.is_timestamp(kind) and kind.tz is not None:
             # the UTC wall time and its offset: Arrow's own text of an aware timestamp looks

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from sdk import Column, LogicalType, Row, TableSchema
-from sdk.temporal import DATE_DAYS, DATETIME_MICROS, time_from_text
+from sdk.temporal import time_from_text
 from sdk.types import WideTemporal
 
 if TYPE_CHECKING:
@@ -152,34 +152,19 @@ def _iso_text(values: pa.ChunkedArray | pa.Array, logical: LogicalType) -> list[
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if logical is LogicalType.DATE and (pa.types.is_date32(values.type)
-                                        or pa.types.is_integer(values.type)):
-        days = values.cast(pa.int32())
-        if not _within(days, *DATE_DAYS):
-            return None
-        return days.cast(pa.date32()).cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
-    if logical not in (LogicalType.TIMESTAMP, LogicalType.TIMESTAMP_TZ) or not (
-            pa.types.is_timestamp(values.type) or pa.types.is_integer(values.type)):
+    from sdk.arrow import python_units
+
+    units = python_units(values, logical)
+    if units is None:
         return None
-    if pa.types.is_timestamp(values.type) and values.type.unit != "us":
-        return None
-    micros = values.cast(pa.int64())
-    if not _within(micros, *DATETIME_MICROS):
-        return None
-    text = micros.cast(pa.timestamp("us")).cast(pa.string())  # 2024-01-02 03:04:05.000000
+    if logical is LogicalType.DATE:
+        return units.cast(pa.date32()).cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
+    text = units.cast(pa.timestamp("us")).cast(pa.string())  # 2024-01-02 03:04:05.000000
     text = pc.replace_substring(text, " ", "T", max_replacements=1)
     text = pc.replace_substring_regex(text, r"\.000000$", "")
     if logical is LogicalType.TIMESTAMP_TZ:
         text = pc.binary_join_element_wise(text, "+00:00", "")
     return text.to_pylist()  # type: ignore[no-any-return]
-
-
-def _within(numbers: pa.ChunkedArray | pa.Array, low: int, high: int) -> bool:
-    """Whether every non-null number lies in ``low .. high`` (an empty or all-null column does)."""
-    import pyarrow.compute as pc
-
-    bounds = pc.min_max(numbers).as_py()
-    return bounds["min"] is None or (bounds["min"] >= low and bounds["max"] <= high)
 
 
 def _temporal(parse: Callable[[str], Any], logical: LogicalType) -> Callable[[str], Any]:
