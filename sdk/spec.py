@@ -101,6 +101,11 @@ SOURCE_OPTIONS = OptionTable(
     Option("cores", "cores", positive_int, None, "tasks Spark runs at once (`sdk sync` sets "
            "it from its session): `snapshot.rows-per-second` is shared by that many",
            "source", (), "the batch's tasks"),
+    Option("preflight.advice", "advice", choice("log", "quiet"), "log",
+           "whether the query logs the source's preflight advice when it starts (what would "
+           "make the capture more complete, e.g. PostgreSQL's REPLICA IDENTITY FULL; with many "
+           "tables the first few and a count): `sdk sync` logs it once itself and sets "
+           "`quiet`", "source"),
 )
 """Options of the ``cdc`` source itself (the rest are the algorithm's)."""
 
@@ -223,7 +228,8 @@ def resolve(options: Mapping[str, str]) -> SourceSpec:
     parsed = parse_options(options)
     dialect, config = parsed.dialect, parsed.config
     with dialect.passing_faults():
-        schemas = discover(dialect, config, parsed.tables, parsed.options)
+        schemas = discover(dialect, config, parsed.tables, parsed.options,
+                           parsed.source["advice"] == "log")
     source = parsed.source
     return SourceSpec(
         dialect=dialect.name, config=config, tables=schemas, options=parsed.options,
@@ -249,26 +255,39 @@ def chosen_tables(dialect: Dialect, conn: Connection, config: ConnectionConfig,
 
 
 def discover(dialect: Dialect, config: ConnectionConfig, patterns: str,
-             sync_options: SyncOptions) -> list[TableSchema]:
-    """The chosen tables' schemas, their capture prepared and the source's preflight passed.
-    Keys are chosen before capture is prepared, so a table without one changes nothing."""
+             sync_options: SyncOptions, advise: bool = True) -> list[TableSchema]:
+    """The chosen tables' schemas, their capture prepared and the source's preflight passed
+    (its advice logged when ``advise``). Keys are chosen before capture is prepared, so a
+    table without one changes nothing."""
     conn = dialect.connect(config)
     try:
         chosen = chosen_tables(dialect, conn, config, patterns)
         schemas = [choose_key(dialect.describe_table(conn, t), sync_options) for t in chosen]
-        _prepare(dialect, conn, config, schemas)
+        _prepare(dialect, conn, config, schemas, advise)
     finally:
         conn.close()
     return schemas
 
 
+ADVICE_SHOWN = 3
+"""Preflight advice logged in full when a sync starts; the rest (one per table, often) is
+counted, and ``sdk check`` lists it all."""
+
+
 def _prepare(dialect: Dialect, conn: Connection, config: ConnectionConfig,
-             schemas: list[TableSchema]) -> None:
-    """Prepare the capture of ``schemas`` and pass the source's preflight for them."""
+             schemas: list[TableSchema], advise: bool = True) -> None:
+    """Prepare the capture of ``schemas`` and pass the source's preflight for them; its
+    advice is logged when ``advise``."""
     dialect.prepare_capture(conn, schemas)
     checks = dialect.preflight(conn, [s.table for s in schemas])
-    for advice in (r for r in checks if not r.ok and not r.required):
-        log.warning("%s: %s", config.masked_url, advice)
+    advice = [r for r in checks if not r.ok and not r.required]
+    shown = advice if not advise or len(advice) <= ADVICE_SHOWN + 1 else advice[:ADVICE_SHOWN]
+    for item in shown if advise else ():
+        log.warning("%s: %s", config.masked_url, item)
+    if advise and len(shown) < len(advice):
+        log.warning("%s: %d more preflight warnings like these: `sdk check --source <url> "
+                    "--tables <patterns>` lists each with its fix", config.masked_url,
+                    len(advice) - len(shown))
     missing = [r for r in checks if not r.ok and r.required]
     if missing:
         raise PreflightError(f"{config.masked_url} is not ready for change capture:\n"

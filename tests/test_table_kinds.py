@@ -157,6 +157,30 @@ def test_partitioned_table_is_one_table_with_moves_across_partitions(
 
 
 @pytest.mark.postgres
+def test_preflight_advice_for_many_tables_is_summed_up_or_kept_quiet(
+        pg_env: dict[str, Any], caplog: Any) -> None:
+    """Advice per table (a TOAST-able column without REPLICA IDENTITY FULL) is logged in full
+    for the first ``ADVICE_SHOWN`` tables and counted for the rest, not a screenful per table;
+    ``preflight.advice=quiet`` (what ``sdk sync`` gives its query, having logged it) logs
+    none."""
+    from sdk.spec import ADVICE_SHOWN, resolve
+
+    names = [pg_env["make"]("CREATE TABLE {name} (id int PRIMARY KEY, v text); ALTER TABLE "
+                            "{name} OWNER TO " + pg_env["role"]) for _ in range(ADVICE_SHOWN + 3)]
+    patterns = ",".join(f"public.{n}" for n in names)
+    pg = get_dialect("postgres")
+    with caplog.at_level(logging.WARNING, logger="sdk.spec"):
+        discover(pg, ConnectionConfig.from_url(pg_env["url"]), patterns, SyncOptions())
+    warned = [r.getMessage() for r in caplog.records if r.name == "sdk.spec"]
+    assert len(warned) == ADVICE_SHOWN + 1
+    assert all("TOAST-able columns of public.t_" in w for w in warned[:-1])
+    assert "3 more preflight warnings like these: `sdk check" in warned[-1]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sdk.spec"):
+        resolve({"url": pg_env["url"], "tables": patterns, "preflight.advice": "quiet"})
+    assert not [r for r in caplog.records if r.name == "sdk.spec"]
+
+
 def test_a_publication_without_root_publishing_is_refused_and_leaves_no_slot(
         pg_env: dict[str, Any], postgres_admin: Any, capsys: Any) -> None:
     """The parent is in an administrator's publication that publishes partitions under their

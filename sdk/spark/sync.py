@@ -26,7 +26,7 @@ from ..errors import (
     SdkError,
 )
 from ..metrics import MetricsServer
-from ..spec import UNTIL, SourceSpec, checkpoint_paths, resolve
+from ..spec import READER_OPTIONS, UNTIL, SourceSpec, checkpoint_paths, resolve
 from ..types import FinishedSplit
 from . import jvmcache
 from .engine_state import captured_tables, checkpointed, live_progress
@@ -281,6 +281,11 @@ def run_sync(source: str, target: str | None, tables: str = "*",
             reader_options["targetSchema"] = target_schema
     # checks options, tables and the source before Spark runs; a resumed sync keeps its tables
     resolved = resolve(reader_options)
+    # the advice was logged just now: the query's own resolve (in a Python worker) keeps quiet
+    advice = READER_OPTIONS.find("preflight.advice")
+    reader_options = {k: v for k, v in reader_options.items()
+                      if READER_OPTIONS.find(k) is not advice}
+    reader_options["preflight.advice"] = "quiet"
     lease = CheckpointLease(StateStore(state_dir))
     lease.acquire()  # one sync per checkpoint, taken before this one changes anything
     try:
