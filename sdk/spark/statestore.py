@@ -109,5 +109,10 @@ class StateStore:
             self.fs.delete_file(self.path(*parts))
 
     def list_dir(self, *parts: str) -> list[str]:
+        """The names in a directory; none when it is missing, or removed while listed (a
+        batch's stage cleaned up as the driver's progress display reads it)."""
         selector = pafs.FileSelector(self.path(*parts), allow_not_found=True)
-        return [info.base_name for info in self.fs.get_file_info(selector)]
+        try:
+            return [info.base_name for info in self.fs.get_file_info(selector)]
+        except FileNotFoundError:
+            return []
