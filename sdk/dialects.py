@@ -349,6 +349,15 @@ class Dialect:
         if self.implements("prepare_capture"):
             self._call("prepare_capture", conn=conn, tables=tables)
 
+    def table_identities(self, conn: Connection, tables: Sequence[TableId]
+                         ) -> dict[TableId, str]:
+        """The incarnation tokens of ``tables`` (none without the hook)."""
+        if not self.implements("table_identities") or not tables:
+            return {}
+        result: dict[TableId, str] = self._call("table_identities", conn=conn,
+                                                tables=list(tables))
+        return result
+
     def list_tables(self, conn: Connection) -> list[TableId]:
         result: list[TableId] = self._call("list_tables", conn=conn)
         return result

@@ -302,6 +302,19 @@ def prepare_capture(conn: Connection, tables: Sequence[TableSchema]) -> None:
     """
 
 
+@optional
+def table_identities(conn: Connection, tables: Sequence[TableId]) -> dict[TableId, str]:
+    """Return a token of each table's incarnation (PostgreSQL: its OID) that changes when the
+    table is dropped and created again under its name; leave out tables that do not exist.
+
+    A table dropped and created again leaves rows in a mirror that no change deletes, and
+    rows written to the new one before the sync took it into its capture (a publication) may
+    not be in the log at all. In its log phase the engine compares the tokens every
+    ``tables.discovery-interval.ms`` (at once when a sync resumes) and reads such a table
+    again, its capture prepared again first. Optional: without it such a table is not noticed.
+    """
+
+
 @gives(Capability.ATOMIC_SNAPSHOT)
 def begin_snapshot(conn: Connection, token: str | None) -> SnapshotView | None:
     """Open a consistent read view on ``conn`` and return its exact offset.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -302,6 +302,8 @@ class TableChanges:
     added: list[TableSchema]
     gone: list[TableId]
     at: Offset | None
+    identities: dict[TableId, str] = field(default_factory=dict)
+    """The incarnation token of each captured table still there (``table_identities``)."""
 
 
 class TableWatch:
@@ -326,6 +328,8 @@ class TableWatch:
         present = set(listed)
         gone = [t for t in captured if t not in present and t not in leaving]
         at = dialect.current_offset(conn) if gone else None  # after the listing: past the drop
+        identities = dialect.table_identities(
+            conn, [t for t in captured if t in present and t not in leaving])
         added = []
         for table in listed:
             if table in captured or table in self.skipped:
@@ -338,7 +342,12 @@ class TableWatch:
                 log.warning("new table %s is not captured: %s", table, exc)
                 continue
             added.append(schema)
-        return TableChanges(added, gone, at)
+        return TableChanges(added, gone, at, identities)
+
+    def prepare_again(self, conn: Connection, table: TableSchema) -> None:
+        """Prepare the capture of ``table`` again (a table dropped and created again under
+        its name: a publication, say, holds the old one no more)."""
+        _prepare(self.spec.dialect_obj, conn, self.spec.config, [table], advise=False)
 
 
 def sync_settings(values: Mapping[str, Any], options: Mapping[str, str]) -> dict[str, Any]:

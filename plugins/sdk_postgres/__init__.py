@@ -256,6 +256,17 @@ def list_tables(conn: PgConnection) -> list[TableId]:
 
 
 @hookimpl
+def table_identities(conn: PgConnection, tables: Sequence[TableId]) -> dict[TableId, str]:
+    """Each table's OID: a table dropped and created again gets a new one, which no
+    publication holds until the sync adds it, so its rows written before are not decoded."""
+    return {TableId(schema, name): oid for schema, name, oid in conn.query(
+        "SELECT n.nspname, c.relname, c.oid::text FROM unnest(%s::text[], %s::text[]) "
+        "AS w(s, t) JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON "
+        "c.relnamespace = n.oid AND c.relname = w.t AND c.relkind IN ('r', 'p')",
+        ([t.schema for t in tables], [t.name for t in tables]))}
+
+
+@hookimpl
 def describe_table(conn: PgConnection, table: TableId) -> TableSchema:
     """The table's columns and keys. Generated columns are left out: pgoutput never sends
     them (before PostgreSQL 18, and by default after), so the snapshot leaves them out too

@@ -41,7 +41,7 @@ from ..codec import dumps
 from ..errors import ConfigurationError
 from ..schema import diff
 from ..spec import SourceSpec, TableWatch, resolve
-from ..types import Capability, Connection, FinishedSplit, Offset, SnapshotSplit
+from ..types import Capability, Connection, FinishedSplit, Offset, SnapshotSplit, TableId
 from .arrow import REPORT_SPARK, TableBatcher, envelope_schema
 from .engine_state import (
     STREAM_FILE,
@@ -61,6 +61,9 @@ from .requests import SnapshotRequest, forget_requests, pending_requests, write_
 from .statestore import StateStore
 
 log = logging.getLogger(__name__)
+
+IDENTITIES_FILE = "identities.json"
+"""Per captured table, the incarnation token (``table_identities``) the sync holds it at."""
 
 OFFSET_VERSION = 1
 
@@ -258,7 +261,10 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @_passing_faults
     def initialOffset(self) -> dict[str, Any]:
         self.store.write_json({"envelope": self.spec.envelope}, STREAM_FILE)
-        return self._offset(EngineState(self.machine.start(self.conn, self.spec.tables)))
+        state = self.machine.start(self.conn, self.spec.tables)
+        self._save_identities(self.spec.dialect_obj.table_identities(
+            self.conn, [t.table for t in self.spec.tables]))
+        return self._offset(EngineState(state))
 
     @_passing_faults
     def prepareForTriggerAvailableNow(self) -> None:
@@ -328,7 +334,60 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.spec.target is not None:
                 self.spec.target.create_tables(found.added)
             sync = self.machine.add_tables(self.conn, sync, found.added)
+            self._save_identities(self.spec.dialect_obj.table_identities(
+                self.conn, [t.table for t in found.added]))
+        if found.identities:
+            sync = self._follow_recreated(sync, found.identities)
         return sync
+
+    def _follow_recreated(self, sync: SyncState, identities: dict[TableId, str]) -> SyncState:
+        """``sync`` with each captured table whose incarnation token changed (dropped and
+        created again under its name, while the log flowed or the sync was stopped) read
+        again whole, its capture prepared again first: the read deletes the mirror's rows
+        the new table does not hold and brings those the log may lack. The token first seen
+        of a table is recorded in ``identities.json``, and taken as the table's once the state
+        holds the read of the new one (request ``recreated/<token>/<table>``), so a batch
+        planned again plans the read again."""
+        assert self._watch is not None
+        recorded = self._identities()
+        seen: dict[TableId, str] = {}
+        for table, identity in identities.items():
+            request = f"recreated/{identity}/{table}"
+            if recorded.get(table) in (None, identity) or request in sync.served:
+                seen[table] = identity
+                continue
+            if table in sync.plans or table in sync.finished or table in sync.leaving:
+                continue  # being read or leaving: looked at again later
+            live = choose_key(self.spec.dialect_obj.describe_table(self.conn, table),
+                              self.spec.options)
+            if diff(sync.tables[table], live).refusal() is not None or \
+                    [c.name for c in live.columns] != list(sync.tables[table].column_names):
+                raise ConfigurationError(
+                    f"table {table} was dropped and created again with other columns or key "
+                    f"({diff(sync.tables[table], live).describe()}): the sync cannot read it "
+                    "again as the table it captured. Take a new snapshot (restart with a new "
+                    "--checkpoint directory)")
+            self._watch.prepare_again(self.conn, sync.tables[table])
+            sync = self.machine.reread(self.conn, sync, table, None, request)
+            log.warning("table %s was dropped and created again: it is read again whole "
+                        "(request %s)", table, request)
+        self._save_identities(seen)
+        return sync
+
+    def _identities(self) -> dict[TableId, str]:
+        """The incarnation token recorded of each captured table (:data:`IDENTITIES_FILE`)."""
+        return {TableId(schema, name): token
+                for schema, name, token in self.store.read_json(IDENTITIES_FILE) or []}
+
+    def _save_identities(self, tokens: dict[TableId, str]) -> None:
+        """Record ``tokens`` over those recorded (written only when one is new)."""
+        recorded = self._identities()
+        if all(recorded.get(t) == v for t, v in tokens.items()):
+            return
+        recorded.update(tokens)
+        self.store.write_json([[t.schema, t.name, v] for t, v in
+                               sorted(recorded.items(), key=lambda i: str(i[0]))],
+                              IDENTITIES_FILE)
 
     def _fold_schema_changes(self, name: str, engine: EngineState, sync: SyncState,
                              requests: list[SnapshotRequest]) -> SyncState:
