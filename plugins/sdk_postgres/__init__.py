@@ -177,31 +177,34 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
     ]
     pub = _capture.publication(conn)
     partitioned = False
+    every = _capture.captured_all(conn, tables)
+    # per table: the variable-length columns that may be moved out of line (storage extended
+    # or external, with no declared length small enough to keep them inline: varchar(n) has
+    # typmod n+4), and whether this role may read it; one query for all the tables
+    details = {(schema, name): (list(toastable), can_select) for schema, name, toastable,
+               can_select in conn.query(
+        "SELECT n.nspname, c.relname, coalesce((SELECT array_agg(a.attname::text ORDER BY "
+        "a.attnum) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT "
+        "a.attisdropped AND a.attlen = -1 AND a.attstorage IN ('x', 'e') AND "
+        "(a.atttypmod < 0 OR a.atttypmod > 2000)), '{}'), has_table_privilege(c.oid, 'SELECT') "
+        "FROM unnest(%s::text[], %s::text[]) AS w(s, t) JOIN pg_namespace n ON n.nspname = w.s "
+        "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t",
+        ([t.schema for t in tables], [t.name for t in tables]))}
     for table in tables:
-        found = _capture.captured(conn, table)
+        found = every[table]
         checks.extend(_capture.table_requirements(pub, table, found))
         identity_ok = found is not None and _capture.identity_problem(found) is None
         partitioned = partitioned or (found is not None and found.partitioned)
-        toastable = conn.query(
-            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND "
-            "c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attlen = -1 AND "
-            "a.attstorage IN ('x', 'e') AND (a.atttypmod < 0 OR a.atttypmod > 2000) "
-            "ORDER BY a.attnum", (table.schema, table.name))
-        # variable-length columns that may be moved out of line: storage extended/external,
-        # with no declared length small enough to keep them inline (varchar(n): typmod n+4)
+        toastable, can_select = details.get((table.schema, table.name), ([], False))
         if toastable and identity_ok and found is not None:
             full = all(r.identity == "f" for r in found.relations)
-            columns = ", ".join(name for (name,) in toastable)
             checks.append(Requirement(
                 f"before images for the TOAST-able columns of {table}", full,
-                f"columns {columns} can be stored out of line (TOAST); an update that leaves "
-                "such a value unchanged does not log it, and the sync stops rather than write "
-                "NULL" if not full else "",
+                f"columns {', '.join(toastable)} can be stored out of line (TOAST); an update "
+                "that leaves such a value unchanged does not log it, and the sync stops rather "
+                "than write NULL" if not full else "",
                 "; ".join(f"ALTER TABLE {qualified(r.table)} REPLICA IDENTITY FULL"
                           for r in found.relations if r.identity != "f"), required=False))
-        (can_select,) = conn.query("SELECT has_table_privilege(%s, 'SELECT')",
-                                   (qualified(table),))[0]
         checks.append(Requirement(f"SELECT on {table}", can_select, "",
                                   f"GRANT SELECT ON {qualified(table)} TO {q(user)}"))
     if partitioned and pub.exists:

@@ -96,43 +96,61 @@ def publication(conn: PgConnection) -> Publication:
     return Publication(conn.publication, False, False, create, "")
 
 
-def captured(conn: PgConnection, table: TableId) -> Captured | None:
-    """``table`` as capture sees it; None when it does not exist."""
+_KEY_COLUMNS = ("coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_index i "
+                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+                "WHERE i.indrelid = c.oid AND i.{flag}), '{{}}')")
+
+
+def captured_all(conn: PgConnection, tables: Sequence[TableId]
+                 ) -> dict[TableId, Captured | None]:
+    """Each of ``tables`` as capture sees it (None: it does not exist), in two queries
+    whatever their number: a sync of a thousand tables checks them several times at start."""
+    out: dict[TableId, Captured | None] = dict.fromkeys(tables)
+    if not tables:
+        return out
+    listed = list(out)
+    # the publication's tables listed once (the view expands FOR ALL TABLES and IN SCHEMA)
     rows = conn.query(
-        "SELECT c.relowner::regrole::text, pg_has_role(c.relowner, 'USAGE'), c.relkind = 'p', "
-        "EXISTS (SELECT 1 FROM pg_publication_tables t WHERE t.pubname = %s AND "
-        "t.schemaname = n.nspname AND t.tablename = c.relname) OR EXISTS (SELECT 1 FROM "
-        "pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid WHERE "
-        "p.pubname = %s AND r.prrelid = c.oid) FROM pg_class c JOIN pg_namespace n ON "
-        "n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
-        (conn.publication, conn.publication, table.schema, table.name))
+        "WITH listed AS MATERIALIZED (SELECT schemaname, tablename FROM pg_publication_tables "
+        "WHERE pubname = %s), rel AS MATERIALIZED (SELECT r.prrelid FROM pg_publication_rel r "
+        "JOIN pg_publication p ON p.oid = r.prpubid WHERE p.pubname = %s) "
+        "SELECT w.i, c.oid, c.relowner::regrole::text, pg_has_role(c.relowner, 'USAGE'), "
+        "c.relkind = 'p', EXISTS (SELECT 1 FROM listed t WHERE t.schemaname = n.nspname AND "
+        "t.tablename = c.relname) OR EXISTS (SELECT 1 FROM rel WHERE rel.prrelid = c.oid) "
+        "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS w(s, t, i) JOIN pg_namespace n "
+        "ON n.nspname = w.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t",
+        (conn.publication, conn.publication, [t.schema for t in listed],
+         [t.name for t in listed]))
     if not rows:
-        return None
-    owner, owned, partitioned, published = rows[0]
-    tree = conn.query(
-        "SELECT n.nspname, c.relname, c.relreplident, t.isleaf, "
-        "coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_index i "
-        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-        "WHERE i.indrelid = c.oid AND i.indisprimary), '{}'), "
-        "coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_index i "
-        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-        "WHERE i.indrelid = c.oid AND i.indisreplident), '{}') "
-        "FROM (SELECT c.oid AS relid, 0 AS level, c.relkind <> 'p' AS isleaf FROM pg_class c "
-        "WHERE c.oid = %s::regclass UNION SELECT relid, level, isleaf "
-        "FROM pg_partition_tree(%s::regclass) WHERE level > 0) t "
-        "JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "ORDER BY t.level, n.nspname, c.relname", (qualified(table),) * 2)
-    relations = tuple(Relation(TableId(s, name), ident, tuple(pk), tuple(index), leaf)
-                      for s, name, ident, leaf, pk, index in tree)
-    root, leaves = relations[0], tuple(r for r in relations[1:] if r.leaf)
-    if partitioned and not published and leaves:
-        # a publication FOR ALL TABLES or IN SCHEMA without publish_via_partition_root lists
-        # the partitions, not the root: the root is in it when every partition is
-        names = {(s, t) for s, t in conn.query(
-            "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
-            (conn.publication,))}
-        published = all((r.table.schema, r.table.name) in names for r in leaves)
-    return Captured(table, owner, owned, published, partitioned, (root, *leaves))
+        return out
+    trees: dict[int, list[Relation]] = {}
+    for root, schema, name, ident, leaf, pk, index in conn.query(
+            "SELECT t.root, n.nspname, c.relname, c.relreplident, t.isleaf, "
+            + _KEY_COLUMNS.format(flag="indisprimary") + ", "
+            + _KEY_COLUMNS.format(flag="indisreplident")
+            + " FROM (SELECT r.root, r.root AS relid, 0 AS level, k.relkind <> 'p' AS isleaf "
+            "FROM unnest(%s::oid[]) AS r(root) JOIN pg_class k ON k.oid = r.root UNION SELECT "
+            "r.root, p.relid, p.level, p.isleaf FROM unnest(%s::oid[]) AS r(root) CROSS JOIN "
+            "LATERAL pg_partition_tree(r.root) p WHERE p.level > 0) t "
+            "JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "ORDER BY t.root, t.level, n.nspname, c.relname", ([r[1] for r in rows],) * 2):
+        trees.setdefault(root, []).append(
+            Relation(TableId(schema, name), ident, tuple(pk), tuple(index), leaf))
+    names: set[tuple[str, str]] | None = None
+    for i, oid, owner, owned, partitioned, published in rows:
+        table = listed[i - 1]
+        root, *rest = trees[oid]
+        leaves = tuple(r for r in rest if r.leaf)
+        if partitioned and not published and leaves:
+            # a publication FOR ALL TABLES or IN SCHEMA without publish_via_partition_root
+            # lists the partitions, not the root: the root is in it when every partition is
+            if names is None:
+                names = {(s, t) for s, t in conn.query(
+                    "SELECT schemaname, tablename FROM pg_publication_tables WHERE "
+                    "pubname = %s", (conn.publication,))}
+            published = all((r.table.schema, r.table.name) in names for r in leaves)
+        out[table] = Captured(table, owner, owned, published, partitioned, (root, *leaves))
+    return out
 
 
 def identity_problem(table: Captured) -> tuple[str, str] | None:
@@ -198,8 +216,9 @@ def check_keys(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
     """Refuse a chosen key the log's old rows do not carry (a key other than the replica
     identity's columns needs REPLICA IDENTITY FULL), before anything is created."""
     problems = []
+    every = captured_all(conn, [t.table for t in tables])
     for schema in tables:
-        found = captured(conn, schema.table)
+        found = every[schema.table]
         if found is None:
             continue
         short = [r for r in found.relations
@@ -225,7 +244,8 @@ def publish(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
     pub = publication(conn)
     if not pub.mine:
         return
-    found = [c for t in tables if (c := captured(conn, t.table)) is not None]
+    found = [c for c in captured_all(conn, [t.table for t in tables]).values()
+             if c is not None]
     missing = [c for c in found if not c.published and c.owned]
     partitioned = any(c.partitioned for c in found)
     try:
