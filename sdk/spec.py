@@ -281,13 +281,14 @@ def _prepare(dialect: Dialect, conn: Connection, config: ConnectionConfig,
     dialect.prepare_capture(conn, schemas)
     checks = dialect.preflight(conn, [s.table for s in schemas])
     advice = [r for r in checks if not r.ok and not r.required]
-    shown = advice if not advise or len(advice) <= ADVICE_SHOWN + 1 else advice[:ADVICE_SHOWN]
-    for item in shown if advise else ():
-        log.warning("%s: %s", config.masked_url, item)
-    if advise and len(shown) < len(advice):
-        log.warning("%s: %d more preflight warnings like these: `sdk check --source <url> "
-                    "--tables <patterns>` lists each with its fix", config.masked_url,
-                    len(advice) - len(shown))
+    if advise:
+        shown = advice if len(advice) <= ADVICE_SHOWN + 1 else advice[:ADVICE_SHOWN]
+        for item in shown:
+            log.warning("%s: %s", config.masked_url, item)
+        if len(shown) < len(advice):
+            log.warning("%s: %d more preflight warnings like these: `sdk check --source <url> "
+                        "--tables <patterns>` lists each with its fix", config.masked_url,
+                        len(advice) - len(shown))
     missing = [r for r in checks if not r.ok and r.required]
     if missing:
         raise PreflightError(f"{config.masked_url} is not ready for change capture:\n"

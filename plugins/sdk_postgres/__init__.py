@@ -219,8 +219,9 @@ def prepare_capture(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
     preflight passes, so a refused run leaves no slot pinning WAL."""
     import psycopg
 
-    _capture.check_keys(conn, tables)
-    _capture.publish(conn, tables)
+    found = _capture.captured_all(conn, [t.table for t in tables])  # nothing changed between
+    _capture.check_keys(tables, found)
+    _capture.publish(conn, found)
     if any(not r.ok and r.required for r in preflight(conn, [t.table for t in tables])):
         return  # refused: the engine's preflight lists the fixes
     if not conn.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (conn.slot,)):

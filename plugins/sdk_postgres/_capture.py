@@ -212,11 +212,11 @@ def partition_root_requirement(pub: Publication) -> Requirement:
                        f"ALTER PUBLICATION {q(pub.name)} SET ({VIA_ROOT}), as its owner")
 
 
-def check_keys(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
+def check_keys(tables: Sequence[TableSchema], every: dict[TableId, Captured | None]) -> None:
     """Refuse a chosen key the log's old rows do not carry (a key other than the replica
-    identity's columns needs REPLICA IDENTITY FULL), before anything is created."""
+    identity's columns needs REPLICA IDENTITY FULL), before anything is created; ``every``:
+    the tables as :func:`captured_all` gives them."""
     problems = []
-    every = captured_all(conn, [t.table for t in tables])
     for schema in tables:
         found = every[schema.table]
         if found is None:
@@ -236,7 +236,7 @@ def check_keys(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
                              + "\n".join(problems))
 
 
-def publish(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
+def publish(conn: PgConnection, every: dict[TableId, Captured | None]) -> None:
     """Create the publication, add the tables missing from it and publish partitions through
     their root, as far as this role may; preflight names what is left to the owners."""
     import psycopg
@@ -244,8 +244,7 @@ def publish(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
     pub = publication(conn)
     if not pub.mine:
         return
-    found = [c for c in captured_all(conn, [t.table for t in tables]).values()
-             if c is not None]
+    found = [c for c in every.values() if c is not None]
     missing = [c for c in found if not c.published and c.owned]
     partitioned = any(c.partitioned for c in found)
     try:

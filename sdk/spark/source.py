@@ -360,11 +360,12 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue  # being read or leaving: looked at again later
             live = choose_key(self.spec.dialect_obj.describe_table(self.conn, table),
                               self.spec.options)
-            if diff(sync.tables[table], live).refusal() is not None or \
+            found = diff(sync.tables[table], live)
+            if found.refusal() is not None or \
                     [c.name for c in live.columns] != list(sync.tables[table].column_names):
                 raise ConfigurationError(
                     f"table {table} was dropped and created again with other columns or key "
-                    f"({diff(sync.tables[table], live).describe()}): the sync cannot read it "
+                    f"({found.describe()}): the sync cannot read it "
                     "again as the table it captured. Take a new snapshot (restart with a new "
                     "--checkpoint directory)")
             self._watch.prepare_again(self.conn, sync.tables[table])
