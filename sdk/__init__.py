@@ -30,6 +30,7 @@ from .types import (
     Heartbeat,
     Key,
     LogicalType,
+    LogItem,
     Offset,
     Op,
     Requirement,
@@ -40,6 +41,7 @@ from .types import (
     TableId,
     TableSchema,
     TableStats,
+    TableTruncated,
 )
 
 __version__ = "0.1.0"
@@ -60,6 +62,7 @@ __all__ = [
     "FinishedSplit",
     "Heartbeat",
     "Key",
+    "LogItem",
     "LogicalType",
     "MissingKeyError",
     "Offset",
@@ -78,6 +81,7 @@ __all__ = [
     "TableId",
     "TableSchema",
     "TableStats",
+    "TableTruncated",
     "connect",
     "get_dialect",
     "hookimpl",

@@ -46,8 +46,8 @@ from .types import (
     ChangeEvent,
     Connection,
     DialectInfo,
-    Heartbeat,
     Key,
+    LogItem,
     Offset,
     Requirement,
     Row,
@@ -390,8 +390,8 @@ class Dialect:
         return result
 
     def stream_log(self, conn: Connection, tables: Sequence[TableSchema], start: Offset,
-                   end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
-        result: Iterator[ChangeEvent | Heartbeat] = self._call(
+                   end: Offset | None) -> Iterator[LogItem]:
+        result: Iterator[LogItem] = self._call(
             "stream_log", conn=conn, tables=tables, start=start, end=end)
         return result
 

@@ -51,12 +51,11 @@ if TYPE_CHECKING:
         ChangeEvent,
         Connection,
         DialectInfo,
-        Heartbeat,
         Key,
+        LogItem,
         Offset,
         Requirement,
         Row,
-        SchemaChange,
         SnapshotSplit,
         SnapshotView,
         TableId,
@@ -163,7 +162,7 @@ def read_range(conn: Connection, table: TableSchema, split: SnapshotSplit, fetch
 
 @fetch_task
 def stream_log(conn: Connection, tables: Sequence[TableSchema], start: Offset,
-               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat | SchemaChange]:
+               end: Offset | None) -> Iterator[LogItem]:
     """Yield the committed row changes of ``tables`` with ``start <= offset < end``, in log
     order, each once.
 
@@ -177,7 +176,10 @@ def stream_log(conn: Connection, tables: Sequence[TableSchema], start: Offset,
     capability ``schema_changes``: when a table's rows in the log stop matching it (a column
     added, dropped, renamed or retyped), yield a :class:`sdk.types.SchemaChange` with the new
     schema (as ``describe_table`` gives it) before the first change in the new shape, and shape
-    that table's later rows by it; a bounded read repeated yields the same items.
+    that table's later rows by it; a bounded read repeated yields the same items. Where the log
+    removes all of a table's rows without a change per row (``TRUNCATE``, a ``DROP TABLE``),
+    yield a :class:`sdk.types.TableTruncated` at that point: never skip it (the mirror would
+    keep rows the source no longer has).
     """
 
 

@@ -345,6 +345,10 @@ class TableWatch:
             added.append(schema)
         return TableChanges(added, gone, at, identities)
 
+    def due(self) -> None:
+        """Look at the next call of :meth:`look`, whatever the interval."""
+        self._next = 0.0
+
     def prepare_again(self, conn: Connection, table: TableSchema) -> None:
         """Prepare the capture of ``table`` again (a table dropped and created again under
         its name: a publication, say, holds the old one no more)."""

@@ -395,6 +395,24 @@ class SchemaChange:
 
 
 @dataclass(frozen=True, slots=True)
+class TableTruncated:
+    """Yielded by ``stream_log`` where the log removes every row of a captured table at once
+    without a change per row: ``TRUNCATE``, or the table dropped (or renamed away, replaced)
+    when a table of its name may come back. Changes of the table after ``offset`` are its new
+    rows. A sync with a target reads the table again whole to remove the rows it no longer
+    has; one that streams changes stops naming the fix (it cannot express it as row changes)."""
+
+    table: TableId
+    offset: Offset
+    statement: str = "TRUNCATE"
+    """What the log did, for messages (``TRUNCATE``, ``DROP TABLE``, ``RENAME TABLE``...)."""
+
+
+LogItem = ChangeEvent | Heartbeat | SchemaChange | TableTruncated
+"""What ``stream_log`` yields."""
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotView:
     """A consistent read view opened by ``begin_snapshot``: reads on that connection see exactly
     the changes below ``offset``. ``token`` lets other connections join the same view."""

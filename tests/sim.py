@@ -33,6 +33,7 @@ from sdk import (
     TableId,
     TableSchema,
     TableStats,
+    TableTruncated,
     hookimpl,
 )
 
@@ -79,6 +80,12 @@ class MemoryDatabase:
             self.pending.append(len(self.log) - 1)
         else:
             self._apply(entry)
+
+    def truncate(self) -> None:
+        """Log a TRUNCATE (op ``t``, no key) and empty the table."""
+        self.publish()
+        self.log.append(Entry("t", (), None))
+        self.rows.clear()
 
     def _pending_key(self, key: Key) -> bool:
         return any(key in (self.log[i].key, self.log[i].old_key) for i in self.pending)
@@ -177,7 +184,7 @@ class MemoryDialect:
 
     @hookimpl
     def stream_log(self, conn: MemoryConnection, tables: Sequence[TableSchema], start: Offset,
-                   end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+                   end: Offset | None) -> Iterator[ChangeEvent | Heartbeat | TableTruncated]:
         lo = start["seq"]
         hi = end["seq"] if end is not None else len(conn.db.log)
         assert isinstance(lo, int) and isinstance(hi, int)
@@ -185,6 +192,9 @@ class MemoryDialect:
             return
         for seq in range(lo, hi):
             e = conn.db.log[seq]
+            if e.op == "t":
+                yield TableTruncated(TABLE, Offset(NAME, seq=seq))
+                continue
             yield ChangeEvent(TABLE, e.op, e.key, e.after, Offset(NAME, seq=seq),  # type: ignore[arg-type]
                               e.before, e.old_key)
 

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
+from functools import cmp_to_key
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -600,6 +601,48 @@ def test_columns_added_later_and_a_dropped_one_come_as_schema_changes(
     assert isinstance(third, ChangeEvent) and third.after == (3, 98, "c")
     assert change == SchemaChange(dropped, third.offset)
     assert dropped.column_names == ("id", "x", "v")
+
+
+def test_statements_that_empty_a_table_come_as_table_truncated(
+        mysql: Dialect, conn: Any, make_table: Any, mysql_admin: Any) -> None:
+    """TRUNCATE, DROP TABLE (then CREATE again), a RENAME TABLE swap and CREATE OR REPLACE
+    write no row events: each captured table they hit comes as a TableTruncated in log
+    order, at its statement; another table's do not; a read ending at one leaves it to the
+    next read."""
+    from sdk import TableTruncated
+
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)", [(1,)])
+    other = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)", [(1,)])
+    spare = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
+    schema = mysql.describe_table(conn, table)
+    name, db = f"`{table.name}`", f"`{table.schema}`"
+    low = mysql.current_offset(conn)
+    admin(mysql_admin, f"TRUNCATE `{other.name}`")
+    admin(mysql_admin, f"INSERT INTO {name} VALUES (2)")
+    admin(mysql_admin, f"/* a comment */ truncate table {db}.{name}")
+    admin(mysql_admin, f"INSERT INTO {name} VALUES (3)")
+    admin(mysql_admin, f"DROP TABLE IF EXISTS `{other.name}`, {name}")
+    admin(mysql_admin, f"CREATE TABLE {name} (id INT PRIMARY KEY)")
+    admin(mysql_admin, f"INSERT INTO {name} VALUES (4)")
+    admin(mysql_admin, f"RENAME TABLE {name} TO `{table.name}_old`, `{spare.name}` TO {name}")
+    admin(mysql_admin, f"INSERT INTO {name} VALUES (5)")
+    admin(mysql_admin, f"CREATE OR REPLACE TABLE {name} (id INT PRIMARY KEY)")
+    admin(mysql_admin, f"INSERT INTO {name} VALUES (6)")
+    admin(mysql_admin, f"DROP TABLE `{table.name}_old`")
+    high = mysql.current_offset(conn)
+    items = [i for i in mysql.stream_log(conn, [schema], low, high)
+             if isinstance(i, (ChangeEvent, TableTruncated))]
+    assert [getattr(i, "key", None) or i.statement for i in items] == [  # type: ignore
+        (2,), "TRUNCATE", (3,), "DROP TABLE", (4,), "RENAME TABLE", (5,),
+        "CREATE OR REPLACE TABLE", (6,)]
+    assert all(i.table == table for i in items)
+    offsets = [i.offset for i in items]
+    assert offsets == sorted(offsets, key=cmp_to_key(mysql.compare_offset))
+    cut = items[3].offset
+    assert [i for i in mysql.stream_log(conn, [schema], low, cut)
+            if isinstance(i, (ChangeEvent, TableTruncated))] == items[:3]
+    assert [i for i in mysql.stream_log(conn, [schema], cut, high)
+            if isinstance(i, (ChangeEvent, TableTruncated))] == items[3:]
 
 
 def test_read_timeout_must_cover_two_heartbeats(mysql: Dialect, mysql_url: str) -> None:

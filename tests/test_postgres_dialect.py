@@ -27,6 +27,7 @@ from sdk import (
     SnapshotSplit,
     TableId,
     TableSchema,
+    TableTruncated,
     get_dialect,
 )
 from sdk.algorithm import Phase, PhaseHooks, SyncOptions, SyncRunner, caught_up
@@ -286,16 +287,6 @@ def test_acknowledged_and_lost_slots_are_fatal(pg: Dialect, capture: Any,
     with pytest.raises(OffsetExpiredError, match="does not exist"):
         log(pg, conn, [schema], mid, pg.current_offset(conn))
     pg.prepare_capture(conn, [schema])
-
-
-def test_truncate_is_a_clear_fatal_error(pg: Dialect, capture: Any,
-                                         postgres_admin: Any) -> None:
-    conn, make = capture
-    schema = make("CREATE TABLE {name} (id int PRIMARY KEY)", [(1,), (2,)])
-    low = pg.current_offset(conn)
-    run(postgres_admin, f'TRUNCATE "{schema.table.name}"')
-    with pytest.raises(FatalSyncError, match="TRUNCATE"):
-        log(pg, conn, [schema], low, pg.current_offset(conn))
 
 
 def test_preflight_refuses_a_table_without_key_or_identity(pg: Dialect, capture: Any) -> None:
@@ -722,18 +713,35 @@ def test_columns_added_or_dropped_later_change_the_schema(
     assert [getattr(i, "after", None) for i in items] == [None, (3, "c", 98)]
 
 
-def test_truncate_error_names_the_fix(pg: Dialect, capture: Any, postgres_admin: Any) -> None:
+def test_truncate_is_a_table_truncated_item_in_log_order(pg: Dialect, capture: Any,
+                                                          postgres_admin: Any) -> None:
+    """A TRUNCATE of a captured table (alone or with others) is yielded where it lies among
+    the changes, once per captured table; one of another table is not; a batch cut at it
+    yields it in the batch after."""
     conn, make = capture
     schema = make("CREATE TABLE {name} (id int PRIMARY KEY)", [(1,)])
     other = make("CREATE TABLE {name} (id int PRIMARY KEY)", [(1,)])
     low = pg.current_offset(conn)
     run(postgres_admin, f'TRUNCATE "{other.table.name}"')
-    mid = pg.current_offset(conn)
-    assert log(pg, conn, [schema], low, mid) == []  # a table not captured: no error
-    run(postgres_admin, f'TRUNCATE "{schema.table.name}"')
-    with pytest.raises(FatalSyncError, match=r"startup\.mode=initial") as caught:
-        log(pg, conn, [schema], mid, pg.current_offset(conn))
-    assert schema.table.name in str(caught.value)
+    run(postgres_admin, f'INSERT INTO "{schema.table.name}" VALUES (2)')
+    run(postgres_admin, f'BEGIN; INSERT INTO "{schema.table.name}" VALUES (3); '
+        f'TRUNCATE "{schema.table.name}", "{other.table.name}"; '
+        f'INSERT INTO "{schema.table.name}" VALUES (4); COMMIT')
+    high = pg.current_offset(conn)
+    items = [i for i in pg.stream_log(conn, [schema], low, high)
+             if isinstance(i, (ChangeEvent, TableTruncated))]
+    assert [(type(i).__name__, getattr(i, "key", None)) for i in items] == [
+        ("ChangeEvent", (2,)), ("ChangeEvent", (3,)), ("TableTruncated", None),
+        ("ChangeEvent", (4,))]
+    cut = items[2]
+    assert isinstance(cut, TableTruncated) and cut.table == schema.table
+    assert pg.compare_offset(items[1].offset, cut.offset) < 0
+    assert pg.compare_offset(cut.offset, items[3].offset) == 0  # the next change's place
+    before = [i for i in pg.stream_log(conn, [schema], low, cut.offset)
+              if isinstance(i, (ChangeEvent, TableTruncated))]
+    after = [i for i in pg.stream_log(conn, [schema], cut.offset, high)
+             if isinstance(i, (ChangeEvent, TableTruncated))]
+    assert before + after == items
 
 
 def test_open_stream_heartbeats_let_an_idle_slot_advance(pg: Dialect, capture: Any,

@@ -24,15 +24,14 @@ from sdk import (
     ConnectionConfig,
     DialectInfo,
     DriverMissingError,
-    Heartbeat,
     Key,
     LogicalType,
+    LogItem,
     Offset,
     OffsetExpiredError,
     Requirement,
     RetriableError,
     Row,
-    SchemaChange,
     SnapshotSplit,
     SnapshotView,
     TableId,
@@ -583,7 +582,7 @@ class _LiveSchemas:
 
 @hookimpl
 def stream_log(conn: MySqlConnection, tables: Sequence[TableSchema], start: Offset,
-               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat | SchemaChange]:
+               end: Offset | None) -> Iterator[LogItem]:
     """The binlog's changes of ``tables``; a table whose columns change in the log gets a
     ``SchemaChange`` before its first change in the new shape (see :class:`_LiveSchemas`)."""
     _check_retained(conn, parts(start)[0])

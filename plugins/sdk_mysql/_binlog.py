@@ -53,14 +53,17 @@ from sdk import (
     ChangeEvent,
     ConfigurationError,
     Heartbeat,
+    LogItem,
     Offset,
     OffsetExpiredError,
     RetriableError,
     SchemaChange,
     TableSchema,
+    TableTruncated,
 )
 
 from ._connect import open_connection
+from ._ddl import Name, emptied
 from ._offsets import NAME, MariadbGtidState, make_offset, position_key
 from ._rows import RowsDecoder, TableMap, compile_rows, lenenc, parse_table_map, shaped_like
 
@@ -238,7 +241,7 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                  start: tuple[str, int, int], end: tuple[str, int, int] | None,
                  gtid: str | None = None, heartbeat_seconds: float = 0.5,
                  reshape: Reshape | None = None
-                 ) -> Iterator[ChangeEvent | Heartbeat | SchemaChange]:
+                 ) -> Iterator[LogItem]:
     """Changes of ``tables`` with ``start <= offset < end`` in log order. ``end`` None follows
     the log for ever, with heartbeats (see the module docstring). ``gtid`` is MariaDB's GTID
     position at ``start``'s transaction (None: offsets get no ``gtid``). ``reshape`` gives the
@@ -268,6 +271,28 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
     boundary, boundary_gtid = start, gtid
     last_beat = time.monotonic()
     header = _HEADER.unpack_from
+
+    def truncations(found: tuple[str, list[Name], list[str]], default: str, file: str,
+                    pos: int, gtid: str | None) -> Iterator[TableTruncated]:
+        """The captured tables a DDL statement at ``file:pos`` empties or replaces (names
+        unqualified are in database ``default``), if it lies within the read."""
+        statement, names, databases = found
+        hit = [key for db, name in names if (key := _captured(db or default, name)) is not None]
+        hit += [key for key in captured if key[0] in databases]
+        at = position_key((file, pos, 0))
+        if not hit or at < position_key(start) or (end_key is not None and at >= end_key):
+            return
+        offset = _offset(file, pos, 0, gtid)
+        for key in dict.fromkeys(hit):
+            yield TableTruncated(captured[key].schema.table, offset, statement)
+
+    def _captured(db: str, name: str) -> tuple[str, str] | None:
+        """The captured table ``db.name`` names (exactly, else ignoring case)."""
+        if (db, name) in captured:
+            return db, name
+        folded = [k for k in captured if (k[0].lower(), k[1].lower()) == (db.lower(),
+                                                                            name.lower())]
+        return folded[0] if len(folded) == 1 else None
 
     def beat(file: str, pos: int) -> Heartbeat:
         """A heartbeat at the boundary ``file:pos``, or at the last one if that is further."""
@@ -370,6 +395,12 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                         state.add(domain, f"{domain}-{server_id}-"
                                           f"{int.from_bytes(body[:8], 'little')}")
                 continue
+            if kind == QUERY and (found := emptied(query)) is not None:
+                # at its transaction when it began at the GTID event just before, else at itself
+                at = (txn_file, txn_pos, txn_gtid) if after_gtid else \
+                    (dump.file, log_pos - size, state.text if state else None)
+                default = body[13 + status_len:13 + status_len + body[8]].decode()
+                yield from truncations(found, default, *at)
             if not follow or kind not in (QUERY, XID, HEARTBEAT):
                 if kind in (QUERY, XID):
                     after_gtid = False

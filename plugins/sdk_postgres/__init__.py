@@ -37,11 +37,11 @@ from sdk import (
     DriverMissingError,
     Heartbeat,
     Key,
+    LogItem,
     Offset,
     Requirement,
     RetriableError,
     Row,
-    SchemaChange,
     SnapshotSplit,
     SnapshotView,
     TableId,
@@ -417,7 +417,7 @@ def read_range_arrow(conn: PgConnection, table: TableSchema, split: SnapshotSpli
 
 @hookimpl
 def stream_log(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
-               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat | SchemaChange]:
+               end: Offset | None) -> Iterator[LogItem]:
     import psycopg
 
     try:
@@ -435,7 +435,7 @@ def stream_log(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
 
 
 def _changes(conn: PgConnection, tables: Sequence[TableSchema], start: Offset,
-             end: Offset | None) -> Iterator[ChangeEvent | Heartbeat | SchemaChange]:
+             end: Offset | None) -> Iterator[LogItem]:
     """The changes up to ``end``; without one, the changes up to each new watermark, with a
     heartbeat after each read."""
     begin = parts(start)

@@ -34,6 +34,7 @@ from sdk import (
     RetriableError,
     SchemaChange,
     TableSchema,
+    TableTruncated,
 )
 
 from . import _pgoutput as pgo
@@ -132,7 +133,7 @@ def check_slot(conn: PgConnection, start: int) -> None:
 
 def read_changes(conn: PgConnection, tables: Sequence[TableSchema], start: tuple[int, int],
                  end: tuple[int, int], shapes: Shapes | None = None
-                 ) -> Iterator[ChangeEvent | SchemaChange]:
+                 ) -> Iterator[ChangeEvent | SchemaChange | TableTruncated]:
     """The changes at ``start <= (commit LSN, index in transaction) < end``; an end inside a
     transaction (a batch cut there) decodes that transaction and stops at the index.
 
@@ -278,7 +279,8 @@ def _target_of(conn: PgConnection, wanted: Shapes, relid: int,
 
 def _decode_rows(conn: PgConnection, wanted: Shapes,
                  batches: Iterator[list[tuple[Any, ...]]], start: tuple[int, int],
-                 end: tuple[int, int]) -> Iterator[ChangeEvent | SchemaChange]:
+                 end: tuple[int, int]
+                 ) -> Iterator[ChangeEvent | SchemaChange | TableTruncated]:
     """The loop that runs per change, so its work per transaction and per relation is done
     once: the commit LSN and time, whether the transaction lies strictly inside the bounds
     (then no change needs the bound check), the table and plan a relation feeds (and, when
@@ -331,18 +333,15 @@ def _decode_rows(conn: PgConnection, wanted: Shapes,
                 conn.relations[message.relid] = message
                 targets.pop(message.relid, None)
             elif isinstance(message, pgo.Truncate):
-                names = [conn.relations[r] for r in message.relids if r in conn.relations]
-                hit = [f"{r.schema}.{r.name}" for r in names if (r.schema, r.name) in wanted]
-                if hit and start[0] <= lsn < end[0]:
-                    raise FatalSyncError(
-                        f"TRUNCATE of {', '.join(hit)} at {lsn_text(lsn)}: it "
-                        "removes every row without logging them, which the engine cannot "
-                        "express as row changes, so the target would keep rows the source no "
-                        "longer has. Fix: take a new snapshot (restart the sync with a new "
-                        "--checkpoint directory, startup.mode=initial). To let TRUNCATE pass "
-                        "unseen instead (the target then keeps the truncated rows): ALTER "
-                        f"PUBLICATION {q(conn.publication)} SET (publish = 'insert, update, "
-                        "delete')")
+                # at the index of the transaction's next change: a batch cut there reads it
+                if not whole and not start <= (lsn, index) < end:
+                    continue
+                offset = offset_of(NAME, (lsn_field, ("n", index)))
+                for r in message.relids:
+                    relation = conn.relations.get(r)
+                    table = wanted.get((relation.schema, relation.name)) if relation else None
+                    if table is not None:
+                        yield TableTruncated(table.table, offset)
 
 
 def _change(target: Target, message: pgo.Change, offset: Offset, commit_ts: int

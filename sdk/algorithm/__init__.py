@@ -10,7 +10,14 @@ from .assigner import SplitAssigner, TablePlan, choose_key
 from .incremental import IncrementalFilter
 from .machine import Batch, PhaseMachine, log_filter
 from .options import StartupMode, SyncOptions
-from .reader import PhaseHooks, SharedView, SplitResult, apply_to_buffer, read_split
+from .reader import (
+    PhaseHooks,
+    SharedView,
+    SplitResult,
+    apply_to_buffer,
+    read_split,
+    truncation_error,
+)
 from .runner import SyncRunner, caught_up
 from .state import Phase, SyncState
 
@@ -33,4 +40,5 @@ __all__ = [
     "choose_key",
     "log_filter",
     "read_split",
+    "truncation_error",
 ]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ..dialects import Dialect
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, FatalSyncError
 from ..schema import projector
 from ..types import (
     Capability,
@@ -33,6 +33,7 @@ from ..types import (
     SchemaChange,
     SnapshotSplit,
     TableSchema,
+    TableTruncated,
 )
 from .options import SyncOptions
 from .throttle import Throttle
@@ -153,15 +154,18 @@ def reread(dialect: Dialect, conn: Connection, table: TableSchema, result: Split
     split = result.split
     last: dict[Key, Row | None] = {}
     events = 0
+    rows = {table.key_of(row): row for row in result.rows}
     for item in changes_of(dialect, conn, table, since, result.watermark):
         events += 1
+        if isinstance(item, TableTruncated):  # every key sent before is gone at that point
+            last.update(dict.fromkeys([*last, *rows]))
+            continue
         if item.old_key is not None and split.contains(item.old_key):
             last[item.old_key] = None
         if split.contains(item.key):
             last[item.key] = None if item.op == "d" else item.after
     if not last:
         return result
-    rows = {table.key_of(row): row for row in result.rows}
     deleted = []
     for key, row in last.items():
         if row is None:
@@ -228,11 +232,23 @@ def _read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: S
     return SplitResult(split, list(buffer.values()), high, low, high, events, peak)
 
 
+def truncation_error(item: TableTruncated) -> FatalSyncError:
+    """The error of a sync that emits row changes (no target to read the table into again)
+    meeting a truncation: no row change expresses it."""
+    return FatalSyncError(
+        f"{item.statement} of {item.table} at {item.offset}: it removes every row without "
+        "logging them, which a stream of row changes (a --changes path, the cdc source "
+        "without option target) cannot express, so downstream would keep rows the source no "
+        "longer has. A sync with --target alone reads the table again whole; or take a new "
+        "snapshot (restart with a new --checkpoint directory)")
+
+
 def changes_of(dialect: Dialect, conn: Connection, table: TableSchema, start: Offset,
-               end: Offset) -> Iterator[ChangeEvent]:
+               end: Offset) -> Iterator[ChangeEvent | TableTruncated]:
     """The changes of ``table`` in ``[start, end)``, their rows shaped by ``table`` even
     after a schema change in the window (by column name: the split holds ``table``'s
-    columns; the log phase follows the change and reads the table again if it must)."""
+    columns; the log phase follows the change and reads the table again if it must), and
+    where the log removed all its rows (:class:`TableTruncated`)."""
     project = None
     for item in dialect.stream_log(conn, [table], start, end):
         if isinstance(item, SchemaChange) and item.table == table.table:
@@ -240,6 +256,8 @@ def changes_of(dialect: Dialect, conn: Connection, table: TableSchema, start: Of
         elif isinstance(item, ChangeEvent) and item.table == table.table:
             if project is not None:
                 item = replace(item, after=project(item.after), before=project(item.before))
+            yield item
+        elif isinstance(item, TableTruncated) and item.table == table.table:
             yield item
 
 
@@ -255,9 +273,14 @@ def _read_rows(dialect: Dialect, conn: Connection, table: TableSchema, split: Sn
     return rows
 
 
-def apply_to_buffer(buffer: dict[Key, Row], split: SnapshotSplit, event: ChangeEvent) -> None:
+def apply_to_buffer(buffer: dict[Key, Row], split: SnapshotSplit,
+                    event: ChangeEvent | TableTruncated) -> None:
     """Replay one change on a split's buffer: only keys inside the split count, and an update
-    that moved the key is a delete of the old key and an insert of the new one."""
+    that moved the key is a delete of the old key and an insert of the new one; a truncation
+    empties it."""
+    if isinstance(event, TableTruncated):
+        buffer.clear()
+        return
     if event.old_key is not None and split.contains(event.old_key):
         buffer.pop(event.old_key, None)
     if not split.contains(event.key):

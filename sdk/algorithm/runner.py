@@ -15,10 +15,10 @@ import logging
 from collections.abc import Callable, Sequence
 
 from ..dialects import Dialect
-from ..types import ChangeEvent, Connection, FinishedSplit, Offset, TableSchema
+from ..types import ChangeEvent, Connection, FinishedSplit, Offset, TableSchema, TableTruncated
 from .machine import Batch, PhaseMachine
 from .options import SyncOptions
-from .reader import PhaseHooks, SharedView, SplitResult, read_split
+from .reader import PhaseHooks, SharedView, SplitResult, read_split, truncation_error
 from .state import Phase, SyncState
 from .throttle import throttle
 
@@ -100,6 +100,8 @@ class SyncRunner:
                                          batch.log_from, batch.state.position)
         try:
             for item in stream:
+                if isinstance(item, TableTruncated):
+                    raise truncation_error(item)
                 if not isinstance(item, ChangeEvent):
                     continue
                 if len(read) == limit:  # the first event not taken starts the next batch

@@ -18,7 +18,15 @@ from ..algorithm.progress import with_staged
 from ..codec import dumps
 from ..errors import ConfigurationError
 from ..spec import SourceSpec
-from ..types import FinishedSplit, Offset, SchemaChange, SnapshotSplit, TableId, TableSchema
+from ..types import (
+    FinishedSplit,
+    Offset,
+    SchemaChange,
+    SnapshotSplit,
+    TableId,
+    TableSchema,
+    TableTruncated,
+)
 from .statestore import StateStore
 
 log = logging.getLogger(__name__)
@@ -119,6 +127,18 @@ def staged_schema_changes(store: StateStore, state: str) -> list[SchemaChange]:
             for d in data]
 
 
+TRUNCATED_STAGE = "truncated.json"
+"""The truncations (:class:`TableTruncated`) a chained log batch met, staged like
+:data:`SCHEMA_STAGE`: the driver reads each table again whole."""
+
+
+def staged_truncations(store: StateStore, state: str) -> list[TableTruncated]:
+    """The truncations the log batch ending at ``state`` met, in log order."""
+    data = store.read_json("batches", state, TRUNCATED_STAGE) or []
+    return [TableTruncated(TableId(*d["table"]), Offset.from_json(d["offset"]), d["statement"])
+            for d in data]
+
+
 def stage_name(split: SnapshotSplit) -> str:
     """The file name a split's output is staged under in its batch: the split's table by
     identity (a digest of its name, safe for any characters) and the split's number, so a
@@ -147,7 +167,8 @@ def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = Non
         del known[name]  # an earlier batch's, which the report counts by now
     for file in store.list_dir("batches", newest):
         name = f"{newest}/{file}"
-        if file.endswith(".json") and file != SCHEMA_STAGE and name not in known:
+        if file.endswith(".json") and file not in (SCHEMA_STAGE, TRUNCATED_STAGE) and \
+                name not in known:
             data = store.read_json("batches", newest, file)
             if data is not None:
                 known[name] = FinishedSplit.from_json(data)

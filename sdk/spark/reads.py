@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from ..algorithm import choose_key, log_filter, read_split
+from ..algorithm import choose_key, log_filter, read_split, truncation_error
 from ..algorithm.throttle import throttle
 from ..codec import dumps
 from ..errors import ConfigurationError, SchemaChangedError
@@ -30,9 +30,16 @@ from ..types import (
     SnapshotSplit,
     TableId,
     TableSchema,
+    TableTruncated,
 )
 from .arrow import REPORT_ARROW, TableBatcher, envelope_batch, envelope_schema, event_rows
-from .engine_state import SCHEMA_STAGE, EngineState, stage_name, staged_schema_changes
+from .engine_state import (
+    SCHEMA_STAGE,
+    TRUNCATED_STAGE,
+    EngineState,
+    stage_name,
+    staged_schema_changes,
+)
 from .statestore import StateStore
 
 BATCH_ROWS = 50_000
@@ -386,6 +393,7 @@ class Shapes:
         self.versions: dict[TableId, int] = dict(engine.sync.versions)
         self._ignored: dict[TableId, Any] = {}
         self._staged: list[dict[str, Any]] = []
+        self._truncated: list[dict[str, Any]] = []
         self._met = {(c.table, c.offset) for c in staged_schema_changes(store, state)}
         """The changes an earlier run of this batch followed or stopped at."""
 
@@ -429,6 +437,18 @@ class Shapes:
                 f"{self.versions[table]}), the rows before the change read as the new columns")
         return item
 
+    def truncated(self, item: TableTruncated) -> None:
+        """Stage a truncation of a captured table for the driver, which reads the table again
+        whole (a chained batch: its target deletes the rows the new read lacks); a stream of
+        row changes cannot express it and stops."""
+        if item.table not in self.tables:
+            return
+        if self.spec.target is None:
+            raise truncation_error(item)
+        self._truncated.append({"table": [item.table.schema, item.table.name],
+                                "offset": item.offset.to_json(), "statement": item.statement})
+        self.store.write_json(self._truncated, "batches", self.state, TRUNCATED_STAGE)
+
     def event(self, event: ChangeEvent) -> ChangeEvent:
         """``event`` with its images read as the sync's columns when its table's change is
         ignored."""
@@ -461,5 +481,7 @@ def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes,
                 followed = shapes.change(item)
                 if followed is not None:
                     yield followed
+            elif isinstance(item, TableTruncated):
+                shapes.truncated(item)
     finally:
         conn.close()

@@ -50,6 +50,7 @@ from .engine_state import (
     checkpointed,
     stage_name,
     staged_schema_changes,
+    staged_truncations,
 )
 from .reads import (
     LogPartition,
@@ -62,6 +63,9 @@ from .statestore import StateStore
 
 log = logging.getLogger(__name__)
 
+TRUNCATED_REQUEST = "truncated-"
+"""The id prefix of the requests reading a truncated table again (:meth:`CdcStreamReader.
+_fold_truncations`)."""
 IDENTITIES_FILE = "identities.json"
 """Per captured table, the incarnation token (``table_identities``) the sync holds it at."""
 
@@ -306,6 +310,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         waiting = pending_requests(self.store) if sync.phase is Phase.LOG else []
         if engine.log_from is not None:
             sync = self._fold_schema_changes(start["state"], engine, sync, waiting)
+            self._fold_truncations(start["state"], engine, sync, waiting)
         sync = self._serve_requests(self._follow_tables(sync), waiting)
         self._extend_target(sync)
         batch = self.machine.next_batch(self.conn, sync, self._log_head,
@@ -425,6 +430,28 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             change.table, request.id)
         return replace(sync, tables=tables, versions=versions)
 
+    def _fold_truncations(self, name: str, engine: EngineState, sync: SyncState,
+                          requests: list[SnapshotRequest]) -> None:
+        """Each table log batch ``name`` met truncated (``TRUNCATE``, dropped, replaced) is
+        read again whole: a request of the sync's own, added to ``requests`` (as
+        :meth:`_fold_schema_changes` does), whose read deletes the target rows the table no
+        longer holds. The tables are looked at first, so a table dropped for good leaves
+        instead (its request is then dropped with it)."""
+        waiting = {r.table for r in requests if r.id not in sync.served and r.where is None}
+        for item in staged_truncations(self.store, name):
+            if item.table not in sync.tables or item.table in waiting:
+                continue
+            waiting.add(item.table)
+            digest = stage_name(SnapshotSplit(item.table, 0, None, None))
+            request = SnapshotRequest(f"{TRUNCATED_REQUEST}{engine.seq:012d}-{digest}",
+                                      item.table, None, time.time())
+            write_request(self.store, request)
+            requests.append(request)
+            if self._watch is not None:
+                self._watch.due()
+            log.warning("table %s: %s at %s removed its rows: it is read again whole "
+                        "(request %s)", item.table, item.statement, item.offset, request.id)
+
     def _serve_requests(self, sync: SyncState, waiting: list[SnapshotRequest]) -> SyncState:
         """``sync`` with the snapshot requests ``waiting`` in the state directory taken up
         (see :mod:`.requests`): the files of those ``sync`` holds already are deleted (it is
@@ -441,7 +468,10 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 refusal = f"table {table} is not captured"
             elif request.where is not None and not dialect.has(Capability.FILTERED_READS):
                 refusal = f"dialect {dialect.name!r} cannot read the rows meeting a condition"
-            if refusal is not None:
+            if refusal is not None and request.id.startswith(TRUNCATED_REQUEST) and \
+                    table not in sync.tables:  # the table was dropped: it left the capture
+                sync = replace(sync, served=(*sync.served, request.id))
+            elif refusal is not None:
                 log.warning("snapshot request %s refused: %s", request.id, refusal)
                 self._outcomes[request.id] = {"table": str(table), "state": "refused",
                                               "reason": refusal}

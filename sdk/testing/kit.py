@@ -224,7 +224,8 @@ class Kit:
             stream = self.dialect.stream_log(conn, tables, start, None)
             try:
                 for item in stream:
-                    items.append(item)
+                    if isinstance(item, (ChangeEvent, Heartbeat)):
+                        items.append(item)
                     if until(items):
                         break
             finally:

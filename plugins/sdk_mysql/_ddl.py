@@ -1,0 +1,165 @@
+"""Which tables a DDL statement in the binlog empties or replaces.
+
+Row-based logging writes no row events for ``TRUNCATE``, ``DROP TABLE``, ``RENAME TABLE`` or
+MariaDB's ``CREATE OR REPLACE TABLE``: they are Query events holding the statement's text. A
+table they hit no longer holds the rows the log gave before (a table created again under its
+name starts empty), so the reader reports each captured table they name
+(:class:`sdk.TableTruncated`). Only the statement's head is parsed: its names, quoted or not,
+qualified or in the event's default database.
+"""
+
+from __future__ import annotations
+
+import re
+
+_TOKEN = re.compile(
+    r"\s+|/\*.*?\*/|--[^\n]*|#[^\n]*"  # space and comments
+    r"|`((?:[^`]|``)*)`"  # a quoted identifier
+    r"|\"((?:[^\"\\]|\\.|\"\")*)\"|'(?:[^'\\]|\\.|'')*'"  # strings (ANSI_QUOTES: names)
+    r"|([^\s`\"'.,;()/#-]+)"  # a word
+    r"|(.)", re.S)
+_HEADS = (b"TRUNCATE", b"DROP", b"RENAME", b"CREATE", b"ALTER")
+
+Name = tuple[str | None, str]
+"""A table as a statement names it: (database or None for the default, table)."""
+
+
+def _tokens(sql: str) -> list[tuple[str, str]]:
+    """(kind, text) of each token: ``name`` (quoted), ``word``, ``punct``; strings and
+    comments dropped."""
+    out = []
+    for match in _TOKEN.finditer(sql):
+        quoted, ansi, word, punct = match.groups()
+        if quoted is not None:
+            out.append(("name", quoted.replace("``", "`")))
+        elif ansi is not None:
+            out.append(("name", ansi.replace('""', '"')))
+        elif word is not None:
+            out.append(("word", word))
+        elif punct is not None:
+            out.append(("punct", punct))
+    return out
+
+
+class _Cursor:
+    def __init__(self, tokens: list[tuple[str, str]]) -> None:
+        self.tokens, self.i = tokens, 0
+
+    def word(self, *choices: str) -> str | None:
+        """The next token when it is one of the (upper-case) words ``choices``, consumed."""
+        if self.i < len(self.tokens):
+            kind, text = self.tokens[self.i]
+            if kind == "word" and text.upper() in choices:
+                self.i += 1
+                return text.upper()
+        return None
+
+    def if_exists(self) -> None:
+        if self.word("IF"):
+            self.word("EXISTS")
+
+    def punct(self, char: str) -> bool:
+        if self.i < len(self.tokens) and self.tokens[self.i] == ("punct", char):
+            self.i += 1
+            return True
+        return False
+
+    def identifier(self) -> str | None:
+        if self.i < len(self.tokens) and self.tokens[self.i][0] in ("name", "word"):
+            self.i += 1
+            return self.tokens[self.i - 1][1]
+        return None
+
+    def table(self) -> Name | None:
+        """``name`` or ``db.name``."""
+        first = self.identifier()
+        if first is None:
+            return None
+        if self.punct("."):
+            second = self.identifier()
+            return (first, second) if second is not None else None
+        return None, first
+
+    def tables(self) -> list[Name]:
+        """A comma-separated list of table names."""
+        out = []
+        while (name := self.table()) is not None:
+            out.append(name)
+            if not self.punct(","):
+                break
+        return out
+
+
+def emptied(query: bytes) -> tuple[str, list[Name], list[str]] | None:
+    """What ``query`` does to tables, when it empties or replaces some: the statement
+    (``TRUNCATE``, ``DROP TABLE``...), the tables it names and the databases it drops; None
+    for any other statement. Cheap for the common ones (a look at the first word)."""
+    head = query.lstrip()[:8].upper()
+    if not head.startswith(_HEADS) and not head.startswith((b"/*", b"--", b"#")):
+        return None
+    cursor = _Cursor(_tokens(query.decode("utf-8", "replace")))
+    verb = cursor.word("TRUNCATE", "DROP", "RENAME", "CREATE", "ALTER")
+    if verb == "TRUNCATE":
+        cursor.word("TABLE")
+        name = cursor.table()
+        return ("TRUNCATE", [name], []) if name is not None else None
+    if verb == "DROP":
+        if cursor.word("DATABASE", "SCHEMA"):
+            cursor.if_exists()
+            db = cursor.identifier()
+            return ("DROP DATABASE", [], [db]) if db is not None else None
+        if cursor.word("TEMPORARY"):
+            return None  # a session's own table: never captured
+        if not cursor.word("TABLE", "TABLES"):
+            return None
+        cursor.if_exists()
+        names = cursor.tables()
+        return ("DROP TABLE", names, []) if names else None
+    if verb == "RENAME":  # RENAME TABLE a TO b, c TO d: the old names and the new ones
+        if not cursor.word("TABLE", "TABLES"):
+            return None
+        cursor.if_exists()
+        names = []
+        while (old := cursor.table()) is not None:
+            cursor.word("WAIT", "NOWAIT")  # MariaDB: RENAME TABLE t [WAIT n | NOWAIT] TO ...
+            if cursor.i < len(cursor.tokens) and cursor.tokens[cursor.i][0] == "word" and \
+                    cursor.tokens[cursor.i][1].isdigit():
+                cursor.i += 1
+            if not cursor.word("TO"):
+                break
+            new = cursor.table()
+            if new is None:
+                break
+            names += [old, new]
+            if not cursor.punct(","):
+                break
+        return ("RENAME TABLE", names, []) if names else None
+    if verb == "CREATE":  # MariaDB's CREATE OR REPLACE TABLE drops the table of its name
+        if not (cursor.word("OR") and cursor.word("REPLACE")):
+            return None
+        if cursor.word("TEMPORARY") or not cursor.word("TABLE"):
+            return None
+        name = cursor.table()
+        return ("CREATE OR REPLACE TABLE", [name], []) if name is not None else None
+    if verb == "ALTER":  # ALTER TABLE a ..., RENAME [TO | AS] b
+        cursor.word("ONLINE")
+        cursor.word("IGNORE")
+        if not cursor.word("TABLE"):
+            return None
+        cursor.if_exists()
+        old = cursor.table()
+        if old is None:
+            return None
+        tokens = cursor.tokens
+        for i in range(cursor.i, len(tokens) - 1):
+            if tokens[i][0] == "word" and tokens[i][1].upper() == "RENAME" and \
+                    (i == cursor.i or tokens[i - 1] == ("punct", ",")):
+                cursor.i = i + 1
+                if cursor.word("COLUMN", "INDEX", "KEY", "CONSTRAINT"):
+                    continue
+                cursor.word("TO", "AS")
+                new = cursor.table()
+                if new is not None:
+                    return "ALTER TABLE ... RENAME", [old, new], []
+        return None
+    return None
