@@ -185,14 +185,21 @@ def _quiet_jvm(settings: dict[str, str]) -> None:
     stream = gateway.proc.stderr
 
     def forward() -> None:
-        out = getattr(sys.stderr, "buffer", None)
         for line in iter(stream.readline, b""):
-            if not line.startswith(JVM_NOTICES):
-                if out is not None:
-                    out.write(line)
-                    out.flush()
-                else:
-                    sys.stderr.write(line.decode(errors="replace"))
+            if line.startswith(JVM_NOTICES):
+                continue
+            # sys.stderr as it is now (a caller may swap it, and close the one it swapped in)
+            for err in (sys.stderr, sys.__stderr__):
+                try:
+                    out = getattr(err, "buffer", None)
+                    if out is not None:
+                        out.write(line)
+                        out.flush()
+                    elif err is not None:
+                        err.write(line.decode(errors="replace"))
+                    break
+                except ValueError:  # closed
+                    continue
 
     threading.Thread(target=forward, name="sdk-jvm-stderr", daemon=True).start()
     SparkContext(conf=conf, gateway=gateway)
