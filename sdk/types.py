@@ -406,6 +406,10 @@ class TableTruncated:
     offset: Offset
     statement: str = "TRUNCATE"
     """What the log did, for messages (``TRUNCATE``, ``DROP TABLE``, ``RENAME TABLE``...)."""
+    dropped: bool = False
+    """The table itself went away (dropped, renamed away, replaced), rather than its rows: a
+    stream of changes then goes on (the table leaves the capture, or a new one of its name
+    comes as new rows); a truncation of rows stops it."""
 
 
 LogItem = ChangeEvent | Heartbeat | SchemaChange | TableTruncated

@@ -191,7 +191,8 @@ def test_tables_truncated_or_dropped_and_created_again_in_the_log_are_read_again
     and on MySQL/MariaDB t1 dropped, created again and given other rows (the binlog holds
     the new rows, no deletes of the old). The log phase meets them as truncations and reads
     each table again whole: the mirror holds exactly the source's rows; a resume reads
-    nothing again. A stream of changes (no target) stops naming the fix instead."""
+    nothing again. A stream of changes (no target) stops at a TRUNCATE naming the fix, and
+    goes on past a table dropped."""
     import uuid
 
     import psycopg
@@ -264,6 +265,9 @@ def test_tables_truncated_or_dropped_and_created_again_in_the_log_are_read_again
                    "--tables", f"{schema}.tr_*", "--checkpoint", str(tmp_path / "ck2"),
                    "--until", "caught-up"]
         assert main(changes) == 0
+        if kind == "mysql":  # a table dropped: the stream goes on, the table leaves
+            run(f"DROP TABLE {schema}.{t0}")
+            assert main(changes) == 0
         run(f"TRUNCATE TABLE {schema}.{t1}")
         assert main(changes) != 0
         assert f"TRUNCATE of {schema}.{t1}" in capsys.readouterr().err
@@ -280,3 +284,22 @@ def test_tables_truncated_or_dropped_and_created_again_in_the_log_are_read_again
             postgres_admin.execute(f"DROP PUBLICATION IF EXISTS tr_{tag}")
             postgres_admin.execute(f"DROP SCHEMA {schema} CASCADE")
         postgres_admin.execute(f"DROP SCHEMA {mirror} CASCADE")
+
+
+def test_the_query_takes_the_tables_sdk_sync_resolved(tmp_path: Path) -> None:
+    """With option ``resolved`` naming the recorded token, the query's data source takes the
+    tables ``sdk sync`` resolved (and made in the target) instead of discovering them again;
+    another token, or none, discovers."""
+    from sdk.spark.source import CdcDataSource, save_resolved
+
+    url, state = make_source(tmp_path / "src.db"), tmp_path / "state"
+    given = {**options(url, state), "tables": "items"}
+    spec = resolve(given)
+    token = save_resolved(str(state), spec.tables)
+    with sqlite3.connect(tmp_path / "src.db") as conn:
+        conn.execute("ALTER TABLE items RENAME TO gone")  # discovering again would fail
+    taken = CdcDataSource({**given, "resolved": token})._spec()
+    assert taken.tables == spec.tables
+    for other in ({**given, "resolved": "stale"}, given):
+        with pytest.raises(ConfigurationError, match="matches no table"):
+            CdcDataSource(other)._spec()

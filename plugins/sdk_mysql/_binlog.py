@@ -284,7 +284,8 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
             return
         offset = _offset(file, pos, 0, gtid)
         for key in dict.fromkeys(hit):
-            yield TableTruncated(captured[key].schema.table, offset, statement)
+            yield TableTruncated(captured[key].schema.table, offset, statement,
+                                 dropped=statement != "TRUNCATE")
 
     def _captured(db: str, name: str) -> tuple[str, str] | None:
         """The captured table ``db.name`` names (exactly, else ignoring case)."""

@@ -100,7 +100,7 @@ class SyncRunner:
                                          batch.log_from, batch.state.position)
         try:
             for item in stream:
-                if isinstance(item, TableTruncated):
+                if isinstance(item, TableTruncated) and not item.dropped:
                     raise truncation_error(item)
                 if not isinstance(item, ChangeEvent):
                     continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,6 +42,8 @@ from .engine_state import (
     staged_schema_changes,
 )
 from .statestore import StateStore
+
+log = logging.getLogger(__name__)
 
 BATCH_ROWS = 50_000
 
@@ -444,7 +447,13 @@ class Shapes:
         if item.table not in self.tables:
             return
         if self.spec.target is None:
-            raise truncation_error(item)
+            if not item.dropped:
+                raise truncation_error(item)
+            log.warning("table %s: %s at %s: a stream of changes carries no deletes of its "
+                        "rows; it leaves the capture at the next look, or a table created "
+                        "again under its name comes as new rows", item.table, item.statement,
+                        item.offset)
+            return
         self._truncated.append({"table": [item.table.schema, item.table.name],
                                 "offset": item.offset.to_json(), "statement": item.statement})
         self.store.write_json(self._truncated, "batches", self.state, TRUNCATED_STAGE)

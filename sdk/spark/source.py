@@ -21,7 +21,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
@@ -41,7 +42,15 @@ from ..codec import dumps
 from ..errors import ConfigurationError
 from ..schema import diff
 from ..spec import SourceSpec, TableWatch, resolve
-from ..types import Capability, Connection, FinishedSplit, Offset, SnapshotSplit, TableId
+from ..types import (
+    Capability,
+    Connection,
+    FinishedSplit,
+    Offset,
+    SnapshotSplit,
+    TableId,
+    TableSchema,
+)
 from .arrow import REPORT_SPARK, TableBatcher, envelope_schema
 from .engine_state import (
     STREAM_FILE,
@@ -91,7 +100,9 @@ class CdcDataSource(DataSource):
     def _spec(self) -> SourceSpec:
         spec = getattr(self, "_resolved", None)
         if spec is None:
-            spec = checkpointed(resolve(dict(self.options)))
+            schemas = resolved_tables(self.options)
+            self._prepared = schemas is not None
+            spec = checkpointed(resolve(dict(self.options), schemas))
             self._resolved = spec
         return spec
 
@@ -111,9 +122,34 @@ class CdcDataSource(DataSource):
             raise ConfigurationError(
                 'a cdc stream needs option("stateDir", ...) on storage shared by the driver '
                 "and the executors, e.g. <checkpointLocation>/cdc-state")
-        if spec.target is not None:
-            spec.target.create_tables(spec.tables)
+        if spec.target is not None and not getattr(self, "_prepared", False):
+            spec.target.create_tables(spec.tables)  # sdk sync made them before it started
         return CdcStreamReader(spec)
+
+
+RESOLVED_FILE = "resolved.json"
+"""The tables ``sdk sync`` resolved, with the token its query's option ``resolved`` names."""
+
+
+def save_resolved(state_dir: str, tables: Sequence[TableSchema]) -> str:
+    """Record ``tables`` (resolved, their capture prepared, their target tables made) for the
+    query about to start; its token, for option ``resolved``."""
+    token = uuid.uuid4().hex
+    StateStore(state_dir).write_json({"token": token, "tables": [t.to_json() for t in tables]},
+                                     RESOLVED_FILE)
+    return token
+
+
+def resolved_tables(options: Mapping[str, str]) -> list[TableSchema] | None:
+    """The tables option ``resolved`` names, when its token is the recorded one."""
+    lower = {k.lower(): v for k, v in options.items()}
+    token, state_dir = lower.get("resolved"), lower.get("statedir")
+    if not token or not state_dir:
+        return None
+    data = StateStore(state_dir).read_json(RESOLVED_FILE)
+    if not data or data.get("token") != token:
+        return None
+    return [TableSchema.from_json(t) for t in data["tables"]]
 
 
 # --- the readers (driver side) ----------------------------------------------------------------
@@ -441,6 +477,11 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for item in staged_truncations(self.store, name):
             if item.table not in sync.tables or item.table in waiting:
                 continue
+            if self._watch is None and item.dropped and not self._exists(item.table):
+                log.warning("table %s: %s at %s, and it is gone (tables.discovery-interval.ms "
+                            "is 0, so it stays captured)", item.table, item.statement,
+                            item.offset)
+                continue
             waiting.add(item.table)
             digest = stage_name(SnapshotSplit(item.table, 0, None, None))
             request = SnapshotRequest(f"{TRUNCATED_REQUEST}{engine.seq:012d}-{digest}",
@@ -451,6 +492,13 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._watch.due()
             log.warning("table %s: %s at %s removed its rows: it is read again whole "
                         "(request %s)", item.table, item.statement, item.offset, request.id)
+
+    def _exists(self, table: TableId) -> bool:
+        try:
+            self.spec.dialect_obj.describe_table(self.conn, table)
+        except ConfigurationError:
+            return False
+        return True
 
     def _serve_requests(self, sync: SyncState, waiting: list[SnapshotRequest]) -> SyncState:
         """``sync`` with the snapshot requests ``waiting`` in the state directory taken up
