@@ -106,6 +106,10 @@ SOURCE_OPTIONS = OptionTable(
            "make the capture more complete, e.g. PostgreSQL's REPLICA IDENTITY FULL; with many "
            "tables the first few and a count): `sdk sync` logs it once itself and sets "
            "`quiet`", "source"),
+    Option("resolved", "resolved", text, None,
+           "the token of the tables `sdk sync` resolved before starting the query (written "
+           "to `resolved.json` in the state directory): the query reads them there instead "
+           "of listing, describing and preparing every table again", "source"),
 )
 """Options of the ``cdc`` source itself (the rest are the algorithm's)."""
 
@@ -223,13 +227,16 @@ def parse_options(options: Mapping[str, str]) -> ParsedOptions:
     return ParsedOptions(dialect, config, source["tables"], sync_options, source)
 
 
-def resolve(options: Mapping[str, str]) -> SourceSpec:
-    """Parse the reader options, discover the tables, check and prepare the source."""
+def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None
+            ) -> SourceSpec:
+    """Parse the reader options, discover the tables, check and prepare the source; with
+    ``schemas`` (the tables resolved from the same options just before), only the first."""
     parsed = parse_options(options)
     dialect, config = parsed.dialect, parsed.config
-    with dialect.passing_faults():
-        schemas = discover(dialect, config, parsed.tables, parsed.options,
-                           parsed.source["advice"] == "log")
+    if schemas is None:
+        with dialect.passing_faults():
+            schemas = discover(dialect, config, parsed.tables, parsed.options,
+                               parsed.source["advice"] == "log")
     source = parsed.source
     return SourceSpec(
         dialect=dialect.name, config=config, tables=schemas, options=parsed.options,

@@ -32,6 +32,7 @@ from . import jvmcache
 from .engine_state import captured_tables, checkpointed, live_progress
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
+from .source import save_resolved
 from .statestore import StateStore
 from .workers import worker_python
 
@@ -351,8 +352,13 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
     dialects = [spec.dialect_obj.name] + ([writes] if writes else [])  # the tasks' dialects
     warm_workers(spark, spark.sparkContext.defaultParallelism, dialects)
 
+    # the query takes the tables resolved above (its first start: a restart after a fault
+    # resolves them again, as a new sync would)
+    first_options = {**reader_options, "resolved": save_resolved(state_dir, resolved.tables)}
+
     def start_query() -> Any:
-        stream = spark.readStream.format("cdc").options(**reader_options).load()
+        options = first_options if query is None else reader_options
+        stream = spark.readStream.format("cdc").options(**options).load()
         writer = stream.writeStream.foreachBatch(each_batch) \
             .option("checkpointLocation", spark_checkpoint)
         if until == "caught-up":
@@ -382,6 +388,7 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
         return report
 
     retries = Retries(retry_seconds)
+    query: Any = None
     store = StateStore(state_dir)
     staged: dict[str, FinishedSplit] = {}  # the staged splits live_progress read already
     try:
