@@ -108,36 +108,43 @@ class Reader:
         return value
 
     def tuple_data(self) -> list[bytes | object | None]:
-        """A TupleData: per column ``n`` (NULL), ``u`` (unchanged TOAST) or ``t`` and the
-        text. Runs per change, so it reads the buffer directly rather than through the
-        methods above."""
-        data, pos = self.data, self.pos
-        (count,) = _INT16.unpack_from(data, pos)
-        pos += 2
-        values: list[bytes | object | None] = []
-        append = values.append
-        for _ in range(count):
-            kind = data[pos]
-            pos += 1
-            if kind == 0x6E:  # 'n'
-                append(None)
-            elif kind == 0x75:  # 'u'
-                append(UNCHANGED)
-                self.unchanged = True
-            else:  # 't' text (or 'b' binary, not requested)
-                (length,) = _INT32.unpack_from(data, pos)
-                pos += 4
-                append(data[pos:pos + length])
-                pos += length
-        self.pos = pos
+        """A TupleData (:func:`tuple_at`)."""
+        values, self.pos, unchanged = tuple_at(self.data, self.pos)
+        self.unchanged |= unchanged
         return values
+
+
+def tuple_at(data: bytes, pos: int) -> tuple[list[bytes | object | None], int, bool]:
+    """The TupleData at ``pos``: per column ``n`` (NULL), ``u`` (unchanged TOAST) or ``t`` and
+    the text; with the position after it and whether a value was ``u``. Runs per change, so
+    it reads the buffer directly."""
+    (count,) = _INT16.unpack_from(data, pos)
+    pos += 2
+    values: list[bytes | object | None] = []
+    append = values.append
+    unpack = _INT32.unpack_from
+    unchanged = False
+    for _ in range(count):
+        kind = data[pos]
+        if kind == 0x6E:  # 'n'
+            append(None)
+            pos += 1
+        elif kind == 0x75:  # 'u'
+            append(UNCHANGED)
+            unchanged = True
+            pos += 1
+        else:  # 't' text (or 'b' binary, not requested)
+            (length,) = unpack(data, pos + 1)
+            pos += 5 + length
+            append(data[pos - length:pos])
+    return values, pos, unchanged
 
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 
 
-_UINT32 = struct.Struct(">I")
+UINT32 = _UINT32 = struct.Struct(">I")
 BEGIN = struct.Struct(">qqI")
 """A Begin message's fields after its kind byte: final LSN, commit time, xid."""
 _COMMIT = struct.Struct(">bqq")
@@ -146,6 +153,9 @@ CHANGES = frozenset(b"IUD")
 """The kind bytes of Insert, Update and Delete messages."""
 BEGIN_KIND, COMMIT_KIND = b"BC"
 """The kind bytes of Begin and Commit messages."""
+INSERT_KIND, NEW_MARKER = _INSERT, _NEW
+"""An Insert's kind byte; the byte after a change's relation id when a new tuple follows at
+once (an Insert, or an Update that logged no old tuple)."""
 
 
 def decode(data: bytes) -> Message:

@@ -294,22 +294,33 @@ def _decode_rows(conn: PgConnection, wanted: Shapes,
     decode, decode_change, offset_of = pgo.decode, pgo.decode_change, Offset.from_sorted
     changes, begin, begin_kind, commit_kind = pgo.CHANGES, pgo.BEGIN, pgo.BEGIN_KIND, \
         pgo.COMMIT_KIND
+    relid_of, tuple_at, insert, new = pgo.UINT32.unpack_from, pgo.tuple_at, pgo.INSERT_KIND, \
+        pgo.NEW_MARKER
     for rows in batches:
         for (data,) in rows:
             kind = data[0]  # Begin, Commit and the changes go by their kind byte
             if kind in changes:
-                change = decode_change(data)
                 n = index
                 index += 1
                 if not whole and not start <= (lsn, n) < end:
                     continue
-                relid = change.relid
+                (relid,) = relid_of(data, 1)
                 if relid in targets:
                     target = targets[relid]
-                    if target is not None:
-                        yield _change(target, change, offset_of(NAME, (lsn_field, ("n", n))),
-                                      commit_ts)
+                    if target is None:
+                        continue
+                    offset = offset_of(NAME, (lsn_field, ("n", n)))
+                    if data[5] == new:  # an Insert, or an Update without an old tuple
+                        table, relation, plan = target
+                        values, _, unchanged = tuple_at(data, 6)
+                        after = _values(table, relation, plan, values, unchanged, None)
+                        yield ChangeEvent(table.table, "c" if kind == insert else "u",
+                                          table.key_of(after), after, offset, None, None,
+                                          commit_ts)
+                    else:
+                        yield _change(target, decode_change(data), offset, commit_ts)
                     continue
+                change = decode_change(data)
                 target, changed = _target_of(conn, wanted, relid, types)
                 if changed:  # other relations feeding the table: planned again when next met
                     assert target is not None
@@ -338,10 +349,10 @@ def _decode_rows(conn: PgConnection, wanted: Shapes,
                     continue
                 offset = offset_of(NAME, (lsn_field, ("n", index)))
                 for r in message.relids:
-                    relation = conn.relations.get(r)
-                    table = wanted.get((relation.schema, relation.name)) if relation else None
-                    if table is not None:
-                        yield TableTruncated(table.table, offset)
+                    hit = conn.relations.get(r)
+                    emptied = wanted.get((hit.schema, hit.name)) if hit else None
+                    if emptied is not None:
+                        yield TableTruncated(emptied.table, offset)
 
 
 def _change(target: Target, message: pgo.Change, offset: Offset, commit_ts: int

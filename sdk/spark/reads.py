@@ -359,19 +359,26 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
         chunk, held, number = {}, 0, number + 1
 
     engine = shapes.engine
+    last_table: TableId | None = None
+    changes: list[ChangeEvent] = []
     try:
         for item in _log_events(spec, engine, shapes, partition.paced_from):
             if isinstance(item, SchemaChange):
+                last_table = None
                 if held:
                     flush()
                 writer.wait()
                 sink.alter(current[item.table], item.schema)
                 current[item.table] = item.schema
                 continue
-            chunk.setdefault(item.table, []).append(item)
+            if item.table is not last_table:  # runs of one table's changes: one lookup a run
+                last_table = item.table
+                changes = chunk.setdefault(last_table, [])
+            changes.append(item)
             held += 1
             if held >= BATCH_ROWS:
                 flush()
+                last_table = None
         flush()
         writer.wait()
     finally:
@@ -458,6 +465,11 @@ class Shapes:
                                 "offset": item.offset.to_json(), "statement": item.statement})
         self.store.write_json(self._truncated, "batches", self.state, TRUNCATED_STAGE)
 
+    @property
+    def ignoring(self) -> bool:
+        """Whether some table's change is ignored (its events need :meth:`event`)."""
+        return bool(self._ignored)
+
     def event(self, event: ChangeEvent) -> ChangeEvent:
         """``event`` with its images read as the sync's columns when its table's change is
         ignored."""
@@ -476,6 +488,7 @@ def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes,
     flt = log_filter(engine.sync, dialect.compare_offset)
     pace = throttle(spec.options.log_changes_per_second, since=paced_from)
     assert engine.log_from is not None and engine.sync.position is not None
+    route = flt.route if flt.filtered_tables else None  # None: every change passes
     conn = dialect.connect(spec.config)
     try:
         for item in dialect.stream_log(conn, list(engine.sync.tables.values()),
@@ -483,9 +496,9 @@ def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes,
             if isinstance(item, ChangeEvent):
                 if pace is not None:
                     pace.take(1)
-                routed = flt.route(item)
+                routed = item if route is None else route(item)
                 if routed is not None:
-                    yield shapes.event(routed)
+                    yield shapes.event(routed) if shapes.ignoring else routed
             elif isinstance(item, SchemaChange):
                 followed = shapes.change(item)
                 if followed is not None:
