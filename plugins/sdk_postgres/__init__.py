@@ -328,18 +328,24 @@ def _key_sql(table: TableSchema, quote: Callable[[str], str] = qp) -> list[str]:
 
 @hookimpl
 def table_stats(conn: PgConnection, table: TableSchema) -> TableStats:
-    keys = _key_sql(table, q)  # these two statements have no parameters
+    """The first and last keys and the row estimate in one round trip (a sync of many tables
+    plans each at start)."""
+    keys = _key_sql(table, qp)
     order, desc = ", ".join(keys), ", ".join(f"{k} DESC" for k in keys)
-    names = ", ".join(q(k) for k in table.key)
-    first = conn.query(f"SELECT {names} FROM {qualified(table.table)} ORDER BY {order} LIMIT 1")
-    last = conn.query(f"SELECT {names} FROM {qualified(table.table)} ORDER BY {desc} LIMIT 1")
-    estimate = conn.query(  # a partitioned table's rows are its partitions'
-        "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_class c WHERE "
-        "c.relkind <> 'p' AND c.oid IN (SELECT %s::regclass UNION SELECT relid FROM "
-        "pg_partition_tree(%s::regclass))", (qualified(table.table),) * 2)
-    rows = max(int(estimate[0][0]), 0) if estimate else 0
-    return TableStats(tuple(first[0]) if first else None, tuple(last[0]) if last else None,
-                      rows)
+    names = ", ".join(qp(k) for k in table.key)
+    source = qualified(table.table, params=True)
+    width = len(table.key)
+    row = conn.query(  # a partitioned table's rows are its partitions' (looked up only then)
+        "SELECT e.n, f.*, l.* FROM (SELECT CASE WHEN c.relkind = 'p' THEN (SELECT "
+        "coalesce(sum(greatest(p.reltuples, 0)), 0) FROM pg_class p WHERE p.relkind <> 'p' AND "
+        "p.oid IN (SELECT relid FROM pg_partition_tree(c.oid))) ELSE greatest(c.reltuples, 0) "
+        "END::bigint AS n FROM pg_class c WHERE c.oid = %s::regclass) e "
+        f"LEFT JOIN LATERAL (SELECT {names} FROM {source} ORDER BY {order} LIMIT 1) f ON true "
+        f"LEFT JOIN LATERAL (SELECT {names} FROM {source} ORDER BY {desc} LIMIT 1) l ON true",
+        (qualified(table.table),))[0]
+    first, last = tuple(row[1:1 + width]), tuple(row[1 + width:])
+    empty = all(v is None for v in first)  # key columns are never NULL
+    return TableStats(None if empty else first, None if empty else last, max(int(row[0]), 0))
 
 
 def _range(table: TableSchema, start: Key | None, end: Key | None) -> tuple[str, list[Any]]:
@@ -500,9 +506,14 @@ def create_table(conn: PgConnection, table: TableSchema) -> None:
         "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
         "AND NOT attisdropped ORDER BY attnum", (qualified(table.table),))]
     check_target_columns(existing, table)
-    conn.query(f"CREATE SCHEMA IF NOT EXISTS {q(table.table.schema)}")
-    conn.query(_target.create_sql(table, qualified(table.table), q))
-    conn.query(_target.ledger(q(table.table.schema)).create_sql())
+    # one transaction, not flushed at its commit (a sync of many tables makes each at start):
+    # the first batch applied later flushes the WAL that holds it; lost in a crash before,
+    # the next start makes it again
+    with conn.raw.transaction():
+        conn.query("SET LOCAL synchronous_commit TO off")
+        conn.query(f"CREATE SCHEMA IF NOT EXISTS {q(table.table.schema)}")
+        conn.query(_target.create_sql(table, qualified(table.table), q))
+        conn.query(_target.ledger(q(table.table.schema)).create_sql())
 
 
 @hookimpl

@@ -130,8 +130,9 @@ def captured_all(conn: PgConnection, tables: Sequence[TableId]
             + _KEY_COLUMNS.format(flag="indisreplident")
             + " FROM (SELECT r.root, r.root AS relid, 0 AS level, k.relkind <> 'p' AS isleaf "
             "FROM unnest(%s::oid[]) AS r(root) JOIN pg_class k ON k.oid = r.root UNION SELECT "
-            "r.root, p.relid, p.level, p.isleaf FROM unnest(%s::oid[]) AS r(root) CROSS JOIN "
-            "LATERAL pg_partition_tree(r.root) p WHERE p.level > 0) t "
+            "r.root, p.relid, p.level, p.isleaf FROM unnest(%s::oid[]) AS r(root) JOIN pg_class "
+            "k ON k.oid = r.root AND k.relkind = 'p' CROSS JOIN LATERAL "  # (a slow function)
+            "pg_partition_tree(r.root) p WHERE p.level > 0) t "
             "JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
             "ORDER BY t.root, t.level, n.nspname, c.relname", ([r[1] for r in rows],) * 2):
         trees.setdefault(root, []).append(
