@@ -239,6 +239,46 @@ def test_a_second_signal_stops_the_sync_in_the_middle_of_a_batch(tmp_path: Path)
     assert rows(dst)["t"] == rows(src)["t"]
 
 
+def test_sigterm_to_the_process_group_stops_the_sync_cleanly(tmp_path: Path) -> None:
+    """SIGTERM to the whole process group (a supervisor's stop, ``kill -TERM -<pgid>``)
+    reaches the driver alone: Spark's JVM and workers run in a session of their own, so the
+    sync stops after its batch with exit 0, no traceback, and leaves no process behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    source = tmp_path / "src.db"
+    with sqlite3.connect(source) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?, ?)", ((i, "x") for i in range(1000)))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sdk.cli", "sync", "--source", f"sqlite:///{source}",
+         "--target", f"sqlite:///{tmp_path}/mirror.db", "--checkpoint", str(tmp_path / "ck"),
+         "--until", "never"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if "phase log" in line:
+            break
+    tree = psutil.Process(process.pid).children(recursive=True)
+    assert any("java" in p.name() for p in tree), seen
+    os.killpg(process.pid, signal.SIGTERM)
+    out = "".join(seen) + process.communicate(timeout=60)[0]
+    assert process.returncode == 0, out
+    assert "stopping once the batch in flight commits" in out and "Traceback" not in out, out
+    deadline = time.monotonic() + 10
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree):
+        assert time.monotonic() < deadline, [p for p in tree if p.is_running()]
+        time.sleep(0.1)
+    assert rows(f"sqlite:///{tmp_path}/mirror.db")["t"] == rows(f"sqlite:///{source}")["t"]
+
+
 def test_the_live_display_fits_the_terminal_and_keeps_what_follows_a_finished_sync(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """On a terminal the progress is one live display (rich) redrawn in place: its lines fit

@@ -142,8 +142,7 @@ def spark_session(master: str = "local[*]", rows_in_jvm: bool = True) -> Any:
         settings["spark.sql.codegen.factoryMode"] = "NO_CODEGEN"
     if java_options:
         settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
-    if not os.environ.get("SDK_VERBOSE"):
-        _quiet_jvm(settings)
+    _launch_jvm(settings, quiet=not os.environ.get("SDK_VERBOSE"))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -170,10 +169,14 @@ def _starts_jvm() -> bool:
         and "PYSPARK_GATEWAY_PORT" not in os.environ
 
 
-def _quiet_jvm(settings: dict[str, str]) -> None:
-    """Start the driver JVM with its standard error read through a filter that drops
-    :data:`JVM_NOTICES` (everything else passes); nothing when a JVM runs already (a
-    session started before, or a gateway given by ``PYSPARK_GATEWAY_PORT``)."""
+def _launch_jvm(settings: dict[str, str], quiet: bool = True) -> None:
+    """Start the driver JVM in a session of its own, so a signal to the ``sdk`` command's
+    process group (``kill -TERM -<pgid>``, a supervisor's stop) reaches the driver alone,
+    which stops after the batch in flight, rather than also killing the JVM and its Python
+    workers under it (the JVM still exits when the driver dies: it watches its standard
+    input). ``quiet``: its standard error goes through a filter that drops
+    :data:`JVM_NOTICES`. Nothing when a JVM runs already (a session started before, or a
+    gateway given by ``PYSPARK_GATEWAY_PORT``)."""
     import subprocess
 
     from pyspark import SparkConf, SparkContext
@@ -182,7 +185,13 @@ def _quiet_jvm(settings: dict[str, str]) -> None:
     if not _starts_jvm():
         return
     conf = SparkConf(loadDefaults=True).setAll(list(settings.items()))
-    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
+    popen: dict[str, Any] = {"start_new_session": True}
+    if quiet:
+        popen["stderr"] = subprocess.PIPE
+    gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
+    if not quiet:
+        SparkContext(conf=conf, gateway=gateway)
+        return
     stream = gateway.proc.stderr
 
     def forward() -> None:
