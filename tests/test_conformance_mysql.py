@@ -20,6 +20,9 @@ class MysqlHarness(Harness):
     dialect = "mysql"
     features = frozenset(Feature)
 
+    def truncate_sql(self, name: str) -> str:
+        return f"TRUNCATE TABLE {self.qualified(name)}"
+
     def __init__(self, url: str | None, admin_url: str) -> None:
         super().__init__(url)
         self.admin = ConnectionConfig.from_url(admin_url)

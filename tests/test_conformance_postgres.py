@@ -24,6 +24,9 @@ class PostgresHarness(Harness):
     dialect = "postgres"
     features = frozenset(Feature)
 
+    def truncate_sql(self, name: str) -> str:
+        return f"TRUNCATE TABLE {self.qualified(name)}"
+
     def __init__(self, url: str, admin_url: str, publication: str) -> None:
         super().__init__(url)
         self.admin_url, self.publication = admin_url, publication

@@ -193,6 +193,11 @@ class Harness:
         """The type-parity table's columns; none skips the type-parity tests."""
         return ()
 
+    def truncate_sql(self, name: str) -> str | None:
+        """The statement emptying table ``name`` at once, without a row change each (a
+        ``TRUNCATE``), for the truncation tests; None (the default) skips them."""
+        return None
+
     def unprivileged_url(self) -> str | None:
         """A URL of a user lacking capture privileges, for the preflight tests (None skips)."""
         return None

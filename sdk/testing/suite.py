@@ -36,6 +36,7 @@ from ..types import (
     SchemaChange,
     SnapshotSplit,
     TableSchema,
+    TableTruncated,
 )
 from .harness import Feature, Harness
 from .kit import (
@@ -381,6 +382,40 @@ class TestSchemaChanges:
                                                    kit.offset())
                  if isinstance(i, (ChangeEvent, SchemaChange))]
         assert again == got, "a repeated read differs"
+
+
+class TestTruncations:
+    """3c. A ``TRUNCATE`` of a captured table (the harness's ``truncate_sql``) comes as one
+    ``TableTruncated`` in log order, between the changes before and after it, again when the
+    read is repeated; a read that ends at it leaves it to the next one."""
+
+    def test_a_truncate_comes_between_the_changes_around_it(self, kit: Kit) -> None:
+        h = kit.harness
+        statement = h.truncate_sql(kit.physical("kit_items"))
+        if statement is None:
+            pytest.skip("the harness gives no truncate_sql")
+        items = kit.items([(1, "one")])
+        low = kit.offset()
+        h.execute(kit.sql("kit_items", "UPDATE {t} SET v = 'before' WHERE id = 1"))
+        h.execute(statement)
+        h.execute(kit.insert_sql("kit_items", ("id", "v"), (2, "after")))
+        high = kit.offset()
+        h.wait_for_log(high)
+
+        def read(start: Offset, end: Offset) -> list[Any]:
+            return [i for i in kit.dialect.stream_log(kit.conn, [items], start, end)
+                    if isinstance(i, (ChangeEvent, TableTruncated))]
+        got = read(low, high)
+        kinds = [type(i).__name__ for i in got]
+        assert kinds == ["ChangeEvent", "TableTruncated", "ChangeEvent"], kinds
+        cut = got[1]
+        assert cut.table == items.table and not cut.dropped
+        assert kit.dialect.compare_offset(got[0].offset, cut.offset) < 0
+        assert kit.dialect.compare_offset(cut.offset, got[2].offset) <= 0
+        assert got[2].after == (2, "after")
+        assert read(low, high) == got, "a repeated read differs"
+        assert read(low, cut.offset) + read(cut.offset, high) == got, \
+            "a read ending at the truncation and the next one differ from the whole"
 
 
 class TestOpenStream:
@@ -773,6 +808,8 @@ __all__ = [
     "TestPreflight",
     "TestReadRange",
     "TestResume",
+    "TestSchemaChanges",
+    "TestTruncations",
     "TestTypeParity",
     "TestVisibility",
     "TestVisibilityInFlight",
