@@ -400,7 +400,8 @@ class TableTruncated:
     without a change per row: ``TRUNCATE``, or the table dropped (or renamed away, replaced)
     when a table of its name may come back. Changes of the table after ``offset`` are its new
     rows. A sync with a target reads the table again whole to remove the rows it no longer
-    has; one that streams changes stops naming the fix (it cannot express it as row changes)."""
+    has; one that streams changes stops at a truncation of rows naming the fix (it cannot
+    express it as row changes) and goes on past a dropped table."""
 
     table: TableId
     offset: Offset
@@ -410,6 +411,15 @@ class TableTruncated:
     """The table itself went away (dropped, renamed away, replaced), rather than its rows: a
     stream of changes then goes on (the table leaves the capture, or a new one of its name
     comes as new rows); a truncation of rows stops it."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table.to_json(), "offset": self.offset.to_json(),
+                "statement": self.statement, "dropped": self.dropped}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TableTruncated:
+        return cls(TableId.from_json(data["table"]), Offset.from_json(data["offset"]),
+                   data["statement"], data.get("dropped", False))
 
 
 LogItem = ChangeEvent | Heartbeat | SchemaChange | TableTruncated

@@ -4,6 +4,8 @@ answer (the table read again whole) runs against real servers in test_resume_edg
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sim import SCHEMA, TABLE, MemoryConnection, MemoryDatabase, memory_dialect
 
@@ -59,3 +61,17 @@ def test_the_in_process_runner_stops_at_a_truncation_naming_the_fix() -> None:
     with pytest.raises(FatalSyncError, match=r"TRUNCATE of db\.t at .*--target"):
         for _ in range(3):
             _, state = runner.step(state)
+
+
+def test_a_staged_truncation_keeps_what_the_driver_needs(tmp_path: Any) -> None:
+    """The driver reads a log batch's truncations back from its stage whole: ``dropped``
+    decides whether a table gone without table discovery is read again."""
+    from sdk import Offset, TableId, TableTruncated
+    from sdk.spark.engine_state import TRUNCATED_STAGE, staged_truncations
+    from sdk.spark.statestore import StateStore
+
+    items = [TableTruncated(TableId("db", "t"), Offset("mem", seq=3)),
+             TableTruncated(TableId("db", "u"), Offset("mem", seq=4), "DROP TABLE", True)]
+    store = StateStore(str(tmp_path))
+    store.write_json([i.to_json() for i in items], "batches", "s1", TRUNCATED_STAGE)
+    assert staged_truncations(store, "s1") == items

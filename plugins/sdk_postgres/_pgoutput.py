@@ -144,7 +144,8 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 
 
-UINT32 = _UINT32 = struct.Struct(">I")
+UINT32 = struct.Struct(">I")
+"""A change's relation id, after its kind byte."""
 BEGIN = struct.Struct(">qqI")
 """A Begin message's fields after its kind byte: final LSN, commit time, xid."""
 _COMMIT = struct.Struct(">bqq")
@@ -191,7 +192,7 @@ def decode_change(data: bytes) -> Change:
     """An Insert, Update or Delete message (kind byte in :data:`CHANGES`): runs per change,
     so it reads the buffer directly."""
     kind = data[0]
-    (relid,) = _UINT32.unpack_from(data, 1)
+    (relid,) = UINT32.unpack_from(data, 1)
     marker = data[5]  # N (new tuple), K (key-only old tuple) or O (whole old tuple)
     reader = Reader(data, 6)
     if kind == _INSERT:

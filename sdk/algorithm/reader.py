@@ -154,11 +154,10 @@ def reread(dialect: Dialect, conn: Connection, table: TableSchema, result: Split
     split = result.split
     last: dict[Key, Row | None] = {}
     events = 0
-    rows = {table.key_of(row): row for row in result.rows}
     for item in changes_of(dialect, conn, table, since, result.watermark):
         events += 1
-        if isinstance(item, TableTruncated):  # every key sent before is gone at that point
-            last.update(dict.fromkeys([*last, *rows]))
+        if isinstance(item, TableTruncated):  # the keys changed before are gone at that point
+            last = dict.fromkeys(last)  # (the rows read, as at the watermark, came after it)
             continue
         if item.old_key is not None and split.contains(item.old_key):
             last[item.old_key] = None
@@ -166,6 +165,7 @@ def reread(dialect: Dialect, conn: Connection, table: TableSchema, result: Split
             last[item.key] = None if item.op == "d" else item.after
     if not last:
         return result
+    rows = {table.key_of(row): row for row in result.rows}
     deleted = []
     for key, row in last.items():
         if row is None:

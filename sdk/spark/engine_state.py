@@ -134,9 +134,8 @@ TRUNCATED_STAGE = "truncated.json"
 
 def staged_truncations(store: StateStore, state: str) -> list[TableTruncated]:
     """The truncations the log batch ending at ``state`` met, in log order."""
-    data = store.read_json("batches", state, TRUNCATED_STAGE) or []
-    return [TableTruncated(TableId(*d["table"]), Offset.from_json(d["offset"]), d["statement"])
-            for d in data]
+    return [TableTruncated.from_json(d)
+            for d in store.read_json("batches", state, TRUNCATED_STAGE) or []]
 
 
 def stage_name(split: SnapshotSplit) -> str:

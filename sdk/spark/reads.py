@@ -461,8 +461,7 @@ class Shapes:
                         "again under its name comes as new rows", item.table, item.statement,
                         item.offset)
             return
-        self._truncated.append({"table": [item.table.schema, item.table.name],
-                                "offset": item.offset.to_json(), "statement": item.statement})
+        self._truncated.append(item.to_json())
         self.store.write_json(self._truncated, "batches", self.state, TRUNCATED_STAGE)
 
     @property

@@ -457,11 +457,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         change.offset, found.describe())
             if found.needs_reread and change.table not in waiting:
                 waiting.add(change.table)
-                digest = stage_name(SnapshotSplit(change.table, 0, None, None))
-                request = SnapshotRequest(f"schema-{engine.seq:012d}-{digest}", change.table,
-                                          None, time.time())
-                write_request(self.store, request)
-                requests.append(request)
+                request = self._own_request("schema-", engine, change.table, requests)
                 log.warning("table %s gained columns: it is read again (request %s)",
                             change.table, request.id)
         return replace(sync, tables=tables, versions=versions)
@@ -483,15 +479,23 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             item.offset)
                 continue
             waiting.add(item.table)
-            digest = stage_name(SnapshotSplit(item.table, 0, None, None))
-            request = SnapshotRequest(f"{TRUNCATED_REQUEST}{engine.seq:012d}-{digest}",
-                                      item.table, None, time.time())
-            write_request(self.store, request)
-            requests.append(request)
+            request = self._own_request(TRUNCATED_REQUEST, engine, item.table, requests)
             if self._watch is not None:
                 self._watch.due()
             log.warning("table %s: %s at %s removed its rows: it is read again whole "
                         "(request %s)", item.table, item.statement, item.offset, request.id)
+
+    def _own_request(self, prefix: str, engine: EngineState, table: TableId,
+                     requests: list[SnapshotRequest]) -> SnapshotRequest:
+        """A request of the sync's own to read ``table`` again whole, written and added to
+        ``requests``: its id names the batch and the table, so a batch planned again writes
+        the same one."""
+        digest = stage_name(SnapshotSplit(table, 0, None, None))
+        request = SnapshotRequest(f"{prefix}{engine.seq:012d}-{digest}", table, None,
+                                  time.time())
+        write_request(self.store, request)
+        requests.append(request)
+        return request
 
     def _exists(self, table: TableId) -> bool:
         try:
