@@ -1,4 +1,5 @@
-"""SQL text helpers for dialects: the half-open key range of a split.
+"""SQL text helpers for dialects: the half-open key range of a split, and a cursor over the
+tokens of a statement's head (the DDL a dialect finds in its log).
 
 Column expressions are passed in already quoted (and collated) by the dialect; only the shape of
 the predicate is shared.
@@ -6,7 +7,8 @@ the predicate is shared.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .types import Key
@@ -56,3 +58,74 @@ def with_condition(where: str, condition: str | None, mark: str = "%s") -> str:
         return where
     text = condition.replace("%", "%%") if mark == "%s" else condition
     return f"({where}) AND ({text})"
+
+
+class StatementHead:
+    """A cursor over a statement's tokens, ``(kind, text)`` with kind ``name`` (a quoted
+    identifier, unquoted already), ``word`` or ``punct``, made by the dialect's ``token``
+    pattern: its groups, in order, are quoted names (each with its doubled quote ``unescape``d
+    by the pattern's index), then the word, then one punctuation character; text the groups
+    leave out (space, comments, strings) is skipped. Unquoted names are ``fold``ed as the
+    database folds them."""
+
+    def __init__(self, sql: str, token: re.Pattern[str], quotes: Sequence[str],
+                 fold: Callable[[str], str] = str) -> None:
+        self.tokens: list[tuple[str, str]] = []
+        for match in token.finditer(sql):
+            groups = match.groups()
+            *names, word, punct = groups
+            for quote, name in zip(quotes, names, strict=True):
+                if name is not None:
+                    self.tokens.append(("name", name.replace(quote * 2, quote)))
+                    break
+            else:
+                if word is not None:
+                    self.tokens.append(("word", word))
+                elif punct is not None:
+                    self.tokens.append(("punct", punct))
+        self.fold = fold
+        self.i = 0
+
+    def word(self, *choices: str) -> str | None:
+        """The next token when it is one of the (upper-case) words ``choices``, consumed."""
+        if self.i < len(self.tokens):
+            kind, text = self.tokens[self.i]
+            if kind == "word" and text.upper() in choices:
+                self.i += 1
+                return text.upper()
+        return None
+
+    def punct(self, char: str) -> bool:
+        """Consume the punctuation ``char`` when it comes next."""
+        if self.i < len(self.tokens) and self.tokens[self.i] == ("punct", char):
+            self.i += 1
+            return True
+        return False
+
+    def identifier(self) -> str | None:
+        """The next name: a quoted one as written, a word ``fold``ed."""
+        if self.i < len(self.tokens):
+            kind, text = self.tokens[self.i]
+            if kind in ("name", "word"):
+                self.i += 1
+                return text if kind == "name" else self.fold(text)
+        return None
+
+    def qualified(self, default: str | None = None) -> tuple[str | None, str] | None:
+        """A ``schema.name`` or a ``name`` (then in schema ``default``)."""
+        first = self.identifier()
+        if first is None:
+            return None
+        if self.punct("."):
+            second = self.identifier()
+            return (first, second) if second is not None else None
+        return default, first
+
+    def skip_to(self, *words: str) -> str | None:
+        """Consume tokens up to and including the next of ``words``."""
+        while self.i < len(self.tokens):
+            found = self.word(*words)
+            if found is not None:
+                return found
+            self.i += 1
+        return None

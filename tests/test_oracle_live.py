@@ -68,6 +68,9 @@ class OracleHarness(Harness):
         self.execute(f"BEGIN EXECUTE IMMEDIATE 'DROP TABLE {self.qualified(name)} PURGE'; "
                      "EXCEPTION WHEN OTHERS THEN IF SQLCODE != -942 THEN RAISE; END IF; END;")
 
+    def truncate_sql(self, name: str) -> str:
+        return f"TRUNCATE TABLE {self.qualified(name)}"
+
     def force_log_switch(self) -> None:
         # a log switch is a CDB-wide operation: run it as the capture user (in the root)
         assert self.url is not None

@@ -30,6 +30,7 @@ from sdk import (
     SnapshotSplit,
     TableId,
     TableSchema,
+    TableTruncated,
 )
 from sdk_oracle._miner import Session, make_offset
 from sdk_oracle._types import logical_column
@@ -183,8 +184,8 @@ class FakeOracle:
                 continue
             if not any(f <= r.SCN and (n is None or n > r.SCN) for f, n in files):
                 continue
-            if r.OPERATION_CODE not in (7, 36) and not (
-                    r.OPERATION_CODE in (1, 2, 3, 5)
+            if r.OPERATION_CODE not in (5, 7, 36) and not (
+                    r.OPERATION_CODE in (1, 2, 3)
                     and f'{r.SEG_OWNER}"."{r.TABLE_NAME}' in tables):
                 continue
             if "pdb" in binds and binds["pdb"] != r.SRC_CON_NAME:
@@ -518,15 +519,70 @@ def test_pdb_filter_and_container_switches() -> None:
     assert read(session(conn2, pdb="PDB1"), make_offset(1100), make_offset(1301)) == []
 
 
-def test_truncate_of_a_captured_table_is_fatal() -> None:
+def ddl(scn: int, x: int, sql: str, table: str | None = "ORDERS", owner: str | None = "SHOP"
+        ) -> Record:
+    return Record(scn, 5, xid(x), sql, owner, table, RS_ID=rs(scn // 100, scn))
+
+
+def items(s: Session, start: Offset, end: Offset) -> list[ChangeEvent | TableTruncated]:
+    return [i for i in sdk_oracle.stream_log(s, [ORDERS], start, end)
+            if not isinstance(i, Heartbeat)]
+
+
+def test_truncate_of_a_captured_table_is_a_table_truncated_item_in_log_order() -> None:
     conn = fake()
-    conn.records.append(Record(1180, 5, xid(20), 'truncate table "SHOP"."ORDERS";', "SHOP",
-                               "ORDERS"))
-    with pytest.raises(FatalSyncError, match="TRUNCATE"):
-        read(session(conn), make_offset(1000), make_offset(1301))
-    # outside the range it does not matter
-    assert summary(read(session(conn), make_offset(1000), make_offset(1100))) == \
-        [e for e in EXPECTED if e[2] < 1100]
+    # T13 (first change at 1210) is open when the TRUNCATE runs: DDL commits on its own
+    conn.records.append(ddl(1215, 20, 'truncate table "SHOP"."ORDERS";'))
+    conn.records.append(commit(1216, 20))
+    got = items(session(conn), make_offset(1000), make_offset(1301))
+    truncated = [i for i in got if isinstance(i, TableTruncated)]
+    assert truncated == [TableTruncated(ORDERS.table, make_offset(
+        1215, "0000000c.000004bf.0010", 0, 1210), "TRUNCATE", False)]
+    at = got.index(truncated[0])
+    assert summary(changes(got[:at])) == [e for e in EXPECTED if e[2] < 1215]
+    assert summary(changes(got[at + 1:])) == [("c", (12,), 1220)]
+    offsets = [i.offset for i in got]
+    assert all(sdk_oracle.compare_offset(a, b) < 0 for a, b in itertools.pairwise(offsets))
+    # a batch cut at the truncation: the first read ends before it, the next starts with it
+    # (mining again from the open T13's start)
+    cut = truncated[0].offset
+    assert items(session(fake(records=conn.records)), make_offset(1000), cut) == got[:at]
+    assert items(session(fake(records=conn.records)), cut, make_offset(1301)) == got[at:]
+    # outside the range it is not there
+    assert items(session(fake(records=conn.records)), make_offset(1000), make_offset(1200)) \
+        == got[:at]
+
+
+def test_drop_and_rename_of_a_captured_table_come_as_dropped() -> None:
+    """A DROP whose table LogMiner's dictionary no longer names (``OBJ# n``), and a RENAME
+    onto the captured name tagged with the table renamed: the statement's text decides."""
+    conn = fake()
+    conn.records += [ddl(1180, 20, "drop table orders purge", "OBJ# 74613"),
+                     ddl(1185, 21, "rename orders_new to orders", "ORDERS_NEW"),
+                     ddl(1190, 22, 'truncate table "SHOP"."OTHER"', "OTHER")]
+    got = [i for i in items(session(conn), make_offset(1000), make_offset(1301))
+           if isinstance(i, TableTruncated)]
+    assert [(i.table, i.statement, i.dropped, i.offset["scn"]) for i in got] == [
+        (ORDERS.table, "DROP TABLE", True, 1180), (ORDERS.table, "RENAME", True, 1185)]
+
+
+def test_other_ddl_of_a_captured_table_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    conn = fake()
+    conn.records.append(ddl(1180, 20, "alter table orders add (note varchar2(10))"))
+    assert items(session(conn), make_offset(1000), make_offset(1301)) == \
+        read(session(fake()), make_offset(1000), make_offset(1301))
+    assert "DDL on captured table SHOP.ORDERS at SCN 1180" in caplog.text
+
+
+def test_a_ddl_statement_over_several_rows_is_joined() -> None:
+    conn = fake()
+    text = "/* " + "x" * 5000 + " */ alter table orders drop partition p_2023"
+    pieces = [text[i:i + 4000] for i in range(0, len(text), 4000)]
+    conn.records += [Record(1180, 5, xid(20), piece, "SHOP", "ORDERS", CSF=int(k < 1),
+                            RS_ID=rs(11, 1180)) for k, piece in enumerate(pieces)]
+    (got,) = [i for i in items(session(conn), make_offset(1000), make_offset(1301))
+              if isinstance(i, TableTruncated)]
+    assert (got.statement, got.dropped) == ("ALTER TABLE ... DROP PARTITION", False)
 
 
 def test_compare_offset_is_a_total_order() -> None:

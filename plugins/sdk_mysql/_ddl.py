@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from sdk.sql import StatementHead
+
 _TOKEN = re.compile(
     r"\s+|/\*.*?\*/|--[^\n]*|#[^\n]*"  # space and comments
     r"|`((?:[^`]|``)*)`"  # a quoted identifier
@@ -24,61 +26,17 @@ Name = tuple[str | None, str]
 """A table as a statement names it: (database or None for the default, table)."""
 
 
-def _tokens(sql: str) -> list[tuple[str, str]]:
-    """(kind, text) of each token: ``name`` (quoted), ``word``, ``punct``; strings and
-    comments dropped."""
-    out = []
-    for match in _TOKEN.finditer(sql):
-        quoted, ansi, word, punct = match.groups()
-        if quoted is not None:
-            out.append(("name", quoted.replace("``", "`")))
-        elif ansi is not None:
-            out.append(("name", ansi.replace('""', '"')))
-        elif word is not None:
-            out.append(("word", word))
-        elif punct is not None:
-            out.append(("punct", punct))
-    return out
-
-
-class _Cursor:
-    def __init__(self, tokens: list[tuple[str, str]]) -> None:
-        self.tokens, self.i = tokens, 0
-
-    def word(self, *choices: str) -> str | None:
-        """The next token when it is one of the (upper-case) words ``choices``, consumed."""
-        if self.i < len(self.tokens):
-            kind, text = self.tokens[self.i]
-            if kind == "word" and text.upper() in choices:
-                self.i += 1
-                return text.upper()
-        return None
+class _Cursor(StatementHead):
+    def __init__(self, sql: str) -> None:
+        super().__init__(sql, _TOKEN, ("`", '"'))
 
     def if_exists(self) -> None:
         if self.word("IF"):
             self.word("EXISTS")
 
-    def punct(self, char: str) -> bool:
-        if self.i < len(self.tokens) and self.tokens[self.i] == ("punct", char):
-            self.i += 1
-            return True
-        return False
-
-    def identifier(self) -> str | None:
-        if self.i < len(self.tokens) and self.tokens[self.i][0] in ("name", "word"):
-            self.i += 1
-            return self.tokens[self.i - 1][1]
-        return None
-
     def table(self) -> Name | None:
         """``name`` or ``db.name``."""
-        first = self.identifier()
-        if first is None:
-            return None
-        if self.punct("."):
-            second = self.identifier()
-            return (first, second) if second is not None else None
-        return None, first
+        return self.qualified()
 
     def tables(self) -> list[Name]:
         """A comma-separated list of table names."""
@@ -97,7 +55,7 @@ def emptied(query: bytes) -> tuple[str, list[Name], list[str]] | None:
     head = query.lstrip()[:8].upper()
     if not head.startswith(_HEADS) and not head.startswith((b"/*", b"--", b"#")):
         return None
-    cursor = _Cursor(_tokens(query.decode("utf-8", "replace")))
+    cursor = _Cursor(query.decode("utf-8", "replace"))
     verb = cursor.word("TRUNCATE", "DROP", "RENAME", "CREATE", "ALTER")
     if verb == "TRUNCATE":
         cursor.word("TABLE")

@@ -39,6 +39,7 @@ from sdk import (
     TableId,
     TableSchema,
     TableStats,
+    TableTruncated,
     hookimpl,
 )
 from sdk.sql import lexicographic_range
@@ -397,7 +398,7 @@ def read_range(conn: Session, table: TableSchema, split: SnapshotSplit, fetch_si
 
 @hookimpl
 def stream_log(conn: Session, tables: Sequence[TableSchema], start: Offset,
-               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat | TableTruncated]:
     return _miner.read(conn, tables, start, end)
 
 

@@ -35,9 +35,10 @@ from sdk import (
     Offset,
     OffsetExpiredError,
     TableSchema,
+    TableTruncated,
 )
 
-from . import _redo
+from . import _ddl, _redo
 from ._types import NLS_SESSION, RedoValueError, from_redo
 
 log = logging.getLogger(__name__)
@@ -260,8 +261,10 @@ END = "BEGIN SYS.DBMS_LOGMNR.END_LOGMNR; END;"
 
 def contents_query(tables: Sequence[TableSchema], pdb: str | None
                    ) -> tuple[str, dict[str, Any]]:
-    """The ``V$LOGMNR_CONTENTS`` query of a window: DML and DDL of the captured tables, and
-    every COMMIT and ROLLBACK (a transaction's end is not tagged with its tables)."""
+    """The ``V$LOGMNR_CONTENTS`` query of a window: DML of the captured tables, every COMMIT
+    and ROLLBACK (a transaction's end is not tagged with its tables), and every DDL (a
+    ``RENAME`` onto a captured name, or a ``DROP`` whose table LogMiner's dictionary no longer
+    names, is tagged with another table or none; the statement's text tells)."""
     binds: dict[str, Any] = {}
     names = []
     for i, t in enumerate(tables):
@@ -269,8 +272,8 @@ def contents_query(tables: Sequence[TableSchema], pdb: str | None
         names.append(f":t{i}")
     sql = ("SELECT SCN, OPERATION_CODE, XID, CSF, ROLLBACK, SEG_OWNER, TABLE_NAME, ROW_ID, "
            "RS_ID, TIMESTAMP, SQL_REDO FROM V$LOGMNR_CONTENTS "
-           "WHERE SCN >= :lo AND SCN <= :hi AND (OPERATION_CODE IN (7, 36) OR "
-           "(OPERATION_CODE IN (1, 2, 3, 5) AND SEG_OWNER || '\".\"' || TABLE_NAME IN ("
+           "WHERE SCN >= :lo AND SCN <= :hi AND (OPERATION_CODE IN (5, 7, 36) OR "
+           "(OPERATION_CODE IN (1, 2, 3) AND SEG_OWNER || '\".\"' || TABLE_NAME IN ("
            + (", ".join(names) or "NULL") + ")))")
     if pdb is not None:
         sql += " AND SRC_CON_NAME = :pdb"
@@ -312,7 +315,7 @@ class Miner:
     def oldest_open(self, default: int) -> int:
         return min((t.start for t in self.open.values()), default=default)
 
-    def window(self, lo: int, hi: int) -> Iterator[ChangeEvent]:
+    def window(self, lo: int, hi: int) -> Iterator[ChangeEvent | TableTruncated]:
         """Mine SCNs ``lo..hi`` and yield the changes of the transactions that commit there."""
         s = self.session
         s.use("root")
@@ -339,11 +342,17 @@ class Miner:
 
     def row(self, scn: Any, op: Any, xid_raw: Any, csf: Any, rollback: Any, owner: str | None,
             table: str | None, row_id: str | None, rs_id: str | None, stamp: Any,
-            sql: str | None) -> Iterator[ChangeEvent]:
+            sql: str | None) -> Iterator[ChangeEvent | TableTruncated]:
         scn, op = int(scn), int(op)
         xid = xid_raw.hex().upper() if isinstance(xid_raw, (bytes, bytearray)) \
             else str(xid_raw)
-        if op in DML_OPS:
+        if op == OP_DDL:
+            pieces = self.pending.setdefault(xid, [])
+            pieces.append(sql or "")
+            if not int(csf or 0):  # else SQL_REDO continues in the next row
+                yield from self._ddl(scn, owner, table, "".join(self.pending.pop(xid)),
+                                     rba_text(rs_id, xid))
+        elif op in DML_OPS:
             pieces = self.pending.setdefault(xid, [])
             pieces.append(sql or "")
             txn = self.open.get(xid)
@@ -364,8 +373,6 @@ class Miner:
         elif op == OP_ROLLBACK:
             self.open.pop(xid, None)
             self.pending.pop(xid, None)
-        elif op == OP_DDL and sql and int(csf or 0) == 0:
-            self._ddl(scn, owner or "", table or "", sql)
 
     @staticmethod
     def _undo(txn: Txn, row_id: str | None) -> None:
@@ -376,15 +383,27 @@ class Miner:
                 del txn.changes[i]
                 return
 
-    def _ddl(self, scn: int, owner: str, table: str, sql: str) -> None:
-        if scn < self.start[0] or self._after_end(scn):
+    def _ddl(self, scn: int, owner: str | None, table: str | None, sql: str, rba: str
+             ) -> Iterator[TableTruncated]:
+        """A DDL statement at ``scn`` (its redo address ``rba``): a :class:`TableTruncated`
+        per captured table it empties or replaces (:mod:`._ddl`), placed like a transaction
+        committing there (DDL commits on its own); a warning for other DDL of a captured
+        table."""
+        position = (scn, rba, 0)
+        if position < self.start[:3] or (self.end is not None and position >= self.end[:3]):
             return
-        if sql.lstrip().lower().startswith("truncate"):
-            raise FatalSyncError(
-                f"TRUNCATE of {owner}.{table} at SCN {scn}: the engine cannot express it as "
-                "row changes; take a new snapshot of the table")
-        log.warning("DDL on captured table %s.%s at SCN %s: %s", owner, table, scn,
-                    sql[:200])
+        hit = _ddl.emptied(sql, owner)
+        tagged = (owner, table) if owner and table else None
+        if hit is None:
+            if tagged in self.tables:
+                log.warning("DDL on captured table %s.%s at SCN %s: %s", owner, table, scn,
+                            sql[:200])
+            return
+        names = [*hit.tables, *([tagged] if tagged is not None else [])]
+        named = [t for t in self.tables if t in names or t[0] in hit.users]
+        offset = make_offset(scn, rba, 0, self.oldest_open(scn))
+        for key in named:
+            yield TableTruncated(self.tables[key].table, offset, hit.statement, hit.dropped)
 
     def _after_end(self, scn: int) -> bool:
         return self.end is not None and scn > self.end[0]
@@ -455,7 +474,7 @@ def event(table: TableSchema, sql: str, offset: Offset, commit_ts: int | None) -
 
 
 def read(session: Session, tables: Sequence[TableSchema], start: Offset, end: Offset | None
-         ) -> Iterator[ChangeEvent | Heartbeat]:
+         ) -> Iterator[ChangeEvent | Heartbeat | TableTruncated]:
     """``stream_log``: the committed changes with ``start <= offset < end``; with ``end``
     None, forever, with a heartbeat after each window and while idle."""
     begin = parts(start)
