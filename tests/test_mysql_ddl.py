@@ -31,6 +31,18 @@ from sdk_mysql._ddl import emptied
     (b"ALTER TABLE t ADD x INT, RENAME AS db.u",
      ("ALTER TABLE ... RENAME", [(None, "t"), ("db", "u")], [])),
     (b"DROP DATABASE IF EXISTS shop", ("DROP DATABASE", [], ["shop"])),
+    (b"ALTER TABLE t ADD PARTITION (PARTITION p9 VALUES LESS THAN (9))", None),
+    (b"ALTER TABLE t REORGANIZE PARTITION p1 INTO (PARTITION a VALUES LESS THAN (5))", None),
+    (b"alter table t drop column x", None),
+    (b"ALTER TABLE t TRUNCATE PARTITION p1, p2",
+     ("ALTER TABLE ... TRUNCATE PARTITION", [(None, "t")], [])),
+    (b"alter table db.t drop partition p0", ("ALTER TABLE ... DROP PARTITION", [("db", "t")], [])),
+    (b"ALTER TABLE t EXCHANGE PARTITION p WITH TABLE `db2`.t2 WITHOUT VALIDATION",
+     ("ALTER TABLE ... EXCHANGE PARTITION", [(None, "t"), ("db2", "t2")], [])),
+    (b"ALTER TABLE t CONVERT PARTITION p TO TABLE t_archive",
+     ("ALTER TABLE ... CONVERT PARTITION", [(None, "t")], [])),
+    (b"ALTER TABLE t CONVERT TABLE t_new TO PARTITION p3 VALUES LESS THAN (100)",
+     ("ALTER TABLE ... CONVERT TABLE", [(None, "t")], [])),
     ("DROP TABLE `caf\u00e9`".encode(), ("DROP TABLE", [(None, "caf\u00e9")], [])),
 ])
 def test_statements_that_empty_tables(sql: bytes, expected: object) -> None:

@@ -645,6 +645,37 @@ def test_statements_that_empty_a_table_come_as_table_truncated(
             if isinstance(i, (ChangeEvent, TableTruncated))] == items[3:]
 
 
+def test_partition_operations_that_remove_or_swap_rows_come_as_table_truncated(
+        mysql: Dialect, conn: Any, make_table: Any, mysql_admin: Any) -> None:
+    """TRUNCATE, EXCHANGE and DROP PARTITION change a partitioned table's rows with no row
+    event: each comes as a TableTruncated of the table (not dropped), at its statement; the
+    table exchanged with is hit too. ADD PARTITION keeps the rows: nothing."""
+    from sdk import TableTruncated
+
+    table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY) PARTITION BY RANGE (id) "
+                       "(PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN "
+                       "(20))", [(1,), (11,)])
+    swap = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)", [(2,)])
+    schemas = [mysql.describe_table(conn, t) for t in (table, swap)]
+    name = f"`{table.name}`"
+    low = mysql.current_offset(conn)
+    admin(mysql_admin, f"ALTER TABLE {name} TRUNCATE PARTITION p1")
+    admin(mysql_admin, f"INSERT INTO {name} VALUES (12)")
+    admin(mysql_admin, f"ALTER TABLE {name} EXCHANGE PARTITION p0 WITH TABLE `{swap.name}`")
+    admin(mysql_admin, f"ALTER TABLE {name} ADD PARTITION (PARTITION p2 VALUES LESS THAN (30))")
+    admin(mysql_admin, f"INSERT INTO {name} VALUES (21)")
+    admin(mysql_admin, f"ALTER TABLE {name} DROP PARTITION p1")
+    high = mysql.current_offset(conn)
+    items = [(i.table.name, getattr(i, "key", None) or (i.statement, i.dropped))  # type: ignore
+             for i in mysql.stream_log(conn, schemas, low, high)
+             if isinstance(i, (ChangeEvent, TableTruncated))]
+    assert items == [
+        (table.name, ("ALTER TABLE ... TRUNCATE PARTITION", False)), (table.name, (12,)),
+        (table.name, ("ALTER TABLE ... EXCHANGE PARTITION", False)),
+        (swap.name, ("ALTER TABLE ... EXCHANGE PARTITION", False)),
+        (table.name, (21,)), (table.name, ("ALTER TABLE ... DROP PARTITION", False))]
+
+
 def test_read_timeout_must_cover_two_heartbeats(mysql: Dialect, mysql_url: str) -> None:
     from sdk import ConfigurationError
 

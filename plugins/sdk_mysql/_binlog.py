@@ -63,7 +63,7 @@ from sdk import (
 )
 
 from ._connect import open_connection
-from ._ddl import Name, emptied
+from ._ddl import ROWS_ONLY, Name, emptied
 from ._offsets import NAME, MariadbGtidState, make_offset, position_key
 from ._rows import RowsDecoder, TableMap, compile_rows, lenenc, parse_table_map, shaped_like
 
@@ -285,7 +285,7 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
         offset = _offset(file, pos, 0, gtid)
         for key in dict.fromkeys(hit):
             yield TableTruncated(captured[key].schema.table, offset, statement,
-                                 dropped=statement != "TRUNCATE")
+                                 dropped=statement not in ROWS_ONLY)
 
     def _captured(db: str, name: str) -> tuple[str, str] | None:
         """The captured table ``db.name`` names (exactly, else ignoring case)."""

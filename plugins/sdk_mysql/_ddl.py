@@ -1,7 +1,9 @@
 """Which tables a DDL statement in the binlog empties or replaces.
 
-Row-based logging writes no row events for ``TRUNCATE``, ``DROP TABLE``, ``RENAME TABLE`` or
-MariaDB's ``CREATE OR REPLACE TABLE``: they are Query events holding the statement's text. A
+Row-based logging writes no row events for ``TRUNCATE``, ``DROP TABLE``, ``RENAME TABLE``,
+MariaDB's ``CREATE OR REPLACE TABLE``, or the partition operations that remove or swap rows
+(``ALTER TABLE ... TRUNCATE``, ``DROP``, ``EXCHANGE`` or MariaDB's ``CONVERT`` ``PARTITION``,
+``CONVERT TABLE ... TO PARTITION``): they are Query events holding the statement's text. A
 table they hit no longer holds the rows the log gave before (a table created again under its
 name starts empty), so the reader reports each captured table they name
 (:class:`sdk.TableTruncated`). Only the statement's head is parsed: its names, quoted or not,
@@ -46,6 +48,13 @@ class _Cursor(StatementHead):
             if not self.punct(","):
                 break
         return out
+
+
+ROWS_ONLY = ("TRUNCATE", "ALTER TABLE ... TRUNCATE PARTITION", "ALTER TABLE ... DROP PARTITION",
+             "ALTER TABLE ... EXCHANGE PARTITION", "ALTER TABLE ... CONVERT PARTITION",
+             "ALTER TABLE ... CONVERT TABLE")
+"""The statements of :func:`emptied` that change rows, not a table's existence: each table
+they name stays (the others drop, rename or replace a table)."""
 
 
 def emptied(query: bytes) -> tuple[str, list[Name], list[str]] | None:
@@ -108,6 +117,19 @@ def emptied(query: bytes) -> tuple[str, list[Name], list[str]] | None:
         old = cursor.table()
         if old is None:
             return None
+        start = cursor.i
+        action = cursor.word("TRUNCATE", "DROP", "EXCHANGE", "CONVERT")
+        if action is not None and cursor.word("PARTITION"):
+            # rows removed or swapped a partition at a time; an EXCHANGE swaps the other
+            # table's too (CONVERT's other table is made, or dropped, by the statement)
+            statement = f"ALTER TABLE ... {action} PARTITION"
+            if action == "EXCHANGE" and cursor.skip_to("WITH") and cursor.word("TABLE") and \
+                    (other := cursor.table()) is not None:
+                return statement, [old, other], []
+            return statement, [old], []
+        if action == "CONVERT" and cursor.word("TABLE"):  # CONVERT TABLE t2 TO PARTITION p
+            return "ALTER TABLE ... CONVERT TABLE", [old], []
+        cursor.i = start
         tokens = cursor.tokens
         for i in range(cursor.i, len(tokens) - 1):
             if tokens[i][0] == "word" and tokens[i][1].upper() == "RENAME" and \

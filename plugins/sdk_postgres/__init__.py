@@ -262,9 +262,18 @@ def list_tables(conn: PgConnection) -> list[TableId]:
 @hookimpl
 def table_identities(conn: PgConnection, tables: Sequence[TableId]) -> dict[TableId, str]:
     """Each table's OID: a table dropped and created again gets a new one, which no
-    publication holds until the sync adds it, so its rows written before are not decoded."""
-    return {TableId(schema, name): oid for schema, name, oid in conn.query(
-        "SELECT n.nspname, c.relname, c.oid::text FROM unnest(%s::text[], %s::text[]) "
+    publication holds until the sync adds it, so its rows written before are not decoded.
+    A partitioned table's also digests its partitions' OIDs and storage (``relfilenode``):
+    pgoutput says nothing when a partition is detached, attached or dropped, nor of a
+    TRUNCATE of a partition alone (published through the root), and each changes them. (So
+    does a rewrite that keeps the rows, ``VACUUM FULL`` or ``CLUSTER`` of a partition: the
+    table is then read again for nothing.)"""
+    return {TableId(schema, name): token for schema, name, token in conn.query(
+        "SELECT n.nspname, c.relname, c.oid::text || CASE WHEN c.relkind = 'p' THEN '/' || "
+        "coalesce((SELECT md5(string_agg(p.relid::oid::text || ':' || pc.relfilenode::text, "
+        "',' ORDER BY p.relid::oid)) FROM pg_partition_tree(c.oid::regclass) p JOIN pg_class "
+        "pc ON pc.oid = p.relid WHERE p.isleaf), '') ELSE '' END "
+        "FROM unnest(%s::text[], %s::text[]) "
         "AS w(s, t) JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON "
         "c.relnamespace = n.oid AND c.relname = w.t AND c.relkind IN ('r', 'p')",
         ([t.schema for t in tables], [t.name for t in tables]))}

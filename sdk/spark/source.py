@@ -411,8 +411,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "--checkpoint directory)")
             self._watch.prepare_again(self.conn, sync.tables[table])
             sync = self.machine.reread(self.conn, sync, table, None, request)
-            log.warning("table %s was dropped and created again: it is read again whole "
-                        "(request %s)", table, request)
+            log.warning("table %s was dropped and created again, or rows left or joined it "
+                        "outside the log (a partition truncated, attached, detached or "
+                        "dropped): it is read again whole (request %s)", table, request)
         self._save_identities(seen)
         return sync
 
