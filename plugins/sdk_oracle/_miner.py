@@ -405,9 +405,6 @@ class Miner:
         for key in named:
             yield TableTruncated(self.tables[key].table, offset, hit.statement, hit.dropped)
 
-    def _after_end(self, scn: int) -> bool:
-        return self.end is not None and scn > self.end[0]
-
     def _commit(self, txn: Txn, scn: int, rba: str, stamp: Any) -> Iterator[ChangeEvent]:
         mine = min(txn.start, self.oldest_open(txn.start))
         commit_ts = None
