@@ -63,10 +63,10 @@ def with_condition(where: str, condition: str | None, mark: str = "%s") -> str:
 class StatementHead:
     """A cursor over a statement's tokens, ``(kind, text)`` with kind ``name`` (a quoted
     identifier, unquoted already), ``word`` or ``punct``, made by the dialect's ``token``
-    pattern: its groups, in order, are quoted names (each with its doubled quote ``unescape``d
-    by the pattern's index), then the word, then one punctuation character; text the groups
-    leave out (space, comments, strings) is skipped. Unquoted names are ``fold``ed as the
-    database folds them."""
+    pattern: its groups, in order, are quoted names (a doubled quote in one is read as the
+    quote of ``quotes`` at the same index), then the word, then one punctuation character;
+    text the groups leave out (space, comments, strings) is skipped. Unquoted names go
+    through ``fold``, as the database folds them."""
 
     def __init__(self, sql: str, token: re.Pattern[str], quotes: Sequence[str],
                  fold: Callable[[str], str] = str) -> None:
@@ -103,7 +103,7 @@ class StatementHead:
         return False
 
     def identifier(self) -> str | None:
-        """The next name: a quoted one as written, a word ``fold``ed."""
+        """The next name: a quoted one as written, a word through ``fold``."""
         if self.i < len(self.tokens):
             kind, text = self.tokens[self.i]
             if kind in ("name", "word"):
