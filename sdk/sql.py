@@ -72,8 +72,7 @@ class StatementHead:
                  fold: Callable[[str], str] = str) -> None:
         self.tokens: list[tuple[str, str]] = []
         for match in token.finditer(sql):
-            groups = match.groups()
-            *names, word, punct = groups
+            *names, word, punct = match.groups()
             for quote, name in zip(quotes, names, strict=True):
                 if name is not None:
                     self.tokens.append(("name", name.replace(quote * 2, quote)))

@@ -4,6 +4,8 @@ went away, and checkpoints given as URIs."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -120,117 +122,116 @@ def test_sync_and_status_with_a_file_uri_checkpoint(spark: Any, tmp_path: Path,
     assert "applied 5 rows" in capsys.readouterr().out
 
 
+@dataclass
+class PgResume:
+    """A PostgreSQL source schema, its mirror schema on the same server, and the arguments
+    of an ``sdk sync --until caught-up`` between them (slot and publication of its own)."""
+
+    source: Any
+    schema: str
+    mirror: str
+    args: list[str]
+
+    def rows(self, where: str, table: str) -> list[tuple[Any, ...]]:
+        return self.source.execute(f"SELECT * FROM {where}.{table} ORDER BY id").fetchall()
+
+
+@pytest.fixture
+def pg_resume(postgres_url: str, postgres_admin: Any, tmp_path: Path) -> Iterator[PgResume]:
+    import uuid
+
+    import psycopg
+
+    tag = f"rs_{uuid.uuid4().hex[:8]}"
+    schema, mirror = tag, f"{tag}_m"
+    for name in (schema, mirror):
+        postgres_admin.execute(f"CREATE SCHEMA {name} AUTHORIZATION sdk_cdc")
+    source = psycopg.connect(postgres_url, autocommit=True)
+    url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}slot={tag}&publication={tag}"
+    args = ["sync", "--source", url, "--target", postgres_url, "--tables", f"{schema}.*",
+            "--target-schema", mirror, "--checkpoint", str(tmp_path / "ck"),
+            "--until", "caught-up"]
+    try:
+        yield PgResume(source, schema, mirror, args)
+    finally:
+        source.close()
+        postgres_admin.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
+                               "pg_replication_slots WHERE slot_name = %s", (tag,))
+        postgres_admin.execute(f"DROP PUBLICATION IF EXISTS {tag}")
+        for name in (schema, mirror):
+            postgres_admin.execute(f"DROP SCHEMA {name} CASCADE")
+
+
 @pytest.mark.postgres
 def test_a_table_dropped_and_created_again_while_stopped_is_read_again(
-        postgres_url: str, postgres_admin: Any, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        pg_resume: PgResume, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A table dropped and created again under its name while the sync was stopped (new
     rows, some keys shared, none of them in the log: the new table was in no publication)
     is noticed by its new OID and read again whole when the sync resumes: the mirror loses
     the old rows and gets the new ones; the other table only gets its changes. Created again
     with other columns, it stops the sync naming the fix."""
-    import uuid
+    source, schema, mirror, args = (pg_resume.source, pg_resume.schema, pg_resume.mirror,
+                                    pg_resume.args)
+    rows = pg_resume.rows
+    for table in ("t0", "t1"):
+        source.execute(f"CREATE TABLE {schema}.{table} (id int PRIMARY KEY, v text)")
+        source.execute(f"INSERT INTO {schema}.{table} SELECT g, 'v' || g FROM "
+                       "generate_series(1, 100) g")
+    assert main(args) == 0
+    source.execute(f"DROP TABLE {schema}.t0")
+    source.execute(f"CREATE TABLE {schema}.t0 (id int PRIMARY KEY, v text)")
+    source.execute(f"INSERT INTO {schema}.t0 SELECT g, 'new' || g FROM "
+                   "generate_series(50, 150) g")
+    source.execute(f"UPDATE {schema}.t1 SET v = 'changed' WHERE id <= 10")
+    assert main(args) == 0
+    for table in ("t0", "t1"):
+        assert rows(mirror, table) == rows(schema, table)
 
-    import psycopg
+    def rereads() -> list[str]:
+        state = latest(StateStore(str(tmp_path / "ck" / "state")))
+        assert state is not None
+        return [r for r in state.sync.served if r.startswith("recreated/")]
 
-    tag = uuid.uuid4().hex[:8]
-    schema, mirror = f"rc_{tag}", f"rc_m_{tag}"
-    for name in (schema, mirror):
-        postgres_admin.execute(f"CREATE SCHEMA {name} AUTHORIZATION sdk_cdc")
-    source = psycopg.connect(postgres_url, autocommit=True)
-    url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}slot=rc_{tag}&publication=rc_{tag}"
-    args = ["sync", "--source", url, "--target", postgres_url, "--tables", f"{schema}.*",
-            "--target-schema", mirror, "--checkpoint", str(tmp_path / "ck"),
-            "--until", "caught-up"]
-
-    def rows(where: str, table: str) -> list[tuple[Any, ...]]:
-        return source.execute(f"SELECT * FROM {where}.{table} ORDER BY id").fetchall()
-
-    try:
-        for table in ("t0", "t1"):
-            source.execute(f"CREATE TABLE {schema}.{table} (id int PRIMARY KEY, v text)")
-            source.execute(f"INSERT INTO {schema}.{table} SELECT g, 'v' || g FROM "
-                           "generate_series(1, 100) g")
-        assert main(args) == 0
-        source.execute(f"DROP TABLE {schema}.t0")
-        source.execute(f"CREATE TABLE {schema}.t0 (id int PRIMARY KEY, v text)")
-        source.execute(f"INSERT INTO {schema}.t0 SELECT g, 'new' || g FROM "
-                       "generate_series(50, 150) g")
-        source.execute(f"UPDATE {schema}.t1 SET v = 'changed' WHERE id <= 10")
-        assert main(args) == 0
-        for table in ("t0", "t1"):
-            assert rows(mirror, table) == rows(schema, table)
-        def rereads() -> list[str]:
-            state = latest(StateStore(str(tmp_path / "ck" / "state")))
-            assert state is not None
-            return [r for r in state.sync.served if r.startswith("recreated/")]
-
-        assert [r.rsplit("/", 1)[-1] for r in rereads()] == [f"{schema}.t0"]
-        assert main(args) == 0  # read again once, not at each resume
-        assert len(rereads()) == 1
-        source.execute(f"DROP TABLE {schema}.t0")
-        source.execute(f"CREATE TABLE {schema}.t0 (id int PRIMARY KEY, v text, extra int)")
-        assert main(args) != 0
-        assert "dropped and created again with other columns" in capsys.readouterr().err
-    finally:
-        source.close()
-        postgres_admin.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
-                               "pg_replication_slots WHERE slot_name = %s", (f"rc_{tag}",))
-        postgres_admin.execute(f"DROP PUBLICATION IF EXISTS rc_{tag}")
-        for name in (schema, mirror):
-            postgres_admin.execute(f"DROP SCHEMA {name} CASCADE")
+    assert [r.rsplit("/", 1)[-1] for r in rereads()] == [f"{schema}.t0"]
+    assert main(args) == 0  # read again once, not at each resume
+    assert len(rereads()) == 1
+    source.execute(f"DROP TABLE {schema}.t0")
+    source.execute(f"CREATE TABLE {schema}.t0 (id int PRIMARY KEY, v text, extra int)")
+    assert main(args) != 0
+    assert "dropped and created again with other columns" in capsys.readouterr().err
 
 
 @pytest.mark.postgres
 def test_partitions_truncated_or_detached_outside_the_log_are_read_again(
-        postgres_url: str, postgres_admin: Any, tmp_path: Path) -> None:
+        pg_resume: PgResume) -> None:
     """pgoutput says nothing of a TRUNCATE of one partition (published through its root) nor
     of a partition detached or attached: rows leave and join the partitioned table outside
     the log. Its incarnation token covers its partitions, so the sync notices at resume and
     reads it again whole; the mirror ends equal to the source."""
-    import uuid
-
-    import psycopg
-
-    tag = uuid.uuid4().hex[:8]
-    schema, mirror = f"pp_{tag}", f"pp_m_{tag}"
-    for name in (schema, mirror):
-        postgres_admin.execute(f"CREATE SCHEMA {name} AUTHORIZATION sdk_cdc")
-    source = psycopg.connect(postgres_url, autocommit=True)
-    url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}slot=pp_{tag}&publication=pp_{tag}"
-    args = ["sync", "--source", url, "--target", postgres_url, "--tables", f"{schema}.*",
-            "--target-schema", mirror, "--checkpoint", str(tmp_path / "ck"),
-            "--until", "caught-up"]
+    source, schema, mirror, args = (pg_resume.source, pg_resume.schema, pg_resume.mirror,
+                                    pg_resume.args)
 
     def rows(where: str) -> list[tuple[Any, ...]]:
-        return source.execute(f"SELECT * FROM {where}.t ORDER BY id").fetchall()
+        return pg_resume.rows(where, "t")
 
-    try:
-        source.execute(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, v text) "
-                       "PARTITION BY RANGE (id)")
-        for k in range(3):
-            source.execute(f"CREATE TABLE {schema}.t_{k} PARTITION OF {schema}.t FOR VALUES "
-                           f"FROM ({k * 100}) TO ({k * 100 + 100})")
-        source.execute(f"INSERT INTO {schema}.t SELECT g, 'v' || g FROM generate_series(0, 299) g")
-        assert main(args) == 0
-        assert rows(mirror) == rows(schema)
-        source.execute(f"TRUNCATE {schema}.t_0")
-        source.execute(f"ALTER TABLE {schema}.t DETACH PARTITION {schema}.t_1")
-        source.execute(f"UPDATE {schema}.t SET v = 'changed' WHERE id = 250")
-        assert main(args) == 0
-        assert rows(mirror) == rows(schema) == [
-            (g, "changed" if g == 250 else f"v{g}") for g in range(200, 300)]
-        source.execute(f"ALTER TABLE {schema}.t ATTACH PARTITION {schema}.t_1 FOR VALUES "
-                       "FROM (100) TO (200)")
-        assert main(args) == 0
-        assert len(rows(mirror)) == 200 and rows(mirror) == rows(schema)
-    finally:
-        source.close()
-        postgres_admin.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
-                               "pg_replication_slots WHERE slot_name = %s", (f"pp_{tag}",))
-        postgres_admin.execute(f"DROP PUBLICATION IF EXISTS pp_{tag}")
-        for name in (schema, mirror):
-            postgres_admin.execute(f"DROP SCHEMA {name} CASCADE")
+    source.execute(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, v text) "
+                   "PARTITION BY RANGE (id)")
+    for k in range(3):
+        source.execute(f"CREATE TABLE {schema}.t_{k} PARTITION OF {schema}.t FOR VALUES "
+                       f"FROM ({k * 100}) TO ({k * 100 + 100})")
+    source.execute(f"INSERT INTO {schema}.t SELECT g, 'v' || g FROM generate_series(0, 299) g")
+    assert main(args) == 0
+    assert rows(mirror) == rows(schema)
+    source.execute(f"TRUNCATE {schema}.t_0")
+    source.execute(f"ALTER TABLE {schema}.t DETACH PARTITION {schema}.t_1")
+    source.execute(f"UPDATE {schema}.t SET v = 'changed' WHERE id = 250")
+    assert main(args) == 0
+    assert rows(mirror) == rows(schema) == [
+        (g, "changed" if g == 250 else f"v{g}") for g in range(200, 300)]
+    source.execute(f"ALTER TABLE {schema}.t ATTACH PARTITION {schema}.t_1 FOR VALUES "
+                   "FROM (100) TO (200)")
+    assert main(args) == 0
+    assert len(rows(mirror)) == 200 and rows(mirror) == rows(schema)
 
 
 @pytest.mark.mysql
