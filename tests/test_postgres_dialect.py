@@ -257,6 +257,52 @@ def test_transaction_open_at_the_watermark_is_waited_for(pg: Dialect, capture: A
     assert [e.key for e in log(pg, conn, [schema], low, pg.current_offset(conn))] == [(1,)]
 
 
+def test_a_commit_in_the_log_but_not_yet_visible_is_waited_for(
+        pg: Dialect, capture: Any, postgres_admin_url: str, postgres_admin: Any) -> None:
+    """A commit's WAL record is flushed before the transaction leaves the proc array (a
+    synchronous standby's answer is awaited between the two: here one that never comes, so
+    the writer stays there until cancelled). An offset above that record may only be given
+    once the row is visible: a read taken right after it sees the row."""
+    import psycopg
+
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY)")
+    start = pg.current_offset(conn)
+    conn.raw.execute("SET synchronous_commit = local")  # its own fence must not wait too
+    writer = psycopg.connect(postgres_admin_url)
+    writer.execute(f'INSERT INTO "{schema.table.name}" VALUES (1)')
+    pid = writer.info.backend_pid
+    whole = SnapshotSplit(schema.table, 0, None, None)
+    seen: list[Any] = []
+    postgres_admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'sdk_nobody'")
+    try:
+        postgres_admin.execute("SELECT pg_reload_conf()")
+        time.sleep(0.3)  # the server's processes read the file again
+        committing = threading.Thread(target=writer.commit)
+        committing.start()
+        deadline = time.monotonic() + 10
+        while not postgres_admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event = 'SyncRep'",
+                (pid,)).fetchone():
+            assert time.monotonic() < deadline, "the commit did not wait for the standby"
+            time.sleep(0.02)
+        asking = threading.Thread(target=lambda: seen.append(
+            (pg.current_offset(conn), [r for b in pg.read_range(conn, schema, whole, 10)
+                                       for r in b])))
+        asking.start()
+        asking.join(0.5)
+        postgres_admin.execute("SELECT pg_cancel_backend(%s)", (pid,))  # committed locally
+        committing.join(10)
+        asking.join(10)
+    finally:
+        postgres_admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        postgres_admin.execute("SELECT pg_reload_conf()")
+        writer.close()
+    (low, rows), = seen
+    assert rows == [(1,)]
+    assert [e.key for e in log(pg, conn, [schema], start, low)] == [(1,)]
+
+
 def test_a_transaction_larger_than_decoding_memory(pg: Dialect, capture: Any,
                                                    postgres_admin: Any) -> None:
     conn, make = capture

@@ -381,10 +381,17 @@ def current_offset(conn: PgConnection) -> Offset:
     # Logical decoding reads only flushed WAL, and a commit with synchronous_commit = off is
     # visible before its WAL is flushed: a head past the flushed WAL would give a bounded read
     # missing such commits below it, which the next range then starts after.
-    # Any transaction whose commit record lies below ``lsn`` got its xid before ``fence`` was
+    # A transaction holds the lock on its xid until after it has left the proc array: with
+    # no such lock held once ``lsn`` is read, every commit below it is visible. Else, any
+    # transaction whose commit record lies below ``lsn`` got its xid before ``fence`` was
     # allocated; once the oldest running xid is at or past the fence, all of them have left
-    # the proc array and are visible.
+    # the proc array and are visible. (Allocating a fence writes a commit record: taken at
+    # every poll of an idle server, it would move the head each time, each move a batch.)
     (lsn,) = conn.query("SELECT pg_current_wal_flush_lsn()::text")[0]
+    (busy,) = conn.query("SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = "
+                         "'transactionid')")[0]
+    if not busy:
+        return make_offset(lsn_int(lsn))
     (fence,) = conn.query("SELECT pg_current_xact_id()::text")[0]
     deadline = time.monotonic() + conn.wait_seconds
     while True:
