@@ -83,7 +83,8 @@ SOURCE_OPTIONS = OptionTable(
     Option("targetSchema", "target_schema", text, None, "schema (database) of the target "
            "tables with `target`", "source", (), "the source table's"),
     Option("log.poll-interval.ms", "head_poll_seconds", _milliseconds, 0.5,
-           "how often an idle stream asks the source for its log head (milliseconds)",
+           "how often an idle stream asks the source for its log head (milliseconds); "
+           "`sdk sync` starts a batch at most this often",
            "source", (), "500"),
     Option("tables.discovery-interval.ms", "discovery_seconds", _interval, 10.0,
            "how often a stream in its log phase looks for tables that newly match `tables` "

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import pkgutil
 import sys
 import time
 from typing import Any
@@ -25,20 +24,11 @@ from typing import Any
 def main() -> None:
     source, mirror_url, work = sys.argv[1:4]
     chained = sys.argv[4:] == ["chained"]
-    from sdk.spark.workers import worker_python
-
-    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
-    from pyspark.sql import SparkSession
-
     from sdk import ConnectionConfig, Offset, get_dialect
-    from sdk.spark import register
     from sdk.spark.mirror import Mirror
+    from sdk.spark.sync import spark_session
 
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    if not any(m.name == "pyspark_cdc" for m in pkgutil.iter_modules()):
-        register(spark)
+    spark = spark_session("local[2]")  # as ``sdk sync`` starts it (its JVM archive too)
     dialect = get_dialect("sqlite")
     conn = dialect.connect(ConnectionConfig.from_url(source))
     schemas = [dialect.describe_table(conn, t) for t in dialect.list_tables(conn)]

@@ -365,6 +365,8 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
     # resolves them again, as a new sync would)
     first_options = {**reader_options, "resolved": save_resolved(state_dir, resolved.tables)}
 
+    poll_ms = round(spec.head_poll_seconds * 1000)
+
     def start_query() -> Any:
         options = first_options if query is None else reader_options
         stream = spark.readStream.format("cdc").options(**options).load()
@@ -372,7 +374,8 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
             .option("checkpointLocation", spark_checkpoint)
         if until == "caught-up":
             return writer.trigger(availableNow=True).start()
-        return writer.trigger(processingTime="1 second").start()
+        # a batch at most every poll interval: the stream asks for the log head no more often
+        return writer.trigger(processingTime=f"{poll_ms} milliseconds").start()
 
     started, began = time.monotonic(), time.time()
     stop, now = threading.Event(), threading.Event()  # a first signal, and a second one
