@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from helpers.changes import assert_once
 from test_lakehouse import commits
-from test_sync_kill import in_log_phase, kill_when, mid_snapshot, sync_process
+from test_sync_kill import in_log_phase, kill_when, mid_snapshot, paced, sync_process
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 from sdk.dialects import default_manager
@@ -103,7 +103,8 @@ def test_sync_into_a_lakehouse_survives_sigkills(
     thread = threading.Thread(target=write)
     thread.start()
     try:
-        kill_when(sync_process([*args, "--until", "never"]), mid_snapshot)
+        kill_when(sync_process([*args, *paced(ROWS), "--until", "never"]), mid_snapshot,
+                  in_log_phase)
         kill_when(sync_process([*args, "--until", "never"]), in_log_phase)
     finally:
         stop.set()

@@ -37,13 +37,16 @@ def sync_process(args: list[str]) -> subprocess.Popen[str]:
                             stderr=errors, text=True, env=env, start_new_session=True)
 
 
-def kill_when(process: subprocess.Popen[str], moment: Callable[[str], bool]) -> None:
-    """SIGKILL the whole process group once a progress line shows the moment."""
+def kill_when(process: subprocess.Popen[str], moment: Callable[[str], bool],
+              past: Callable[[str], bool] | None = None) -> None:
+    """SIGKILL the whole process group once a progress line shows the moment; fail (the
+    sync killed too) if a line shows it ``past`` that moment first."""
     assert process.stdout is not None
     for line in process.stdout:
-        if moment(line):
+        if moment(line) or (past is not None and past(line)):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+            assert moment(line), f"the sync went past the kill point unseen: {line}"
             return
     raise AssertionError(f"the sync ended before the kill point (exit {process.wait()})")
 
@@ -55,6 +58,12 @@ def mid_snapshot(line: str) -> bool:
 
 def in_log_phase(line: str) -> bool:
     return "phase log" in line
+
+
+def paced(rows: int) -> list[str]:
+    """The option for a run to be killed in the middle of its snapshot of ``rows`` rows: about
+    8 s of it, so the progress lines (every 2 s) show it there however fast batches go."""
+    return ["--option", f"snapshot.rows-per-second={rows // 8}"]
 
 
 def test_sync_survives_sigkill_in_snapshot_and_log_phase(
@@ -93,7 +102,8 @@ def test_sync_survives_sigkill_in_snapshot_and_log_phase(
     thread = threading.Thread(target=write)
     thread.start()
     try:
-        kill_when(sync_process([*args, "--until", "never"]), mid_snapshot)
+        kill_when(sync_process([*args, *paced(60000), "--until", "never"]), mid_snapshot,
+                  in_log_phase)
         kill_when(sync_process([*args, "--until", "never"]), in_log_phase)
     finally:
         stop.set()
