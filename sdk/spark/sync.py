@@ -156,6 +156,14 @@ def spark_session(master: str = "local[*]", rows_in_jvm: bool = True) -> Any:
     return spark
 
 
+LOCAL_CHECKPOINTS = \
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+"""Spark's checkpoint writer for a local checkpoint. The default goes through Hadoop's
+``FileContext``, which on a local disk starts a ``readlink`` process (and more) for each file it
+commits: ~6 processes and 12 ms of driver CPU per batch, measured with 2 batches a second.
+This one writes a temporary file and renames it, which a local file system does atomically
+(Spark uses it wherever ``FileContext`` is missing); other file systems keep the default."""
+
 JVM_NOTICES = (b"WARNING: Using incubator modules",)
 """Lines the driver JVM prints on every start that say nothing to a user (Spark's launcher
 always adds ``--add-modules=jdk.incubator.vector``)."""
@@ -353,6 +361,8 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
                 df.unpersist()
 
     spark = spark_session(master, rows_in_jvm=spec.target is None)
+    if spark_checkpoint.startswith(("/", "file:")):
+        spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", LOCAL_CHECKPOINTS)
     reader_options.setdefault("cores", str(spark.sparkContext.defaultParallelism))
     from .warmup import warm_workers
 
