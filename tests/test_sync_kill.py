@@ -43,10 +43,11 @@ def kill_when(process: subprocess.Popen[str], moment: Callable[[str], bool],
     sync killed too) if a line shows it ``past`` that moment first."""
     assert process.stdout is not None
     for line in process.stdout:
-        if moment(line) or (past is not None and past(line)):
+        reached = moment(line)
+        if reached or (past is not None and past(line)):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-            assert moment(line), f"the sync went past the kill point unseen: {line}"
+            assert reached, f"the sync went past the kill point unseen: {line}"
             return
     raise AssertionError(f"the sync ended before the kill point (exit {process.wait()})")
 
