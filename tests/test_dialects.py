@@ -50,6 +50,23 @@ def test_builtin_reference_dialect_loads_from_entry_point() -> None:
     assert sqlite.info.name == "sqlite" and sqlite.implements("apply_changes")
 
 
+def test_a_url_loads_the_plugin_named_like_its_scheme_alone() -> None:
+    """A URL whose scheme names a dialect (aliases resolved) loads that plugin alone, as each
+    Spark worker resolving a sync's URLs does; a scheme no dialect is named like looks among
+    all of them."""
+    def loaded(manager: DialectManager) -> set[str]:
+        return {name for name, _ in manager.pm.list_name_plugin()}
+
+    manager = DialectManager()
+    assert manager.dialect_for_url("postgresql://u@h/db")[0].name == "postgres"
+    assert loaded(manager) == {"postgres"}
+    assert manager.dialect_for_url("delta+file:///tmp/x")[0].name == "delta"
+    assert loaded(manager) == {"postgres", "delta"}
+    with pytest.raises(DialectNotFoundError, match=r"installed: .*sqlite"):
+        manager.dialect_for_url("nosuch://u@h/db")
+    assert {"sqlite", "mysql"} <= loaded(manager)
+
+
 def test_dispatch_reaches_only_the_chosen_dialect() -> None:
     calls: list[str] = []
 
