@@ -26,7 +26,7 @@ def main() -> None:
     chained = sys.argv[4:] == ["chained"]
     from sdk import ConnectionConfig, Offset, get_dialect
     from sdk.spark.mirror import Mirror
-    from sdk.spark.sync import spark_session
+    from sdk.spark.session import spark_session
 
     spark = spark_session("local[2]")  # as ``sdk sync`` starts it (its JVM archive too)
     dialect = get_dialect("sqlite")

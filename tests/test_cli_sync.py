@@ -71,6 +71,54 @@ def test_sync_reports_bad_input_clearly(tmp_path: Path,
     assert "secret" not in err and "cannot connect" in err
 
 
+def test_a_sync_whose_checks_fail_ends_at_once_with_its_output(tmp_path: Path) -> None:
+    """``sdk sync`` starts its driver JVM while it checks the source: a check that fails ends
+    the command at once with the error, its output ends with it (the JVM left starting writes
+    through the command, holding none of its output open), and that JVM ends by itself."""
+    import os
+    import select
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    source = tmp_path / "shop.db"
+    with sqlite3.connect(source) as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    marker = uuid.uuid4().hex
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sdk.cli", "sync", "--source", f"sqlite:///{source}",
+         "--tables", "nosuch", "--target", f"sqlite:///{tmp_path}/mirror.db",
+         "--checkpoint", str(tmp_path / "ck")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "SDK_MARK": marker})
+    assert process.wait(timeout=60) == 2
+    assert process.stdout is not None
+    out = b""
+    while select.select([process.stdout], [], [], 1.0)[0]:  # at its end within a second
+        chunk = os.read(process.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        out += chunk
+    else:
+        raise AssertionError(f"the command's output is still open after it ended: {out!r}")
+    assert b"matches no table" in out
+
+    def left() -> list[int]:  # processes the command started (its environment is theirs)
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if f"SDK_MARK={marker}".encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                    found.append(int(pid))
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 60
+    while left():
+        assert time.monotonic() < deadline, f"processes left running: {left()}"
+        time.sleep(0.2)
+
+
 def test_sync_from_a_yaml_config(spark: Any, tmp_path: Path,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "shop.db"

@@ -20,7 +20,7 @@ from sdk.spark import jvmcache
 
 SESSION = """
 import json
-from sdk.spark.sync import spark_session
+from sdk.spark.session import spark_session
 spark = spark_session(rows_in_jvm=False)
 jvm = spark.sparkContext._jvm
 args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())

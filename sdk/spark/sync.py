@@ -8,10 +8,7 @@ it again with the same ``checkpoint`` resumes exactly where it stopped or crashe
 from __future__ import annotations
 
 import logging
-import os
-import pkgutil
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -28,13 +25,12 @@ from ..errors import (
 from ..metrics import MetricsServer
 from ..spec import READER_OPTIONS, UNTIL, SourceSpec, checkpoint_paths, resolve
 from ..types import FinishedSplit
-from . import jvmcache
 from .engine_state import captured_tables, checkpointed, live_progress
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
+from .session import EarlySession, spark_session
 from .source import save_resolved
 from .statestore import StateStore
-from .workers import worker_python
 
 RETRY_SECONDS = 300.0
 TRANSIENT = ("RetriableError",)
@@ -112,50 +108,6 @@ class SyncSummary:
     """Commit-to-applied time of the newest change in the last batch that applied one."""
 
 
-def spark_session(master: str = "local[*]", rows_in_jvm: bool = True) -> Any:
-    """A Spark session for the job, with ``format("cdc")`` available. Without
-    ``rows_in_jvm`` (a chained sync: the tasks write the target, the JVM only schedules) the
-    driver JVM compiles with C1 only: C2's compiler threads compete with the start-up for
-    the cores and would optimise code that carries no rows (0.7-0.9 s less to a session).
-    Nor does it generate code for its plans: the only rows it sees are the tasks' reports,
-    and compiling their plans with Janino (whose jar is signed, so never in the class
-    archive) delayed the first snapshot tasks by ~0.2 s against interpreting them (2 cores)."""
-    if "PYSPARK_PYTHON" not in os.environ:
-        os.environ["PYSPARK_PYTHON"] = worker_python()
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder
-    java_options = []
-    if not rows_in_jvm and master.startswith("local"):
-        java_options.append("-XX:TieredStopAtLevel=1")
-    archive = jvmcache.for_this_machine() if _starts_jvm() else None
-    if archive is not None:
-        java_options += archive.java_options()
-    if not os.environ.get("SDK_VERBOSE"):  # only errors from the JVM's logging
-        java_options.append(f"-Dlog4j2.configurationFile=file:{_quiet_log4j()}")
-    settings = {"spark.master": master, "spark.app.name": "sdk sync",
-                "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",  # sdk sync reports progress
-                "spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
-    if not rows_in_jvm:
-        settings["spark.sql.codegen.wholeStage"] = "false"
-        settings["spark.sql.codegen.factoryMode"] = "NO_CODEGEN"
-    if java_options:
-        settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
-    _launch_jvm(settings, quiet=not os.environ.get("SDK_VERBOSE"))
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    if archive is not None:
-        archive.build_later(spark)
-    if not any(m.name == "pyspark_cdc" for m in pkgutil.iter_modules()):
-        from . import register
-
-        register(spark)
-    return spark
-
-
 LOCAL_CHECKPOINTS = \
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 """Spark's checkpoint writer for a local checkpoint. The default goes through Hadoop's
@@ -163,99 +115,6 @@ LOCAL_CHECKPOINTS = \
 ~3 processes and 12 ms of driver CPU per batch, measured with 2 batches a second.
 This one writes a temporary file and renames it, which a local file system does atomically
 (Spark uses it wherever ``FileContext`` is missing); other file systems keep the default."""
-
-JVM_NOTICES = (b"WARNING: Using incubator modules",)
-"""Lines the driver JVM prints on every start that say nothing to a user (Spark's launcher
-always adds ``--add-modules=jdk.incubator.vector``)."""
-
-
-def _starts_jvm() -> bool:
-    """Whether the session about to be made starts its own driver JVM."""
-    from pyspark import SparkContext
-
-    return SparkContext._active_spark_context is None and SparkContext._gateway is None \
-        and "PYSPARK_GATEWAY_PORT" not in os.environ
-
-
-def _launch_jvm(settings: dict[str, str], quiet: bool = True) -> None:
-    """Start the driver JVM in a session of its own, so a signal to the ``sdk`` command's
-    process group (``kill -TERM -<pgid>``, a supervisor's stop) reaches the driver alone,
-    which stops after the batch in flight, rather than also killing the JVM and its Python
-    workers under it (the JVM still exits when the driver dies: it watches its standard
-    input). ``quiet``: its standard error goes through a filter that drops
-    :data:`JVM_NOTICES`. Nothing when a JVM runs already (a session started before, or a
-    gateway given by ``PYSPARK_GATEWAY_PORT``)."""
-    import subprocess
-
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
-
-    if not _starts_jvm():
-        return
-    conf = SparkConf(loadDefaults=True).setAll(list(settings.items()))
-    popen: dict[str, Any] = {"start_new_session": True}
-    if quiet:
-        popen["stderr"] = subprocess.PIPE
-    gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
-    if not quiet:
-        SparkContext(conf=conf, gateway=gateway)
-        return
-    stream = gateway.proc.stderr
-
-    def forward() -> None:
-        for line in iter(stream.readline, b""):
-            if line.startswith(JVM_NOTICES):
-                continue
-            # sys.stderr as it is now (a caller may swap it, and close the one it swapped in)
-            for err in (sys.stderr, sys.__stderr__):
-                try:
-                    out = getattr(err, "buffer", None)
-                    if out is not None:
-                        out.write(line)
-                        out.flush()
-                    elif err is not None:
-                        err.write(line.decode(errors="replace"))
-                    break
-                except ValueError:  # closed
-                    continue
-
-    threading.Thread(target=forward, name="sdk-jvm-stderr", daemon=True).start()
-    SparkContext(conf=conf, gateway=gateway)
-
-
-_QUIET_LOG4J = """\
-# sdk sync: no start-up notices from Spark and Hadoop (SDK_VERBOSE=1 / --verbose: Spark's own);
-# WARN at the root, as the shell's default (else Spark says it sets it), is set to ERROR once
-# the session runs
-rootLogger.level = warn
-rootLogger.appenderRef.stderr.ref = stderr
-logger.utils.name = org.apache.spark.util.Utils
-logger.utils.level = error
-logger.native.name = org.apache.hadoop.util.NativeCodeLoader
-logger.native.level = error
-appender.stderr.type = Console
-appender.stderr.name = stderr
-appender.stderr.target = SYSTEM_ERR
-appender.stderr.layout.type = PatternLayout
-appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
-
-
-def _quiet_log4j() -> str:
-    """A log4j2 configuration that keeps the JVM's errors only (written once per user): no
-    start-up notices ("Using Spark's default log4j profile", the loopback hostname, the native
-    Hadoop library) before the sync's own output."""
-    import tempfile
-    from pathlib import Path
-
-    path = Path(tempfile.gettempdir()) / f"sdk-{os.getuid()}" / "log4j2-quiet.properties"
-    if not path.exists() or path.read_text() != _QUIET_LOG4J:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}")
-        tmp.write_text(_QUIET_LOG4J)
-        tmp.replace(path)
-    return str(path)
-
 
 class ChangeLog:
     """A ``foreachBatch`` step writing each micro-batch as Parquet under
@@ -269,6 +128,32 @@ class ChangeLog:
         df.write.mode("overwrite").parquet(f"{self.path}/batch_id={batch_id}")
 
 
+def _prepare(source: str, target: str | None, tables: str, checkpoint: str, until: str,
+             options: Mapping[str, str] | None, target_schema: str | None,
+             changes: str | None) -> tuple[SourceSpec, dict[str, str], str, str]:
+    """Check a sync's settings, options, tables and source before Spark runs (a resumed sync
+    keeps its tables): its resolved source, the query's options, its state directory and
+    Spark checkpoint."""
+    if until not in UNTIL:
+        raise ConfigurationError(f"--until takes one of {', '.join(UNTIL)}, not {until!r}")
+    state_dir, spark_checkpoint = checkpoint_paths(checkpoint)
+    reader_options = {"url": source, "tables": tables, "stateDir": state_dir,
+                      **(options or {})}
+    if target is None and changes is None:
+        raise ConfigurationError("give a --target to mirror into, a --changes path, or both")
+    if target is not None and changes is None:  # chained: each task applies what it reads
+        reader_options["target"] = target
+        if target_schema is not None:
+            reader_options["targetSchema"] = target_schema
+    resolved = resolve(reader_options)
+    # the advice was logged just now: the query's own resolve (in a Python worker) keeps quiet
+    advice = READER_OPTIONS.find("preflight.advice")
+    reader_options = {k: v for k, v in reader_options.items()
+                      if READER_OPTIONS.find(k) is not advice}
+    reader_options["preflight.advice"] = "quiet"
+    return resolved, reader_options, state_dir, spark_checkpoint
+
+
 def run_sync(source: str, target: str | None, tables: str = "*",
              checkpoint: str = "sdk-checkpoint", until: str = "never",
              options: Mapping[str, str] | None = None, master: str = "local[*]",
@@ -276,7 +161,8 @@ def run_sync(source: str, target: str | None, tables: str = "*",
              report: Callable[[dict[str, Any]], None] | None = None,
              report_seconds: float = 2.0, changes: str | None = None,
              retry_seconds: float = RETRY_SECONDS,
-             metrics_port: int | None = None) -> SyncSummary:
+             metrics_port: int | None = None,
+             early: EarlySession | None = None) -> SyncSummary:
     """Sync ``tables`` of ``source`` into ``target`` until ``until``:
 
     - ``snapshot``: stop once every table's snapshot is applied;
@@ -292,25 +178,11 @@ def run_sync(source: str, target: str | None, tables: str = "*",
     for up to ``retry_seconds`` of consecutive failure; the checkpoint keeps it exactly once.
     A problem found before the stream starts (bad URL, refused login) fails at once.
     ``metrics_port`` serves the progress as Prometheus metrics (:mod:`sdk.metrics`).
+    ``early``: the session, already starting (``sdk sync`` starts it before it imports the
+    engine; made for ``jvm_rows(target, changes)``); else it is made once the checks passed.
     """
-    if until not in UNTIL:
-        raise ConfigurationError(f"--until takes one of {', '.join(UNTIL)}, not {until!r}")
-    state_dir, spark_checkpoint = checkpoint_paths(checkpoint)
-    reader_options = {"url": source, "tables": tables, "stateDir": state_dir,
-                      **(options or {})}
-    if target is None and changes is None:
-        raise ConfigurationError("give a --target to mirror into, a --changes path, or both")
-    if target is not None and changes is None:  # chained: each task applies what it reads
-        reader_options["target"] = target
-        if target_schema is not None:
-            reader_options["targetSchema"] = target_schema
-    # checks options, tables and the source before Spark runs; a resumed sync keeps its tables
-    resolved = resolve(reader_options)
-    # the advice was logged just now: the query's own resolve (in a Python worker) keeps quiet
-    advice = READER_OPTIONS.find("preflight.advice")
-    reader_options = {k: v for k, v in reader_options.items()
-                      if READER_OPTIONS.find(k) is not advice}
-    reader_options["preflight.advice"] = "quiet"
+    resolved, reader_options, state_dir, spark_checkpoint = _prepare(
+        source, target, tables, checkpoint, until, options, target_schema, changes)
     lease = CheckpointLease(StateStore(state_dir))
     lease.acquire()  # one sync per checkpoint, taken before this one changes anything
     try:
@@ -321,7 +193,7 @@ def run_sync(source: str, target: str | None, tables: str = "*",
     try:
         return _run(resolved, lease, reader_options, state_dir, spark_checkpoint, target,
                     target_schema, changes, until, master, report, report_seconds,
-                    retry_seconds, metrics)
+                    retry_seconds, metrics, early)
     finally:
         if metrics is not None:
             metrics.close()
@@ -332,8 +204,9 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
          state_dir: str, spark_checkpoint: str, target: str | None, target_schema: str | None,
          changes: str | None, until: str, master: str,
          report: Callable[[dict[str, Any]], None] | None, report_seconds: float,
-         retry_seconds: float, metrics: MetricsServer | None) -> SyncSummary:
-    """:func:`run_sync` once it owns the checkpoint."""
+         retry_seconds: float, metrics: MetricsServer | None,
+         early: EarlySession | None) -> SyncSummary:
+    """:func:`run_sync` once it owns the checkpoint; ``early``: its Spark session, starting."""
     spec = checkpointed(resolved)
     resumed = bool(StateStore(state_dir).list_dir("states"))
     mirror: Mirror | Tally | None = None
@@ -360,7 +233,8 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
             if change_log is not None and mirror is not None:
                 df.unpersist()
 
-    spark = spark_session(master, rows_in_jvm=spec.target is None)
+    spark = early.session() if early is not None else \
+        spark_session(master, rows_in_jvm=spec.target is None)
     if spark_checkpoint.startswith(("/", "file:")):
         spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", LOCAL_CHECKPOINTS)
     reader_options.setdefault("cores", str(spark.sparkContext.defaultParallelism))
