@@ -191,6 +191,8 @@ class DialectManager:
     def get_info(self, name: str) -> DialectInfo:
         """Dialect ``name``'s ``dialect_info``, with the capabilities its hooks give added to
         the declared ones."""
+        if not self.pm.has_plugin(name):  # not loaded yet: URLs load the dialect they name
+            self._load_entry_points(only=name)
         impls = _impls_of(self.pm, name)
         info: DialectInfo = impls["dialect_info"]()
         return dataclasses.replace(

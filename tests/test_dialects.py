@@ -62,6 +62,7 @@ def test_a_url_loads_the_plugin_named_like_its_scheme_alone() -> None:
     assert loaded(manager) == {"postgres"}
     assert manager.dialect_for_url("delta+file:///tmp/x")[0].name == "delta"
     assert loaded(manager) == {"postgres", "delta"}
+    assert manager.get_info("oracle").name == "oracle"  # loaded when asked for
     with pytest.raises(DialectNotFoundError, match=r"installed: .*sqlite"):
         manager.dialect_for_url("nosuch://u@h/db")
     assert {"sqlite", "mysql"} <= loaded(manager)
