@@ -182,16 +182,21 @@ def run_demo(workdir: Path, rows: int, report: Any) -> DemoResult:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     marker.touch()
-    from .spark.session import EarlySession
+    from .spark.session import DEFAULT_MASTER, EarlySession, jvm_rows
 
     # the Spark session starts while the embedded server starts and the shop is filled
-    early = EarlySession("local[*]", rows_in_jvm=False)  # a chained sync into SQLite
+    early = EarlySession(DEFAULT_MASTER, rows_in_jvm=jvm_rows(_mirror(workdir), None))
     print(f"starting an embedded PostgreSQL in {workdir / 'pgdata'} ...", flush=True)
     admin_url = start_postgres(workdir / "pgdata")
     try:
         return _sync_and_verify(workdir, admin_url, rows, report, early)
     finally:  # the server would outlive the command (and a test run) otherwise
         stop_postgres(workdir / "pgdata")
+
+
+def _mirror(workdir: Path) -> str:
+    """The demo's SQLite mirror."""
+    return f"sqlite:///{workdir / 'mirror.db'}"
 
 
 def _sync_and_verify(workdir: Path, admin_url: str, rows: int, report: Any,
@@ -205,7 +210,7 @@ def _sync_and_verify(workdir: Path, admin_url: str, rows: int, report: Any,
     print(f"created the shop: {total:,} rows in {len(counts)} tables "
           f"({', '.join(f'{k} {v:,}' for k, v in counts.items())})", flush=True)
     source = f"{_libpq(admin_url)}&slot=sdk_demo&publication=sdk_pub"
-    mirror = f"sqlite:///{workdir / 'mirror.db'}"
+    mirror = _mirror(workdir)
     options = {"chunk-key.column": "events:code", "snapshot.split.size": "50000",
                "snapshot.splits-per-batch": "4"}
     context = multiprocessing.get_context("spawn")

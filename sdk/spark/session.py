@@ -14,8 +14,11 @@ from typing import Any
 from . import jvmcache
 from .workers import worker_python
 
+DEFAULT_MASTER = "local[*]"
+"""Spark master of a sync that names none: every core of this machine."""
 
-def spark_session(master: str = "local[*]", rows_in_jvm: bool = True) -> Any:
+
+def spark_session(master: str = DEFAULT_MASTER, rows_in_jvm: bool = True) -> Any:
     """A Spark session for the job, with ``format("cdc")`` available. Without
     ``rows_in_jvm`` (a chained sync: the tasks write the target, the JVM only schedules) the
     driver JVM compiles with C1 only: C2's compiler threads compete with the start-up for

@@ -28,7 +28,7 @@ from ..types import FinishedSplit
 from .engine_state import captured_tables, checkpointed, live_progress
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
-from .session import EarlySession, spark_session
+from .session import DEFAULT_MASTER, EarlySession, spark_session
 from .source import save_resolved
 from .statestore import StateStore
 
@@ -156,7 +156,7 @@ def _prepare(source: str, target: str | None, tables: str, checkpoint: str, unti
 
 def run_sync(source: str, target: str | None, tables: str = "*",
              checkpoint: str = "sdk-checkpoint", until: str = "never",
-             options: Mapping[str, str] | None = None, master: str = "local[*]",
+             options: Mapping[str, str] | None = None, master: str = DEFAULT_MASTER,
              target_schema: str | None = None,
              report: Callable[[dict[str, Any]], None] | None = None,
              report_seconds: float = 2.0, changes: str | None = None,
