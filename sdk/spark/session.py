@@ -48,6 +48,7 @@ def spark_session(master: str = DEFAULT_MASTER, rows_in_jvm: bool = True) -> Any
         settings["spark.sql.codegen.factoryMode"] = "NO_CODEGEN"
     if java_options:
         settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
+    threading.Thread(target=_import_converters, name="sdk-import", daemon=True).start()
     _launch_jvm(settings, quiet=not os.environ.get("SDK_VERBOSE"))
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -60,6 +61,16 @@ def spark_session(master: str = DEFAULT_MASTER, rows_in_jvm: bool = True) -> Any
 
         register(spark)
     return spark
+
+
+def _import_converters() -> None:
+    """Import what PySpark's py4j converters import at the first call that passes the JVM an
+    object (``pyspark.testing.utils``, and with it pandas: ~0.3 s), while the driver JVM
+    starts, rather than inside ``SparkContext()`` once it has."""
+    import contextlib
+
+    with contextlib.suppress(Exception):  # only a missed head start: the converter imports it
+        import pyspark.testing.utils  # noqa: F401
 
 
 def jvm_rows(target: str | None, changes: str | None) -> bool:
