@@ -5,6 +5,7 @@ imports the engine."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pkgutil
 import sys
@@ -67,8 +68,6 @@ def _import_converters() -> None:
     """Import what PySpark's py4j converters import at the first call that passes the JVM an
     object (``pyspark.testing.utils``, and with it pandas: ~0.3 s), while the driver JVM
     starts, rather than inside ``SparkContext()`` once it has."""
-    import contextlib
-
     with contextlib.suppress(Exception):  # only a missed head start: the converter imports it
         import pyspark.testing.utils  # noqa: F401
 
@@ -145,7 +144,19 @@ def _launch_jvm(settings: dict[str, str], quiet: bool = True) -> None:
     gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
     _forward(gateway.proc.stdout, "stdout")
     _forward(gateway.proc.stderr, "stderr", JVM_NOTICES if quiet else ())
-    SparkContext(conf=conf, gateway=gateway)
+    context = SparkContext(conf=conf, gateway=gateway)
+    threading.Thread(target=_look_up_sources, args=(context._jvm,), name="sdk-lookup",
+                     daemon=True).start()
+
+
+def _look_up_sources(jvm: Any) -> None:
+    """Have the new JVM look up the installed Python data sources (it imports every
+    ``pyspark_*`` module in a Python worker of its own, once per JVM: ~0.3 s) while it makes
+    the Spark session, rather than at the sync's first ``format("cdc")``, which waits for
+    it. Best effort: Spark's internals may change, and the lookup then happens as before."""
+    with contextlib.suppress(Exception):
+        jvm.org.apache.spark.sql.execution.datasources.DataSourceManager() \
+            .dataSourceExists("cdc")
 
 
 def _forward(stream: Any, name: str, drop: tuple[bytes, ...] = ()) -> None:
