@@ -45,6 +45,12 @@ def test_a_spark_distribution_keeps_the_plain_interpreter(
     assert worker_python() == sys.executable
 
 
+def test_the_warm_up_leaves_a_core_to_the_stream_start() -> None:
+    from sdk.spark.warmup import warm_tasks
+
+    assert [warm_tasks(cores) for cores in (1, 2, 8)] == [1, 1, 7]
+
+
 @pytest.mark.spark
 def test_warmed_workers_serve_the_next_tasks_with_the_dialects_imported(spark: Any) -> None:
     """The warm-up job leaves a worker per core that imported the engine and the dialects

@@ -238,12 +238,12 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
     if spark_checkpoint.startswith(("/", "file:")):
         spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", LOCAL_CHECKPOINTS)
     reader_options.setdefault("cores", str(spark.sparkContext.defaultParallelism))
-    from .warmup import warm_workers
+    from .warmup import warm_tasks, warm_workers
 
     writes = spec.target.dialect_name if spec.target is not None else \
         mirror.target.dialect_name if isinstance(mirror, Mirror) else None
     dialects = [spec.dialect_obj.name] + ([writes] if writes else [])  # the tasks' dialects
-    warm_workers(spark, spark.sparkContext.defaultParallelism, dialects)
+    warm_workers(spark, warm_tasks(spark.sparkContext.defaultParallelism), dialects)
 
     # the query takes the tables resolved above (its first start: a restart after a fault
     # resolves them again, as a new sync would)
