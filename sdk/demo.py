@@ -200,7 +200,7 @@ def _mirror(workdir: Path) -> str:
 
 
 def _sync_and_verify(workdir: Path, admin_url: str, rows: int, report: Any,
-                     early: EarlySession | None = None) -> DemoResult:
+                     early: EarlySession) -> DemoResult:
     """Fill the shop, sync it while a writer changes it, catch up and compare (``early``:
     the Spark session, starting)."""
     from .spark.sync import run_sync

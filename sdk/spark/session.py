@@ -49,7 +49,6 @@ def spark_session(master: str = DEFAULT_MASTER, rows_in_jvm: bool = True) -> Any
         settings["spark.sql.codegen.factoryMode"] = "NO_CODEGEN"
     if java_options:
         settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
-    threading.Thread(target=_import_converters, name="sdk-import", daemon=True).start()
     _launch_jvm(settings, quiet=not os.environ.get("SDK_VERBOSE"))
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -139,6 +138,7 @@ def _launch_jvm(settings: dict[str, str], quiet: bool = True) -> None:
     if not _starts_jvm():
         return
     conf = SparkConf(loadDefaults=True).setAll(list(settings.items()))
+    threading.Thread(target=_import_converters, name="sdk-import", daemon=True).start()
     popen: dict[str, Any] = {"start_new_session": True, "stdout": subprocess.PIPE,
                              "stderr": subprocess.PIPE}
     gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
