@@ -45,6 +45,7 @@ from .types import (
     Capability,
     ChangeEvent,
     Connection,
+    ConnectionSecurity,
     DialectInfo,
     Key,
     LogItem,
@@ -462,6 +463,23 @@ class Dialect:
             if self.is_retriable(exc):
                 raise RetriableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
             raise
+
+    def server_identity(self, conn: Connection) -> dict[str, str]:
+        """The plugin's identity of the server and its log; empty when it gives none."""
+        if not self.implements("server_identity"):
+            return {}
+        result: dict[str, str] = self._call("server_identity", conn=conn)
+        return {str(k): str(v) for k, v in (result or {}).items()}
+
+    def check_offset(self, conn: Connection, offset: Offset) -> None:
+        if self.implements("check_offset"):
+            self._call("check_offset", conn=conn, offset=offset)
+
+    def connection_security(self, conn: Connection) -> list[ConnectionSecurity]:
+        if not self.implements("connection_security"):
+            return []
+        result: list[ConnectionSecurity] = self._call("connection_security", conn=conn)
+        return list(result or [])
 
     def acknowledge_offset(self, conn: Connection, offset: Offset) -> None:
         if self.implements("acknowledge_offset"):

@@ -56,6 +56,11 @@ class OffsetExpiredError(FatalSyncError):
     """The log no longer holds the position to resume from (purged binlog, lost slot, ...)."""
 
 
+class LogMismatchError(FatalSyncError):
+    """The source is not the log the checkpoint follows: another server, or the same server
+    with its log reset or restored from a backup. Reading on could skip changes silently."""
+
+
 class RetriableError(SyncError):
     """A passing fault: the same step may be tried again."""
 

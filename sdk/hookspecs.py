@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from .types import (
         ChangeEvent,
         Connection,
+        ConnectionSecurity,
         DialectInfo,
         Key,
         LogItem,
@@ -314,6 +315,43 @@ def table_identities(conn: Connection, tables: Sequence[TableId]) -> dict[TableI
     not be in the log at all. In its log phase the engine compares the tokens every
     ``tables.discovery-interval.ms`` (at once when a sync resumes) and reads such a table
     again, its capture prepared again first. Optional: without it such a table is not noticed.
+    """
+
+
+@optional
+def server_identity(conn: Connection) -> dict[str, str]:
+    """Return what identifies the source server and the log it keeps, as names and values
+    (MySQL ``server_uuid``, PostgreSQL ``system_identifier``, timeline and database OID...).
+
+    A sync records it in its checkpoint at its first start; at every later start the engine
+    compares each name both have and stops with :class:`sdk.errors.LogMismatchError`, naming
+    both values, when one differs: a checkpoint's offsets mean nothing in another server's log.
+    Give only what stays the same for the life of the log (not a host name, which a move
+    changes). Optional: without it a resumed checkpoint is not checked against its server.
+    """
+
+
+@optional
+def check_offset(conn: Connection, offset: Offset) -> None:
+    """Raise :class:`sdk.errors.LogMismatchError` when the server's log does not hold
+    ``offset`` as a position it wrote (in a log file the server does not list, past that
+    file's end, not where an event starts: a reset or restored log, another server), or
+    :class:`sdk.errors.OffsetExpiredError` when it held it once and no longer does (purged).
+
+    Called at every start of a resumed sync with the position it resumes from, and by
+    ``sdk check --checkpoint``. A position past ``current_offset`` the engine refuses by
+    itself, at every start and poll. Optional: without it only that check is made.
+    """
+
+
+@optional
+def connection_security(conn: Connection) -> list[ConnectionSecurity]:
+    """Return how each kind of connection the dialect opens to the server is protected (the
+    queries' connection, and the log stream's where it opens its own): encrypted or not, the
+    certificate verified or not, the TLS version and the server certificate's subject.
+
+    ``sdk check`` shows each as ``[OK]`` when the certificate was verified and ``[WARN]``
+    otherwise. Optional: without it ``sdk check`` says nothing of TLS.
     """
 
 

@@ -518,6 +518,43 @@ class Requirement:
         return text
 
 
+@dataclass(frozen=True)
+class ConnectionSecurity:
+    """How one of a dialect's connections to a server is protected, as ``sdk check`` shows it:
+    whether it is encrypted, whether the server's certificate was verified, with what."""
+
+    connection: str
+    """Which connection: ``queries``, ``binlog stream``, ``replication``..."""
+    encrypted: bool
+    verified: bool = False
+    """The server's certificate chains to a trusted CA (a verifying TLS mode was asked)."""
+    host_checked: bool = False
+    """The certificate was also matched against the host name connected to."""
+    version: str | None = None
+    """The TLS version, e.g. ``TLSv1.3``."""
+    cipher: str | None = None
+    subject: str | None = None
+    """The server certificate's subject, e.g. ``CN=db.example.com``, when it can be read."""
+    fix: str = ""
+    """The URL option that would encrypt or verify the connection, for the warning."""
+
+    def requirement(self) -> Requirement:
+        """This connection as a line of ``sdk check``: OK when verified, else a warning."""
+        if not self.encrypted:
+            detail = "not encrypted"
+        else:
+            detail = f"encrypted ({', '.join(filter(None, (self.version, self.cipher)))})"
+            detail += ", certificate verified" if self.verified else \
+                ", server certificate NOT verified"
+            if self.verified:
+                detail += ", host name checked" if self.host_checked else \
+                    ", host name not checked"
+            if self.subject:
+                detail += f", server certificate {self.subject}"
+        return Requirement(f"TLS on the {self.connection} connection", self.verified,
+                           detail, self.fix, required=False)
+
+
 class Connection(Protocol):
     """What the engine needs of the object a dialect's ``connect`` returns: it can be closed.
     Everything else about it is the dialect's own business."""
@@ -532,6 +569,7 @@ __all__ = [
     "ChangeEvent",
     "Column",
     "Connection",
+    "ConnectionSecurity",
     "DialectInfo",
     "FinishedSplit",
     "Heartbeat",
