@@ -42,7 +42,7 @@ from sdk import (
 from sdk.apply import NetChanges, check_target_columns, net_changes
 from sdk.sql import lexicographic_range, with_condition
 
-from . import _arrow, _target, _visibility
+from . import _arrow, _target, _tls, _visibility
 from ._binlog import CONNECTION_LOST, read_changes
 from ._connect import open_connection
 from ._offsets import (
@@ -54,6 +54,7 @@ from ._offsets import (
     position_key,
 )
 from ._rows import TableMap, describe_column, storage_matches
+from ._tls import connection_security as connection_security
 from ._types import logical_column, normalizer, select_term, zero_date_none
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ def dialect_info() -> DialectInfo:
             ("connect_timeout", "seconds to wait for a connection (default 10)"),
             ("out_of_range", "as a target: a value MySQL cannot hold is an error (default) or "
                              "null"),
+            *_tls.URL_OPTIONS,
         ))
 
 
@@ -153,21 +155,30 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
         raise ConfigurationError(
             "read_timeout must be a whole number of seconds at least twice heartbeat_seconds "
             f"({heartbeat:g}): an idle server sends nothing but heartbeats")
+    try:  # TLS files are opened here, on the driver first: a bad one stops before any task
+        tls = _tls.parse(config.options)
+        tls_kwargs = _tls.connection_kwargs(tls)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{config.masked_url}: {exc}") from None
+    # every connection of the dialect opens from these (binlog reader, side connections)
     settings = {"host": config.host or "127.0.0.1", "port": config.port or 3306,
                 "user": config.user or "root", "password": config.password or "",
-                "read_timeout": read_timeout}
+                "read_timeout": read_timeout, **tls_kwargs}
     try:
         raw = open_connection(True, host=settings["host"], port=settings["port"],
                               user=settings["user"], password=settings["password"],
                               database=config.database, charset="utf8mb4", autocommit=True,
                               init_command="SET time_zone = '+00:00'",
-                              connect_timeout=int(config.options.get("connect_timeout", "10")))
+                              connect_timeout=int(config.options.get("connect_timeout", "10")),
+                              **tls_kwargs)
     except pymysql.err.OperationalError as exc:
-        if exc.args and exc.args[0] in CONNECTION_LOST:  # no answer: a passing fault, maybe
+        reason = _tls.failure(exc, tls, settings["host"])
+        if reason is None and exc.args and exc.args[0] in CONNECTION_LOST:
+            # no answer: a passing fault, maybe
             raise RetriableError(f"cannot connect to {config.masked_url}: {exc.args[-1]}") \
                 from None
-        raise ConfigurationError(f"cannot connect to {config.masked_url}: {exc.args[-1]}") \
-            from None
+        raise ConfigurationError(
+            f"cannot connect to {config.masked_url}: {reason or exc.args[-1]}") from None
     with raw.cursor() as cur:
         cur.execute("SELECT VERSION()")
         (version,) = cur.fetchone()

@@ -66,6 +66,7 @@ from ._connect import open_connection
 from ._ddl import ROWS_ONLY, Name, emptied
 from ._offsets import NAME, MariadbGtidState, make_offset, position_key
 from ._rows import RowsDecoder, TableMap, compile_rows, lenenc, parse_table_map, shaped_like
+from ._tls import handshake_failed
 
 _MARIADB_STANDALONE = 1  # MariaDB GTID event flag FL_STANDALONE: a statement without Xid
 MAX_UNREAD = 64  # rows events of other tables held undecoded per transaction, at most
@@ -430,6 +431,10 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                 f"the binlog no longer holds {start_file}:{start_pos} ({exc.args[1]}); the "
                 "server purged it: take a new snapshot and keep binlogs longer "
                 "(binlog_expire_logs_seconds)") from None
+        if handshake_failed(exc):  # certificates or protocol: a retry meets the same
+            raise ConfigurationError(
+                f"the binlog connection to {settings['host']}:{settings['port']} failed its TLS "
+                f"handshake ({exc.args[-1]}): check the URL's ssl_ options") from None
         if code in CONNECTION_LOST:
             raise RetriableError(
                 f"the binlog connection to {settings['host']}:{settings['port']} failed and "

