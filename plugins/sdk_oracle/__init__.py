@@ -12,7 +12,8 @@ after it; the offset's ``mine`` field makes the log reader start at the oldest o
 URL: ``oracle://user:pw@host:1521/SERVICE``; options ``?pdb=NAME`` (the user is a ``C##``
 common user connected to the CDB root: mine there, read tables in PDB ``NAME``),
 ``?flush_table=NAME`` (default ``SDK_LOGMNR_FLUSH``, ``none`` to disable),
-``?window_scns=N`` (the first mining window), ``?poll_seconds=S``.
+``?window_scns=N`` (the first mining window), ``?poll_seconds=S``; TLS with ``?protocol=tcps``
+and python-oracledb's own option names (:mod:`._tls`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sdk import (
     ChangeEvent,
     ConfigurationError,
     ConnectionConfig,
+    ConnectionSecurity,
     DialectInfo,
     DriverMissingError,
     Heartbeat,
@@ -44,8 +46,10 @@ from sdk import (
 )
 from sdk.sql import lexicographic_range
 
-from . import _miner
+from . import _miner, _security
 from ._miner import NAME, Session, compare, make_offset, parts
+from ._tls import URL_OPTIONS as TLS_OPTIONS
+from ._tls import tls_settings
 from ._types import LOB_TYPES, NLS_SESSION, base_type, from_fetch, logical_column, select_expr
 
 FLUSH_TABLE = "SDK_LOGMNR_FLUSH"
@@ -71,6 +75,7 @@ def dialect_info() -> DialectInfo:
             ("flush_table", "the flush table (default SDK_LOGMNR_FLUSH; none to disable)"),
             ("window_scns", "SCNs of the first mining window (default 20000)"),
             ("poll_seconds", "how often an open stream polls (default 1)"),
+            *TLS_OPTIONS,
         ))
 
 
@@ -83,11 +88,17 @@ def connect(config: ConnectionConfig) -> Session:
                                  "pip install 'sdk[oracle]'") from None
     options = config.options
     dsn = f"{config.host or '127.0.0.1'}:{config.port or 1521}/{config.database or ''}"
+    tls, tls_kwargs = tls_settings(options)
     try:
         raw = oracledb.connect(user=config.user, password=config.password, dsn=dsn,
-                               tcp_connect_timeout=float(options.get("connect_timeout", "10")))
+                               tcp_connect_timeout=float(options.get("connect_timeout", "10")),
+                               **tls_kwargs)
     except oracledb.Error as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreachable"
+        refused = tls_refusal(exc)
+        if refused is not None:
+            raise ConfigurationError(f"cannot connect to {config.masked_url}: TLS: {refused}"
+                                     ) from None
         kind = RetriableError if is_retriable(exc) else ConfigurationError
         raise kind(f"cannot connect to {config.masked_url}: {message}") from None
     flush = options.get("flush_table", FLUSH_TABLE)
@@ -95,9 +106,31 @@ def connect(config: ConnectionConfig) -> Session:
         raw, pdb=options.get("pdb") or None,
         flush_table=None if flush.lower() == "none" else _flush_name(flush),
         window=int(options.get("window_scns", "20000")),
-        poll_seconds=float(options.get("poll_seconds", "1")))
+        poll_seconds=float(options.get("poll_seconds", "1")), tls=tls)
     setup_session(session)
     return session
+
+
+TLS_NAME_ERRORS = (
+    "DPY-6002",  # the server certificate's DN is not ssl_server_cert_dn
+    "DPY-6006",  # the name on the server certificate is not the host's
+)
+
+
+def tls_refusal(error: BaseException) -> str | None:
+    """Why TLS failed, when it did: the certificate not trusted, its DN not the one expected,
+    no common version. Not retriable (python-oracledb wraps it in the retriable DPY-6005)."""
+    import ssl
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return str(seen).strip().splitlines()[0] or type(seen).__name__
+        for line in str(seen).strip().splitlines():
+            if line.startswith(TLS_NAME_ERRORS):
+                return line
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _flush_name(name: str) -> str:
@@ -438,3 +471,25 @@ def earliest_offset(conn: Session) -> Offset | None:
     conn.use("root")
     (oldest,) = conn.rows(_miner.OLDEST_LOG)[0]
     return None if oldest is None else make_offset(int(oldest))
+
+
+# --- TLS, and the database a checkpoint belongs to --------------------------------------------
+
+
+@hookimpl
+def connection_security(conn: Session) -> list[ConnectionSecurity]:
+    """TCPS or not (``NETWORK_PROTOCOL``), with what the URL asked of the certificate check."""
+    return _security.security(conn)
+
+
+@hookimpl
+def server_identity(conn: Session) -> dict[str, str]:
+    """DBID, database name and incarnation (``V$DATABASE``): SCNs compare only within them."""
+    return _security.identity(conn)
+
+
+@hookimpl
+def check_offset(conn: Session, offset: Offset) -> None:
+    """An offset past ``CURRENT_SCN`` is another database's or a lost future's; one below the
+    oldest redo listed was purged."""
+    _security.check(conn, offset)

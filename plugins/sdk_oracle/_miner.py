@@ -39,6 +39,7 @@ from sdk import (
 )
 
 from . import _ddl, _redo
+from ._tls import TlsSettings
 from ._types import NLS_SESSION, RedoValueError, from_redo
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,8 @@ class Session:
     snapshot_scn: int | None = None
     container: str | None = None
     flush_ok: bool = True
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    """What the URL asked of TLS (for ``connection_security``)."""
 
     def rows(self, sql: str, args: Sequence[Any] | Mapping[str, Any] = ()
              ) -> list[tuple[Any, ...]]:
