@@ -36,8 +36,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     dialect, config = default_manager().source_for_url(args.source)
     conn = dialect.connect(config)
     try:
+        checks = [s.requirement() for s in dialect.connection_security(conn)]
+        if args.checkpoint:
+            checks.append(_checkpoint_check(dialect, conn, config.masked_url, args.checkpoint))
         tables = chosen_tables(dialect, conn, config, ",".join(args.tables or ["*"]))
-        checks = dialect.preflight(conn, tables)
+        checks += dialect.preflight(conn, tables)
         for table in tables:  # the key sync splits on, with the default options
             try:
                 key = choose_key(dialect.describe_table(conn, table), SyncOptions()).key
@@ -56,6 +59,26 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{len(checks) - len(failed) - len(warned)} OK, {len(failed)} missing, "
           f"{len(warned)} warnings")
     return 1 if failed else 0
+
+
+def _checkpoint_check(dialect: Any, conn: Any, url: str, checkpoint: str) -> Any:
+    """Whether ``conn``'s server is the source ``checkpoint`` follows and its log still holds
+    the position the sync resumes from, as a line of ``sdk check``."""
+    from .errors import LogMismatchError, OffsetExpiredError
+    from .spark.engine_state import check_checkpoint_source
+    from .spark.statestore import StateStore
+    from .spec import checkpoint_paths
+    from .types import Requirement
+
+    name = f"checkpoint {checkpoint} can resume here"
+    store = StateStore(checkpoint_paths(checkpoint)[0], create=False)
+    try:
+        position = check_checkpoint_source(store, dialect, conn, url, checkpoint)
+    except (LogMismatchError, OffsetExpiredError) as exc:
+        return Requirement(name, False, "", str(exc))
+    detail = "no sync has run with it" if position is None else \
+        "the same server, and its log holds the position the sync resumes from"
+    return Requirement(name, True, detail)
 
 
 def _options(pairs: list[str]) -> dict[str, str]:
@@ -135,6 +158,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Show a sync's phase, per-table progress and log position from its checkpoint."""
+    from .algorithm.lineage import SOURCE_FILE
     from .algorithm.progress import describe_progress
     from .spark.engine_state import live_progress
     from .spark.statestore import StateStore
@@ -146,12 +170,28 @@ def cmd_status(args: argparse.Namespace) -> int:
     if progress is None:
         print(f"no sync has run with checkpoint {args.checkpoint}")
         return 1
+    source = store.read_json(SOURCE_FILE)
+    if args.source:
+        from .dialects import connect
+
+        dialect, conn, config = connect(args.source)
+        try:
+            check = _checkpoint_check(dialect, conn, config.masked_url, args.checkpoint)
+        finally:
+            conn.close()
+        if not check.ok:
+            print(f"sdk: error: {check.fix}", file=sys.stderr)
+            return 1
     if args.json:
         owner = store.read_json("owner.json")
         print(json.dumps({**progress, "owner": owner and {k: owner[k] for k in
                                                           ("host", "pid", "since")}}))
         return 0
     print("\n".join(describe_progress(progress)))
+    if source is not None:
+        identity = ", ".join(f"{k}={v}" for k, v in sorted(source["identity"].items()))
+        checked = "; checked: the same server, position held" if args.source else ""
+        print(f"source: {source['url']} ({identity or 'no identity recorded'}){checked}")
     return 0
 
 
@@ -231,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--source", required=True, help="database URL, e.g. mysql://user@host/db")
     check.add_argument("--tables", nargs="*", help="include/exclude patterns, e.g. "
                        "'shop.*,!shop.audit_*' (default: all)")
+    check.add_argument("--checkpoint", help="also check that a sync's checkpoint can resume "
+                       "from this source: the same server, its log position still there")
     check.set_defaults(func=cmd_check)
     sync = sub.add_parser("sync", help=cmd_sync.__doc__)
     _sync_flags(sync)
@@ -242,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
     status = sub.add_parser("status", help=cmd_status.__doc__)
     status.add_argument("--checkpoint", default="sdk-checkpoint")
+    status.add_argument("--source", help="the source's URL: also check that the checkpoint "
+                        "can resume from it (the same server, its log position still there)")
     status.add_argument("--json", action="store_true",
                         help="the report as JSON (the figures of sdk sync --metrics-port)")
     status.set_defaults(func=cmd_status)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -125,6 +126,9 @@ def prepare_capture(conn: sqlite3.Connection, tables: Sequence[TableSchema]) -> 
                      "AUTOINCREMENT, tbl TEXT NOT NULL, op TEXT NOT NULL, old_row TEXT, "
                      "new_row TEXT, ts INTEGER NOT NULL)")
         conn.execute(f"CREATE TABLE IF NOT EXISTS {META} (name TEXT PRIMARY KEY, value)")
+        # the change log's identity (server_identity): made with the log, once
+        conn.execute(f"INSERT OR IGNORE INTO {META} VALUES ('log_id', ?)",
+                     (uuid.uuid4().hex,))
         for table in tables:
             for statement in trigger_sql(table):
                 conn.execute(statement)
@@ -213,15 +217,36 @@ def read_range(conn: sqlite3.Connection, table: TableSchema, split: SnapshotSpli
 
 
 @hookimpl
-def stream_log(conn: sqlite3.Connection, tables: Sequence[TableSchema], start: Offset,
-               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
-    by_name = {t.table.name: t for t in tables}
-    position = _seq(start)
+def server_identity(conn: sqlite3.Connection) -> dict[str, str]:
+    """The change log's id, made with it by ``prepare_capture``: a file whose capture tables
+    were dropped and made again, or another file, has another."""
+    try:
+        row = conn.execute(f"SELECT value FROM {META} WHERE name = 'log_id'").fetchone()
+    except sqlite3.OperationalError:  # no capture tables (yet)
+        return {}
+    return {"log_id": str(row[0])} if row else {}
+
+
+@hookimpl
+def check_offset(conn: sqlite3.Connection, offset: Offset) -> None:
+    """Refuse a position the change table no longer holds (purged by acknowledgements)."""
+    _check_not_purged(conn, _seq(offset))
+
+
+def _check_not_purged(conn: sqlite3.Connection, position: int) -> None:
     purged = conn.execute(f"SELECT value FROM {META} WHERE name = 'purged_below'").fetchone()
     if purged and position < purged[0]:
         raise OffsetExpiredError(
             f"sqlite change table was purged below seq {purged[0]}; cannot resume from "
             f"seq {position}: take a new snapshot")
+
+
+@hookimpl
+def stream_log(conn: sqlite3.Connection, tables: Sequence[TableSchema], start: Offset,
+               end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
+    by_name = {t.table.name: t for t in tables}
+    position = _seq(start)
+    _check_not_purged(conn, position)
     while True:
         # Read up to a committed head, so a heartbeat there never skips a change.
         head = _seq(end) if end is not None else _seq(current_offset(conn))

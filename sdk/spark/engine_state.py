@@ -14,11 +14,20 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..algorithm import SyncState
+from ..algorithm.lineage import (
+    SOURCE_FILE,
+    check_position,
+    check_same_source,
+    resume_position,
+    source_record,
+)
 from ..algorithm.progress import with_staged
 from ..codec import dumps
+from ..dialects import Dialect
 from ..errors import ConfigurationError
 from ..spec import SourceSpec
 from ..types import (
+    Connection,
     FinishedSplit,
     Offset,
     SchemaChange,
@@ -248,3 +257,19 @@ def checkpointed(spec: SourceSpec) -> SourceSpec:
         assert name is not None
         tables = with_staged_columns(store, name, tables)
     return replace(spec, tables=tables)
+
+
+def check_checkpoint_source(store: StateStore, dialect: Dialect, conn: Connection, url: str,
+                            checkpoint: str) -> Offset | None:
+    """Check that ``conn``'s server is the source the checkpoint in ``store`` follows and that
+    its log holds the position the sync resumes from (:mod:`sdk.algorithm.lineage`); that
+    position, or None for a checkpoint with none yet. A checkpoint written before sources were
+    recorded has no record: only its position is checked."""
+    recorded = store.read_json(SOURCE_FILE)
+    if recorded is not None:
+        check_same_source(recorded, source_record(dialect, conn, url), checkpoint)
+    engine = latest(store)
+    position = resume_position(engine.sync, dialect) if engine is not None else None
+    if position is not None:
+        check_position(dialect, conn, position, url)
+    return position

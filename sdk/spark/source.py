@@ -37,6 +37,14 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from pyspark.sql.types import StructType
 
 from ..algorithm import Batch, Phase, PhaseMachine, SharedView, SyncState, choose_key
+from ..algorithm.lineage import (
+    SOURCE_FILE,
+    check_not_past_head,
+    check_position,
+    check_same_source,
+    resume_position,
+    source_record,
+)
 from ..algorithm.progress import progress_of
 from ..codec import dumps
 from ..errors import ConfigurationError
@@ -219,6 +227,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planned: dict[str, float] = {}
         """When this driver handed out the batch ending at each state (``time.time()``): the
         rate limits count from there."""
+        self._source_checked = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -298,8 +307,26 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"phase": report["phase"], "rows": int(report["rows"]), "tables": tables,
                 "caught_up": bool(report.get("caught_up", False))}
 
+    def _check_source(self, sync: SyncState | None) -> None:
+        """Once per driver: the source is the server this state directory follows (recorded
+        at its first start) and its log holds the position ``sync`` resumes from."""
+        if self._source_checked:
+            return
+        dialect, url = self.spec.dialect_obj, self.spec.config.masked_url
+        now = source_record(dialect, self.conn, url)
+        recorded = self.store.read_json(SOURCE_FILE)
+        if recorded is None:
+            self.store.write_json(now, SOURCE_FILE)
+        else:
+            check_same_source(recorded, now, self.spec.state_dir or "")
+        position = resume_position(sync, dialect) if sync is not None else None
+        if position is not None:
+            check_position(dialect, self.conn, position, url)
+        self._source_checked = True
+
     @_passing_faults
     def initialOffset(self) -> dict[str, Any]:
+        self._check_source(None)
         self.store.write_json({"envelope": self.spec.envelope}, STREAM_FILE)
         state = self.machine.start(self.conn, self.spec.tables)
         self._save_identities(self.spec.dialect_obj.table_identities(
@@ -330,6 +357,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if head is None or time.monotonic() - at >= self.spec.head_poll_seconds:
             head = self.spec.dialect_obj.current_offset(self.conn)
             self._head = (time.monotonic(), head)
+            check_not_past_head(self.spec.dialect_obj, position, head,
+                                self.spec.config.masked_url)
         if self._target is not None and \
                 self.spec.dialect_obj.compare_offset(head, self._target) > 0:
             return self._target
@@ -340,6 +369,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Fold the last batch's splits in, then ask the phase machine for the next batch."""
         engine = self._load(start["state"])
         sync = engine.sync
+        self._check_source(sync)
         if engine.inflight:
             sync = self.machine.fold(sync, self._staged(start["state"], engine))
             self._report(sync, engine.seq)  # before a table may turn pure-log, dropping splits

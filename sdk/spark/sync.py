@@ -15,9 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..algorithm.lineage import SOURCE_FILE
+from ..dialects import default_manager
 from ..errors import (
     ConfigurationError,
     FatalSyncError,
+    LogMismatchError,
     OffsetExpiredError,
     PreflightError,
     SdkError,
@@ -25,7 +28,13 @@ from ..errors import (
 from ..metrics import MetricsServer
 from ..spec import READER_OPTIONS, UNTIL, SourceSpec, checkpoint_paths, resolve
 from ..types import FinishedSplit
-from .engine_state import captured_tables, checkpointed, live_progress
+from .engine_state import (
+    captured_tables,
+    check_checkpoint_source,
+    checkpointed,
+    latest_name,
+    live_progress,
+)
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
 from .session import DEFAULT_MASTER, EarlySession, spark_session
@@ -81,7 +90,7 @@ class Retries:
 
 
 _USER_ERRORS = {cls.__name__: cls for cls in (
-    ConfigurationError, FatalSyncError, OffsetExpiredError, PreflightError)}
+    ConfigurationError, FatalSyncError, LogMismatchError, OffsetExpiredError, PreflightError)}
 
 
 def user_error(failure: BaseException) -> SdkError | None:
@@ -145,6 +154,7 @@ def _prepare(source: str, target: str | None, tables: str, checkpoint: str, unti
         reader_options["target"] = target
         if target_schema is not None:
             reader_options["targetSchema"] = target_schema
+    _check_resumed_source(source, state_dir, checkpoint)
     resolved = resolve(reader_options)
     # the advice was logged just now: the query's own resolve (in a Python worker) keeps quiet
     advice = READER_OPTIONS.find("preflight.advice")
@@ -152,6 +162,22 @@ def _prepare(source: str, target: str | None, tables: str, checkpoint: str, unti
                       if READER_OPTIONS.find(k) is not advice}
     reader_options["preflight.advice"] = "quiet"
     return resolved, reader_options, state_dir, spark_checkpoint
+
+
+def _check_resumed_source(source: str, state_dir: str, checkpoint: str) -> None:
+    """For a resumed sync, before anything touches the source (its capture prepared, a slot
+    made): the source is the server the checkpoint follows and its log holds the position
+    the sync resumes from (:func:`.engine_state.check_checkpoint_source`)."""
+    store = StateStore(state_dir, create=False)
+    if store.read_json(SOURCE_FILE) is None and latest_name(store) is None:
+        return
+    dialect, config = default_manager().source_for_url(source)
+    conn = dialect.connect(config)
+    try:
+        with dialect.passing_faults():
+            check_checkpoint_source(store, dialect, conn, config.masked_url, checkpoint)
+    finally:
+        conn.close()
 
 
 def run_sync(source: str, target: str | None, tables: str = "*",

@@ -1,0 +1,96 @@
+"""The source a checkpoint follows: the server's identity recorded at a sync's first start,
+and the checks that a resumed sync reads the same log, from a position that log holds.
+
+A checkpoint's offsets are positions in one server's log. Read against another server, or
+the same server after its log was reset or restored, they may name nothing, or something
+else: a resumed sync would then skip changes and call itself caught up. So a sync records
+the dialect's ``server_identity`` once, and every start compares it and asks the dialect's
+``check_offset`` about the position it resumes from; every poll of the log's head checks
+that the position is not past it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..dialects import Dialect
+from ..errors import LogMismatchError
+from ..types import Connection, Offset
+from .state import Phase, SyncState
+
+SOURCE_FILE = "source.json"
+"""In a sync's state directory: the dialect, identity and masked URL of its source."""
+
+NEW_SYNC = ("start a new sync with a new --checkpoint directory (a new snapshot), or point "
+            "--source at the server the checkpoint follows")
+"""The way back from a source that is not the checkpoint's."""
+
+
+def source_record(dialect: Dialect, conn: Connection, url: str) -> dict[str, Any]:
+    """What :data:`SOURCE_FILE` holds for the source ``conn`` is connected to."""
+    return {"dialect": dialect.name, "identity": dialect.server_identity(conn), "url": url}
+
+
+def _describe(identity: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(identity.items())) or "nothing recorded"
+
+
+def check_same_source(recorded: Mapping[str, Any], now: Mapping[str, Any],
+                      checkpoint: str) -> None:
+    """Raise :class:`LogMismatchError` when ``now`` is not the source ``recorded`` (both
+    :func:`source_record` results): another dialect, or an identity value that differs. Names
+    only present on one side (a plugin that learnt a new one) are not compared."""
+    if recorded.get("dialect") != now.get("dialect"):
+        raise LogMismatchError(
+            f"checkpoint {checkpoint} follows a {recorded.get('dialect')} source "
+            f"({recorded.get('url')}), not {now.get('dialect')} ({now.get('url')}): "
+            f"{NEW_SYNC}")
+    old: Mapping[str, str] = recorded.get("identity") or {}
+    new: Mapping[str, str] = now.get("identity") or {}
+    differ = sorted(k for k in old.keys() & new.keys() if str(old[k]) != str(new[k]))
+    if differ:
+        changes = "; ".join(f"{k} was {old[k]}, is {new[k]}" for k in differ)
+        raise LogMismatchError(
+            f"{now.get('url')} is not the server checkpoint {checkpoint} follows ({changes}; "
+            f"recorded from {recorded.get('url')}): its log positions mean nothing here "
+            f"(another server, a failover or a restored backup); {NEW_SYNC}")
+
+
+def resume_position(state: SyncState, dialect: Dialect) -> Offset | None:
+    """The log position a sync in ``state`` reads from next: its position in the log phase,
+    else the lowest watermark of the splits it has read (where its log phase will begin)."""
+    if state.phase is Phase.LOG or state.position is not None:
+        return state.position
+    marks = [f.watermark for splits in state.finished.values() for f in splits]
+    lowest: Offset | None = None
+    for mark in marks:
+        if lowest is None or dialect.compare_offset(mark, lowest) < 0:
+            lowest = mark
+    return lowest
+
+
+def check_not_past_head(dialect: Dialect, position: Offset, head: Offset, url: str) -> None:
+    """Raise :class:`LogMismatchError` when ``position`` lies past the log's ``head``: every
+    change the server writes next would sort below it and never be read."""
+    if dialect.compare_offset(position, head) > 0:
+        raise LogMismatchError(
+            f"the checkpoint's log position {_text(position)} lies past the head of "
+            f"{url}'s log ({_text(head)}): the server's log was reset (RESET MASTER, a "
+            f"restored backup, a rebuilt server) or this is another server, and the changes "
+            f"since would be skipped; {NEW_SYNC}")
+
+
+def check_position(dialect: Dialect, conn: Connection, position: Offset, url: str) -> None:
+    """Raise when the source's log does not hold ``position``: past its head (here), or as
+    the dialect's ``check_offset`` finds (a file it does not list, not an event's start,
+    purged)."""
+    if position.dialect != dialect.name:
+        raise LogMismatchError(f"the checkpoint's log position is a {position.dialect} "
+                               f"offset, but {url} is {dialect.name}: {NEW_SYNC}")
+    check_not_past_head(dialect, position, dialect.current_offset(conn), url)
+    dialect.check_offset(conn, position)
+
+
+def _text(offset: Offset) -> str:
+    return ", ".join(f"{k} {v}" for k, v in offset.to_json()["position"].items()) or "start"
