@@ -17,7 +17,8 @@ are open, and up to one capture-job cycle (``pollinginterval``, 5 s by default) 
 
 URL options: ``?exact_time=1`` (100 ns temporal columns as text, see :mod:`._types`),
 ``wait_seconds=60`` (open writers a watermark waits for), ``capture_wait_seconds=120`` (how long
-a read waits for the capture job), ``poll_seconds=1`` (open-ended reads).
+a read waits for the capture job), ``poll_seconds=1`` (open-ended reads), ``encryption=``
+(FreeTDS's TLS level, :mod:`._security`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from sdk import (
     ChangeEvent,
     ConfigurationError,
     ConnectionConfig,
+    ConnectionSecurity,
     DialectInfo,
     DriverMissingError,
     Heartbeat,
@@ -50,6 +52,7 @@ from sdk import (
     hookimpl,
 )
 
+from . import _security
 from ._changes import load_instances, read_changes
 from ._lsn import NAME, ZERO, from_colon_text, from_numeric, lsn_bytes, lsn_hex, make_offset, parts
 from ._types import key_range, key_sql, logical_column, q, row_converter, select_expression
@@ -67,6 +70,8 @@ class MssqlConnection:
     wait_seconds: float = 60.0
     capture_wait_seconds: float = 120.0
     poll_seconds: float = 1.0
+    encryption: str | None = None
+    """The URL's ``encryption`` (None: FreeTDS's default), for ``connection_security``."""
 
     def query(self, sql: str, args: Sequence[Any] = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run one statement; its column names and all its rows (none for a statement without
@@ -144,6 +149,7 @@ def dialect_info() -> DialectInfo:
             ("capture_wait_seconds", "how long a bounded read waits for the capture job "
                                      "(default 120)"),
             ("poll_seconds", "how often an open stream polls (default 1)"),
+            *_security.URL_OPTIONS,
         ))
 
 
@@ -155,13 +161,14 @@ def connect(config: ConnectionConfig) -> MssqlConnection:
         raise DriverMissingError("the sqlserver dialect needs pymssql: "
                                  "pip install 'sdk[sqlserver]'") from None
     options = config.options
+    tds_version, encryption = _security.driver_options(options)
     try:
         raw = pymssql.connect(server=config.host or "127.0.0.1", port=str(config.port or 1433),
                               user=config.user, password=config.password,
                               database=config.database or "master", autocommit=True,
                               login_timeout=int(options.get("connect_timeout", "10")),
                               charset="UTF-8", appname="sdk",
-                              tds_version=options.get("tds_version", "7.4"))
+                              tds_version=tds_version, encryption=encryption)
     except (pymssql.OperationalError, pymssql.InterfaceError) as exc:
         kind = RetriableError if is_retriable(exc) else ConfigurationError
         raise kind(f"cannot connect to {config.masked_url}: {_server_message(exc)}") from None
@@ -169,7 +176,8 @@ def connect(config: ConnectionConfig) -> MssqlConnection:
                            options.get("exact_time", "").lower() in _TRUE,
                            float(options.get("wait_seconds", "60")),
                            float(options.get("capture_wait_seconds", "120")),
-                           float(options.get("poll_seconds", "1")))
+                           float(options.get("poll_seconds", "1")),
+                           encryption)
     conn.query("SET NOCOUNT ON")
     return conn
 
@@ -536,3 +544,34 @@ def offset_at_time(conn: MssqlConnection, timestamp: dt.datetime) -> Offset | No
                        "CONVERT(datetime, %s, 121))",
                        [local.strftime("%Y-%m-%d %H:%M:%S.%f")[:23]])[0]
     return make_offset(raw) if raw is not None and any(bytes(raw)) else None
+
+
+# --- TLS, and the database a checkpoint belongs to --------------------------------------------
+
+
+@hookimpl
+def connection_security(conn: MssqlConnection) -> list[ConnectionSecurity]:
+    """Encrypted or not (``sys.dm_exec_connections``); never verified through pymssql."""
+    return _security.security(conn.rows, conn.encryption)
+
+
+@hookimpl
+def server_identity(conn: MssqlConnection) -> dict[str, str]:
+    """The database's GUIDs (``database_guid``, ``recovery_fork_guid``): never a name."""
+    return _security.identity(conn.rows)
+
+
+@hookimpl
+def check_offset(conn: MssqlConnection, offset: Offset) -> None:
+    """The offset's LSN must lie at or below the log's end (not ``fn_cdc_get_max_lsn``, which
+    lags the log by the capture job's cycle) and at or above some capture instance's
+    ``fn_cdc_get_min_lsn``."""
+    lsn = parts(offset)[0]
+    head = from_numeric(log_head(conn))
+    minimums = []
+    for chain in load_instances(conn.query).values():
+        for instance in chain:
+            if instance.start_lsn is not None:
+                (raw,) = conn.rows("SELECT sys.fn_cdc_get_min_lsn(%s)", [instance.name])[0]
+                minimums.append((instance.name, raw))
+    _security.check(lsn, head, minimums)
