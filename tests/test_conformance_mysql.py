@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 from helpers.servers import MYSQL_ADMIN_URL
 
-from sdk import ConnectionConfig, TableId
+from sdk import ConnectionConfig, Offset, TableId
 from sdk.testing import Feature, GoldenColumn, Harness
 from sdk.testing.suite import *  # noqa: F403
+from sdk_mysql._offsets import make_offset, parts
 
 pytestmark = pytest.mark.mysql
 
@@ -44,6 +45,10 @@ class MysqlHarness(Harness):
 
     def quote(self, name: str) -> str:
         return "`" + name.replace("`", "``") + "`"
+
+    def offset_past(self, offset: Offset) -> Offset:
+        file, pos, _ = parts(offset)
+        return make_offset(file, pos + 10**9)
 
     def force_log_switch(self) -> None:
         self.execute("FLUSH BINARY LOGS")

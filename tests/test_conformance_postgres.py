@@ -10,9 +10,10 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from helpers.servers import with_query
 
-from sdk import TableId
+from sdk import Offset, TableId
 from sdk.testing import Feature, GoldenColumn, Harness
 from sdk.testing.suite import *  # noqa: F403
+from sdk_postgres._offsets import make_offset, parts
 
 pytestmark = pytest.mark.postgres
 
@@ -50,6 +51,9 @@ class PostgresHarness(Harness):
 
     def end_session(self, conn: Any) -> None:
         self.execute(f"SELECT pg_terminate_backend({conn.raw.info.backend_pid})")
+
+    def offset_past(self, offset: Offset) -> Offset:
+        return make_offset(parts(offset)[0] + 2**40)
 
     def force_log_switch(self) -> None:
         self.execute("SELECT pg_switch_wal()")

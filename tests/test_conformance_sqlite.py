@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk import TableId
+from sdk import Offset, TableId
 from sdk.testing import Feature, GoldenColumn, Harness
 from sdk.testing.suite import *  # noqa: F403
 
@@ -30,6 +30,11 @@ class SqliteHarness(Harness):
 
     def table_id(self, name: str) -> TableId:
         return TableId("main", name)
+
+    def offset_past(self, offset: Offset) -> Offset:
+        seq = offset["seq"]
+        assert isinstance(seq, int)
+        return Offset("sqlite", seq=seq + 10**9)
 
     def golden_columns(self) -> list[GoldenColumn]:
         return [GoldenColumn("INTEGER", ["0", "-9223372036854775808", "9223372036854775807"]),

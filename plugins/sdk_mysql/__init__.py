@@ -45,6 +45,9 @@ from sdk.sql import lexicographic_range, with_condition
 from . import _arrow, _target, _tls, _visibility
 from ._binlog import CONNECTION_LOST, read_changes
 from ._connect import open_connection
+from ._lineage import check_offset as check_offset
+from ._lineage import refuse_unlisted
+from ._lineage import server_identity as server_identity
 from ._offsets import (
     NAME,
     canonical_mariadb_gtid,
@@ -509,11 +512,7 @@ def read_range_arrow(conn: MySqlConnection, table: TableSchema, split: SnapshotS
 def _check_retained(conn: MySqlConnection, file: str) -> None:
     files = [r[0] for r in conn.query("SHOW BINARY LOGS")]
     if file not in files:
-        oldest = files[0] if files else "none"
-        raise OffsetExpiredError(
-            f"binlog {file} was purged (oldest kept: {oldest}): the changes since the saved "
-            "offset are gone; take a new snapshot and keep binlogs longer "
-            "(binlog_expire_logs_seconds)")
+        refuse_unlisted(file, files)
 
 
 class _LiveSchemas:

@@ -54,6 +54,8 @@ from sdk.sql import row_range, with_condition
 
 from . import _arrow, _capture, _snapshot, _target, _tls
 from ._connection import PgConnection, q, qp, qualified
+from ._lineage import check_offset as check_offset
+from ._lineage import server_identity as server_identity
 from ._offsets import NAME, compare, lsn_int, lsn_text, make_offset, parts
 from ._stream import check_slot, read_changes
 from ._tls import connection_security as connection_security

@@ -189,6 +189,12 @@ class Harness:
         """Return once the dialect can read every change below ``offset`` (a database whose
         capture runs asynchronously waits here); the default returns at once."""
 
+    def offset_past(self, offset: Offset) -> Offset | None:
+        """An offset of this dialect far past ``offset``, which the server has not written (a
+        position beyond the end of its log): the kit checks that a sync resuming from it is
+        refused, as after a log reset. None (the default) skips that test."""
+        return None
+
     def golden_columns(self) -> Sequence[GoldenColumn]:
         """The type-parity table's columns; none skips the type-parity tests."""
         return ()

@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from ..algorithm import Phase, PhaseHooks, SyncOptions, SyncRunner, SyncState, caught_up
+from ..algorithm.lineage import check_position
 from ..config import ConnectionConfig
 from ..dialects import Dialect
-from ..errors import RetriableError
+from ..errors import LogMismatchError, OffsetExpiredError, RetriableError
 from ..hookspecs import CAPABILITY_HOOKS
 from ..types import (
     Capability,
@@ -142,6 +143,39 @@ class TestOffsets:
         again = kit.events([items], Offset.from_json(json.loads(start.json_text())),
                            kit.offset())
         assert again == events
+
+
+class TestLogIdentity:
+    """1b. Every position the server wrote passes ``check_offset``, ``server_identity`` is the
+    same on every connection, and a position past the log's head is refused (a reset log)."""
+
+    def test_positions_the_server_wrote_pass_check_offset(self, kit: Kit) -> None:
+        items = kit.items()
+        start = kit.offset()
+        kit.harness.execute(*(kit.insert_sql("kit_items", ("id", "v"), (i, "x"))
+                              for i in range(3)))
+        kit.harness.execute(kit.sql("kit_items", "UPDATE {t} SET v = 'y' WHERE id = 1"))
+        end = kit.offset()
+        events = kit.events([items], start, end)
+        for offset in (start, *(e.offset for e in events), end):
+            try:
+                check_position(kit.dialect, kit.conn, offset, "the kit's server")
+            except (LogMismatchError, OffsetExpiredError) as exc:
+                raise KitError(f"check_offset refused {offset}, a position the server wrote: "
+                               f"{exc}") from None
+
+    def test_server_identity_is_the_same_on_every_connection(self, kit: Kit) -> None:
+        identity = kit.dialect.server_identity(kit.conn)
+        assert identity == kit.dialect.server_identity(kit.connect()), \
+            "server_identity differs between two connections to the same server"
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in identity.items())
+
+    def test_a_position_past_the_head_is_refused(self, kit: Kit) -> None:
+        beyond = kit.harness.offset_past(kit.offset())
+        if beyond is None:
+            pytest.skip("the harness gives no offset_past")
+        with pytest.raises(LogMismatchError):
+            check_position(kit.dialect, kit.conn, beyond, "the kit's server")
 
 
 class TestReadRange:
@@ -803,6 +837,7 @@ __all__ = [
     "TestEndToEnd",
     "TestFaults",
     "TestHooks",
+    "TestLogIdentity",
     "TestOffsets",
     "TestOpenStream",
     "TestPreflight",
