@@ -87,12 +87,23 @@ class ConnectionConfig:
         port = f":{self.port}" if self.port else ""
         return f"{self.dialect}://{auth}{host}{port}/{self.database or ''}"
 
+    def __repr__(self) -> str:
+        options = {k: "***" if is_secret_option(k) else v for k, v in self.options.items()}
+        return (f"ConnectionConfig(dialect={self.dialect!r}, host={self.host!r}, "
+                f"port={self.port!r}, user={self.user!r}, database={self.database!r}, "
+                f"options={options!r})")
+
     def with_options(self, **options: str) -> ConnectionConfig:
         """A copy with more options."""
         return replace(self, options={**self.options, **options})
 
     def __str__(self) -> str:
         return self.masked_url
+
+
+def is_secret_option(name: str) -> bool:
+    """Whether a URL option holds a secret (a key's or a wallet's password), never shown."""
+    return any(word in name.lower() for word in ("password", "secret", "token"))
 
 
 def _resolve_secret(env: str | None, file: str | None, inline: str | None) -> str | None:
