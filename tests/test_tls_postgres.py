@@ -67,11 +67,12 @@ def _run_as(user: str, command: list[str]) -> None:
 
 
 def start_server(name: str, bin_dir: Path, user: str, pki: Pki,
-                 cert: tuple[Path, Path] | None = None) -> TlsServer:
+                 cert: tuple[Path, Path] | None = None, tls: bool = True) -> TlsServer:
     """initdb a cluster in a new directory owned by ``user``, with TLS on, the CA's server
     certificate (or ``cert``: another certificate and key) and ``hostssl`` rules only (and
     ``local`` for setup), start it on a free loopback port and create the TLS role, its
-    database ``tls_db`` and ``tls_cert``, where a client certificate logs in."""
+    database ``tls_db`` and ``tls_cert``, where a client certificate logs in. ``tls=False``:
+    a server without TLS (``ssl=off``, ``host`` rules)."""
     server_cert, server_key = cert or (pki.server_cert, pki.server_key)
     root = Path(tempfile.mkdtemp(prefix=f"sdk-tls-{name}-"))
     owner = pwd.getpwnam(user)
@@ -89,14 +90,15 @@ def start_server(name: str, bin_dir: Path, user: str, pki: Pki,
     port = _free_port()
     with (data / "postgresql.conf").open("a") as conf:
         conf.write(f"\nlisten_addresses = '127.0.0.1'\nport = {port}\n"
-                   f"unix_socket_directories = '{sockets}'\nssl = on\n"
+                   f"unix_socket_directories = '{sockets}'\nssl = {'on' if tls else 'off'}\n"
                    "ssl_cert_file = 'server.pem'\nssl_key_file = 'server-key.pem'\n"
                    "ssl_ca_file = 'ca.pem'\nwal_level = logical\nmax_wal_senders = 10\n"
                    "max_replication_slots = 10\nfsync = off\n")
     (data / "pg_hba.conf").write_text(
         "local all all trust\n"
         "hostssl tls_cert all 127.0.0.1/32 cert\n"
-        "hostssl all all 127.0.0.1/32 scram-sha-256\n")
+        "hostssl all all 127.0.0.1/32 scram-sha-256\n" if tls else
+        "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
     _run_as(user, [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w",
                    "-t", "60", "start"])
     pid = int((data / "postmaster.pid").read_text().split()[0])
@@ -144,7 +146,8 @@ def _embedded_binaries() -> tuple[Path, str] | str:
 EMBEDDED = _embedded_binaries() if os.geteuid() == 0 else "these tests start servers as root"
 
 
-def _start(name: str, pki: Pki, cert: tuple[Path, Path] | None = None) -> TlsServer:
+def _start(name: str, pki: Pki, cert: tuple[Path, Path] | None = None, tls: bool = True
+           ) -> TlsServer:
     """Start the server ``name`` (``embedded-18`` or ``system-15``), or skip saying why not."""
     if os.geteuid() != 0:
         pytest.skip("the TLS servers are started as root, which runs them as their own user")
@@ -156,7 +159,7 @@ def _start(name: str, pki: Pki, cert: tuple[Path, Path] | None = None) -> TlsSer
         if not (SYSTEM_BIN / "postgres").exists():
             pytest.skip(f"no PostgreSQL 15 binaries in {SYSTEM_BIN}")
         bin_dir, user = SYSTEM_BIN, "postgres"
-    return start_server(name, bin_dir, user, pki, cert)
+    return start_server(name, bin_dir, user, pki, cert, tls)
 
 
 @pytest.fixture(scope="module")
@@ -277,6 +280,16 @@ def test_plaintext_against_hostssl_only_names_sslmode(system_server: TlsServer,
     err = _refused(system_server.url("sslmode=disable"), capsys)
     assert "only over TLS" in err and "sslmode=disable" in err and "set sslmode=verify-full" \
         in err, err
+
+
+def test_require_against_a_server_without_tls_names_sslmode(
+        pki: Pki, capsys: pytest.CaptureFixture[str]) -> None:
+    plain = _start("system-15", pki, tls=False)
+    try:
+        err = _refused(plain.url("sslmode=require"), capsys)
+    finally:
+        stop_server(plain)
+    assert "does not offer TLS" in err and "sslmode=require" in err, err
 
 
 def test_a_verifying_mode_without_a_ca_names_sslrootcert(system_server: TlsServer,
