@@ -446,3 +446,22 @@ def test_a_client_certificate_logs_in(system_server: TlsServer, pki: Pki,
         conn.close()
     err = _refused(system_server.url(base, database="tls_cert"), capsys)
     assert "requires a client certificate" in err and "add sslcert=" in err, err
+
+
+def test_sslrootcert_system_verifies_against_the_systems_cas(
+        system_server: TlsServer, pki: Pki, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sslrootcert=system`` (libpq 16+) trusts OpenSSL's default CAs, which
+    ``SSL_CERT_FILE`` points at the test CA here; it implies verify-full."""
+    from sdk import ConnectionConfig, get_dialect
+    from sdk_postgres import _tls
+
+    if _tls.libpq_version() < 160000:
+        pytest.skip("sslrootcert=system needs libpq 16 or later")
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki.ca))
+    dialect = get_dialect("postgres")
+    conn = dialect.connect(ConnectionConfig.from_url(system_server.url("sslrootcert=system")))
+    try:
+        queries, replication = dialect.connection_security(conn)
+    finally:
+        conn.close()
+    assert queries.verified and queries.host_checked and replication.verified
