@@ -322,6 +322,28 @@ def test_the_default_encrypts_without_verifying(tls_server: TlsServer) -> None:
 
 
 @pytest.mark.mysql
+def test_side_connections_carry_the_same_tls(tls_server: TlsServer) -> None:
+    """The catalogue's side connection of a stream and the binlog reader's collation lookup
+    open from the connection's settings, so they are verified TLS as well."""
+    import sdk_mysql
+    from sdk_mysql import _binlog, _tls
+
+    conn = sdk_mysql.connect(ConnectionConfig.from_url(tls_server.verified()))
+    live = sdk_mysql._LiveSchemas(conn)
+    try:
+        conn.in_view = True  # the stream's connection is busy: a side connection is opened
+        side = live._connection()
+        assert side is not conn
+        security = _tls.describe(side.raw, "side")
+        assert security.encrypted and security.verified and security.host_checked
+        charsets = _binlog._Charsets(conn.settings)
+        assert charsets.name(4000) == "collation 4000"  # unknown to pymysql: asks the server
+    finally:
+        live.close()
+        conn.close()
+
+
+@pytest.mark.mysql
 def test_failures_name_the_option_to_fix(tls_server: TlsServer,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     other = tls_server.url(query=f"ssl_mode=VERIFY_CA&ssl_ca={tls_server.pki.other_ca}")
