@@ -39,8 +39,9 @@ def _describe(identity: Mapping[str, str]) -> str:
 def check_same_source(recorded: Mapping[str, Any], now: Mapping[str, Any],
                       checkpoint: str) -> None:
     """Raise :class:`LogMismatchError` when ``now`` is not the source ``recorded`` (both
-    :func:`source_record` results): another dialect, or an identity value that differs. Names
-    only present on one side (a plugin that learnt a new one) are not compared."""
+    :func:`source_record` results): another dialect, or a recorded identity value that differs
+    or that the server no longer gives. A name only ``now`` has (a plugin that learnt a new
+    one) is not compared."""
     if recorded.get("dialect") != now.get("dialect"):
         raise LogMismatchError(
             f"checkpoint {checkpoint} follows a {recorded.get('dialect')} source "
@@ -48,9 +49,9 @@ def check_same_source(recorded: Mapping[str, Any], now: Mapping[str, Any],
             f"{NEW_SYNC}")
     old: Mapping[str, str] = recorded.get("identity") or {}
     new: Mapping[str, str] = now.get("identity") or {}
-    differ = sorted(k for k in old.keys() & new.keys() if str(old[k]) != str(new[k]))
+    differ = sorted(k for k in old if str(old[k]) != str(new.get(k)))
     if differ:
-        changes = "; ".join(f"{k} was {old[k]}, is {new[k]}" for k in differ)
+        changes = "; ".join(f"{k} was {old[k]}, is {new.get(k, 'not given')}" for k in differ)
         raise LogMismatchError(
             f"{now.get('url')} is not the server checkpoint {checkpoint} follows ({changes}; "
             f"recorded from {recorded.get('url')}): its log positions mean nothing here "

@@ -1,0 +1,264 @@
+"""A checkpoint follows one server's log: resumed against another server, or against the same
+server after its log was reset or restored from a backup, ``sdk sync`` refuses with one line
+and never reports "caught up"; ``sdk check --checkpoint`` and ``sdk status --source`` say the
+same. Real servers of the tests' own: two MariaDB instances, two PostgreSQL clusters and one
+restored from a base backup."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.instances import (
+    MariaDb,
+    Postgres,
+    pg15_available,
+    server_dir,
+    start_mariadb,
+    start_postgres15,
+    stopping,
+)
+
+from sdk import LogMismatchError, Offset
+from sdk.algorithm import Phase, SyncState
+from sdk.algorithm.lineage import check_same_source, resume_position
+from sdk.cli import main
+from sdk.dialects import get_dialect
+from sdk.types import FinishedSplit, SnapshotSplit, TableId
+
+ROWS = 50
+
+
+def _sync(source: str, target: str, checkpoint: Path, tables: str) -> list[str]:
+    return ["sync", "--source", source, "--target", target, "--tables", tables,
+            "--checkpoint", str(checkpoint), "--until", "caught-up"]
+
+
+def _mirror(path: Path, table: str) -> dict[int, int]:
+    with sqlite3.connect(path) as conn:
+        return dict(conn.execute(f"SELECT id, v FROM {table}").fetchall())
+
+
+def _refused(capsys: pytest.CaptureFixture[str], args: list[str], *words: str) -> str:
+    """Run ``args``: it must fail with one ``sdk: error:`` line holding ``words``, and never
+    say it applied anything or caught up."""
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert "caught up" not in out and "applied" not in out
+    lines = [line for line in err.splitlines() if line.startswith("sdk: error:")]
+    assert len(lines) == 1, err
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+# --- pure logic ------------------------------------------------------------------------------
+
+
+def test_an_identity_that_differs_is_refused_naming_both_values() -> None:
+    recorded = {"dialect": "mysql", "identity": {"server_uuid": "a", "extra": "x"},
+                "url": "mysql://u:***@one/db"}
+    check_same_source(recorded, {**recorded, "identity": {"server_uuid": "a", "extra": "x",
+                                                          "learnt": "y"}}, "ck")
+    with pytest.raises(LogMismatchError, match="extra was x, is not given"):
+        check_same_source(recorded, {**recorded, "identity": {"server_uuid": "a"}}, "ck")
+    with pytest.raises(LogMismatchError, match="server_uuid was a, is b.*recorded from "
+                       r"mysql://u:\*\*\*@one/db"):
+        check_same_source(recorded, {**recorded, "identity": {"server_uuid": "b"},
+                                     "url": "mysql://u:***@two/db"}, "ck")
+    with pytest.raises(LogMismatchError, match="follows a mysql source"):
+        check_same_source(recorded, {**recorded, "dialect": "postgres"}, "ck")
+
+
+def test_a_snapshot_resumes_from_its_lowest_watermark() -> None:
+    dialect = get_dialect("sqlite")
+    table = TableId("main", "t")
+    marks = [Offset("sqlite", seq=s) for s in (7, 3, 9)]
+    finished = tuple(FinishedSplit(SnapshotSplit(table, i, None, None), m)
+                     for i, m in enumerate(marks))
+    state = SyncState(Phase.SNAPSHOT, {}, finished={table: finished})
+    assert resume_position(state, dialect) == marks[1]
+    assert resume_position(SyncState(Phase.SNAPSHOT, {}), dialect) is None
+    assert resume_position(SyncState(Phase.LOG, {}, position=marks[2]), dialect) == marks[2]
+
+
+# --- SQLite: another file ----------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_sqlite_resumed_against_another_file_is_refused(spark: Any, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    for name in ("one.db", "two.db"):
+        with sqlite3.connect(tmp_path / name) as conn:
+            conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, v INTEGER)")
+            conn.executemany("INSERT INTO items VALUES (?, ?)", [(i, i) for i in range(ROWS)])
+    mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
+    assert main(_sync(f"sqlite:///{tmp_path / 'one.db'}", f"sqlite:///{mirror}", checkpoint,
+                      "items")) == 0
+    capsys.readouterr()
+    _refused(capsys, _sync(f"sqlite:///{tmp_path / 'two.db'}", f"sqlite:///{mirror}",
+                           checkpoint, "items"), "is not the server checkpoint", "log_id was")
+
+
+# --- MariaDB: another server, a reset binlog ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mariadbs() -> Iterator[tuple[MariaDb, MariaDb]]:
+    """Two MariaDB servers of this module's own, each with an ``items`` table."""
+    root = server_dir()
+    try:
+        first = start_mariadb(root / "a", server_id=1)
+        with stopping(first):
+            second = start_mariadb(root / "b", server_id=1)
+            with stopping(second):
+                yield first, second
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _fill_mariadb(server: MariaDb) -> None:
+    server.execute("DROP TABLE IF EXISTS sdk_test.items",
+                   "CREATE TABLE sdk_test.items (id INT PRIMARY KEY, v INT)",
+                   "INSERT INTO sdk_test.items SELECT seq, seq FROM sdk_test.seq_0_to_49")
+
+
+@pytest.mark.mysql
+@pytest.mark.spark
+def test_mariadb_resumed_against_another_server_is_refused(
+        spark: Any, mariadbs: tuple[MariaDb, MariaDb], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = mariadbs
+    for server in mariadbs:
+        _fill_mariadb(server)
+    mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
+    assert main(_sync(first.url(), f"sqlite:///{mirror}", checkpoint, "sdk_test.items")) == 0
+    capsys.readouterr()
+    second.execute("INSERT INTO sdk_test.items VALUES (1000, 1)")
+    line = _refused(capsys, _sync(second.url(), f"sqlite:///{mirror}", checkpoint,
+                                  "sdk_test.items"),
+                    "is not the server checkpoint", "datadir_created was",
+                    f"127.0.0.1:{second.port}", f"127.0.0.1:{first.port}")
+    assert "sdk_cdc:sdk_cdc" not in line
+    assert 1000 not in _mirror(mirror, "items")
+    assert main(["check", "--source", second.url(), "--checkpoint", str(checkpoint),
+                 "--tables", "sdk_test.items"]) == 1
+    assert "is not the server checkpoint" in capsys.readouterr().out
+    assert main(["status", "--checkpoint", str(checkpoint), "--source", first.url()]) == 0
+    assert "checked: the same server, position held" in capsys.readouterr().out
+
+
+@pytest.mark.mysql
+@pytest.mark.spark
+@pytest.mark.parametrize("writes", [1, 400], ids=["log-behind", "log-grown-past"])
+def test_a_reset_binlog_is_never_caught_up(spark: Any, mariadbs: tuple[MariaDb, MariaDb],
+                                           tmp_path: Path, writes: int,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """After RESET MASTER the binlog starts again at file 1: a few changes leave the
+    checkpoint's position past the head; many make the new log longer than the position,
+    which then lies inside some other transaction or before a GTID already taken."""
+    server = mariadbs[0]
+    _fill_mariadb(server)
+    server.execute(*(f"UPDATE sdk_test.items SET v = v + 1 WHERE id = {i % ROWS}"
+                     for i in range(100)))  # the position lies well into the binlog
+    mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
+    url = server.url()
+    assert main(_sync(url, f"sqlite:///{mirror}", checkpoint, "sdk_test.items")) == 0
+    capsys.readouterr()
+    before = _mirror(mirror, "items")
+    server.execute("RESET MASTER", "INSERT INTO sdk_test.items VALUES (1000, 1)")
+    server.execute(*(f"UPDATE sdk_test.items SET v = v + 1 WHERE id = {i % ROWS}"
+                     for i in range(writes)))
+    _refused(capsys, _sync(url, f"sqlite:///{mirror}", checkpoint, "sdk_test.items"),
+             "new --checkpoint directory")
+    assert _mirror(mirror, "items") == before
+    assert main(["status", "--checkpoint", str(checkpoint), "--source", url]) == 1
+    assert "new --checkpoint directory" in capsys.readouterr().err
+
+
+# --- PostgreSQL: another cluster, a cluster restored from a base backup -----------------------
+
+
+@pytest.fixture(scope="module")
+def clusters() -> Iterator[tuple[Postgres, Postgres]]:
+    """Two PostgreSQL 15 clusters of this module's own, each with an ``items`` table."""
+    if not pg15_available():
+        pytest.skip("no PostgreSQL 15 binaries in /usr/lib/postgresql/15/bin")
+    root = server_dir()
+    try:
+        first = start_postgres15(root / "a")
+        with stopping(first):
+            second = start_postgres15(root / "b")
+            with stopping(second):
+                yield first, second
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _fill_postgres(server: Postgres) -> None:
+    server.execute("DROP TABLE IF EXISTS items",
+                   "CREATE TABLE items (id int PRIMARY KEY, v int)",
+                   "INSERT INTO items SELECT g, g FROM generate_series(0, 49) g",
+                   "ALTER TABLE items OWNER TO sdk_cdc")
+
+
+@pytest.mark.postgres
+@pytest.mark.spark
+def test_postgres_resumed_against_another_cluster_is_refused(
+        spark: Any, clusters: tuple[Postgres, Postgres], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = clusters
+    for server in clusters:
+        _fill_postgres(server)
+    mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
+    query = "?slot=id_other&publication=id_other"
+    assert main(_sync(first.url(query=query), f"sqlite:///{mirror}", checkpoint,
+                      "public.items")) == 0
+    capsys.readouterr()
+    _refused(capsys, _sync(second.url(query=query), f"sqlite:///{mirror}", checkpoint,
+                           "public.items"),
+             "is not the server checkpoint", "system_identifier was")
+    with second.admin() as conn:  # refused before anything was made there
+        assert not conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = "
+                                "'id_other'").fetchall()
+    first.execute("SELECT pg_drop_replication_slot('id_other')")
+
+
+@pytest.mark.postgres
+@pytest.mark.spark
+def test_a_cluster_restored_from_a_base_backup_is_refused(
+        spark: Any, clusters: tuple[Postgres, Postgres], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A base backup taken before the sync read on: the restored cluster is the same system
+    on the same timeline, but its WAL ends before the checkpoint's position and it has no
+    slot (base backups leave slots out)."""
+    server = clusters[0]
+    _fill_postgres(server)
+    backup = server_dir() / "restored"
+    server.base_backup(backup)
+    mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
+    url = server.url(query="?slot=id_restore&publication=id_restore")
+    assert main(_sync(url, f"sqlite:///{mirror}", checkpoint, "public.items")) == 0
+    server.execute("UPDATE items SET v = -v")
+    assert main(_sync(url, f"sqlite:///{mirror}", checkpoint, "public.items")) == 0
+    capsys.readouterr()
+    live = server.pgdata
+    server.stop()
+    restored = Postgres(backup, server.port, None)
+    try:
+        restored.start()
+        restored.execute("INSERT INTO items VALUES (1000, 1)")
+        _refused(capsys, _sync(url, f"sqlite:///{mirror}", checkpoint, "public.items"),
+                 "new --checkpoint directory")
+        assert 1000 not in _mirror(mirror, "items")
+    finally:
+        restored.stop()
+        server.pgdata = live
+        server.start()
+        server.execute("SELECT pg_drop_replication_slot('id_restore')")
+        shutil.rmtree(backup.parent, ignore_errors=True)
