@@ -14,12 +14,19 @@ from .errors import SdkError
 
 
 def cmd_dialects(args: argparse.Namespace) -> int:
-    """List installed dialects, their capabilities and what is missing to use each."""
+    """List installed dialects, their capabilities, their URL options and what is missing to
+    use each."""
     for status in default_manager().statuses():
         if status.usable and status.info:
             caps = ", ".join(sorted(c.value for c in status.info.capabilities)) or "-"
             role = "target only; " if status.info.target_only else ""
             print(f"{status.name:<10} usable    {status.info.title}; {role}capabilities: {caps}")
+            if status.info.url_options and args.options:
+                for name, help in status.info.url_options:
+                    print(f"{'':<10}   ?{name}=  {help}")
+            elif status.info.url_options:
+                names = ", ".join(name for name, _ in status.info.url_options)
+                print(f"{'':<10}           URL options: {names}")
         else:
             print(f"{status.name:<10} unusable  {status.problem}")
     return 0
@@ -266,7 +273,10 @@ def _verbose_flag(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sdk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("dialects", help=cmd_dialects.__doc__).set_defaults(func=cmd_dialects)
+    dialects = sub.add_parser("dialects", help=cmd_dialects.__doc__)
+    dialects.add_argument("--options", action="store_true",
+                          help="each URL option with what it does")
+    dialects.set_defaults(func=cmd_dialects)
     check = sub.add_parser("check", help=cmd_check.__doc__)
     check.add_argument("--source", required=True, help="database URL, e.g. mysql://user@host/db")
     check.add_argument("--tables", nargs="*", help="include/exclude patterns, e.g. "
