@@ -10,15 +10,14 @@ import socket
 import sqlite3
 import ssl
 import struct
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.instances import MariaDb, server_dir, start_mariadb, stopping
 from helpers.tls import Pki, make_pki
 
 from sdk import ConfigurationError, ConnectionConfig, get_dialect
@@ -155,39 +154,30 @@ def test_tls_asked_for_is_refused_before_the_password_is_sent() -> None:
 
 @dataclass
 class TlsServer:
-    """This module's MariaDB (accepting only TLS): its port, root socket, certificates and the
-    files it serves its certificate from (swapped by :meth:`presenting`)."""
+    """This module's MariaDB (accepting only TLS), its certificates and the files it serves
+    its certificate from (swapped by :meth:`presenting`)."""
 
-    port: int
-    socket: Path
+    server: MariaDb
     pki: Pki
     served_cert: Path
     served_key: Path
 
+    @property
+    def port(self) -> int:
+        return self.server.port
+
     def execute(self, *statements: str) -> None:
         """Run ``statements`` as root over the Unix socket (secure transport without TLS)."""
-        conn = self.admin()
-        try:
-            with conn.cursor() as cur:
-                for statement in statements:
-                    cur.execute(statement)
-        finally:
-            conn.close()
-
-    def admin(self) -> Any:
-        import pymysql
-
-        return pymysql.connect(unix_socket=str(self.socket), user="root", autocommit=True)
+        self.server.execute(*statements)
 
     def url(self, database: str = "tls_src", query: str = "") -> str:
-        return f"mysql://{USER}:{PASSWORD}@127.0.0.1:{self.port}/{database}" + \
-            (f"?{query}" if query else "")
+        return self.server.url(USER, PASSWORD, database, f"?{query}" if query else "")
 
     def verified(self, database: str = "tls_src") -> str:
         return self.url(database, f"ssl_mode=VERIFY_IDENTITY&ssl_ca={self.pki.ca}")
 
     def rows(self, table: str) -> dict[int, str]:
-        conn = self.admin()
+        conn = self.server.admin()
         try:
             with conn.cursor() as cur:
                 cur.execute(f"SELECT id, note FROM {table}")
@@ -209,70 +199,37 @@ class TlsServer:
             self.execute("FLUSH SSL")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_until_up(server: TlsServer, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            server.execute("SELECT 1")
-            return
-        except Exception:
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-                raise RuntimeError(f"the TLS MariaDB did not start: {tail}") from None
-            time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
-def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
-    """A MariaDB from the system binaries in a temporary datadir on a free loopback port, TLS
-    on and required, and a user with a password that may read (source role) and write
-    ``tls_dst`` (target role); stopped by its PID (killed if it does not stop)."""
+def tls_server() -> Iterator[TlsServer]:
+    """A MariaDB from the system binaries (tests/helpers/instances.py), TLS on and required,
+    and a user with a password that may read (source role) and write ``tls_dst`` (target
+    role)."""
     pytest.importorskip("pymysql")
     if not (shutil.which("mariadbd") and shutil.which("mariadb-install-db")):
         pytest.skip("needs the MariaDB server binaries (mariadbd, mariadb-install-db)")
-    root = tmp_path_factory.mktemp("tls-mariadb")
-    pki = make_pki(root / "pki")
-    server = TlsServer(_free_port(), root / "mariadb.sock", pki, root / "served.pem",
-                       root / "served-key.pem")
-    shutil.copyfile(pki.server_cert, server.served_cert)
-    shutil.copyfile(pki.server_key, server.served_key)
-    data, log = root / "data", root / "error.log"
-    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
-                    "--auth-root-authentication-method=normal", "--skip-test-db"],
-                   check=True, capture_output=True, timeout=120)
-    process = subprocess.Popen(
-        ["mariadbd", "--no-defaults", f"--datadir={data}", f"--socket={server.socket}",
-         f"--port={server.port}", "--bind-address=127.0.0.1", "--user=root",
-         "--skip-name-resolve", f"--pid-file={root / 'mariadb.pid'}", f"--log-error={log}",
-         f"--ssl-ca={pki.ca}", f"--ssl-cert={server.served_cert}",
-         f"--ssl-key={server.served_key}", "--require-secure-transport=ON",
-         "--log-bin=mysql-bin", "--binlog-format=ROW", "--binlog-row-image=FULL",
-         "--binlog-row-metadata=FULL", "--server-id=4242", "--innodb-buffer-pool-size=32M"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root = server_dir()
     try:
-        _wait_until_up(server, process, log)
-        server.execute(
-            f"CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}'",
-            f"GRANT SELECT, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{USER}'@'%'",
-            "CREATE DATABASE tls_src", "CREATE DATABASE tls_dst",
-            f"GRANT CREATE, INSERT, UPDATE, DELETE, DROP, ALTER, INDEX ON tls_dst.* TO "
-            f"'{USER}'@'%'",
-            "CREATE TABLE tls_src.orders (id INT PRIMARY KEY, note VARCHAR(40))",
-            "INSERT INTO tls_src.orders VALUES (1, 'one'), (2, 'two')")
-        yield server
+        pki = make_pki(root / "pki")
+        served_cert, served_key = root / "served.pem", root / "served-key.pem"
+        shutil.copyfile(pki.server_cert, served_cert)
+        shutil.copyfile(pki.server_key, served_key)
+        server = start_mariadb(root / "mariadb", server_id=4242, extra=(
+            f"--ssl-ca={pki.ca}", f"--ssl-cert={served_cert}", f"--ssl-key={served_key}",
+            "--require-secure-transport=ON"))
+        with stopping(server):
+            tls = TlsServer(server, pki, served_cert, served_key)
+            tls.execute(
+                f"CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}'",
+                f"GRANT SELECT, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO "
+                f"'{USER}'@'%'",
+                "CREATE DATABASE tls_src", "CREATE DATABASE tls_dst",
+                f"GRANT CREATE, INSERT, UPDATE, DELETE, DROP, ALTER, INDEX ON tls_dst.* TO "
+                f"'{USER}'@'%'",
+                "CREATE TABLE tls_src.orders (id INT PRIMARY KEY, note VARCHAR(40))",
+                "INSERT INTO tls_src.orders VALUES (1, 'one'), (2, 'two')")
+            yield tls
     finally:
-        process.terminate()  # by its PID
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _fails_with(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -301,8 +258,9 @@ def test_check_shows_both_connections_verified(tls_server: TlsServer,
         assert security.encrypted and security.verified and security.host_checked
         assert security.version in ("TLSv1.2", "TLSv1.3") and security.cipher
         assert security.subject == "CN=localhost, O=sdk tests" and not security.fix
-    if "TLS on the" in out:  # once sdk check prints connection_security
-        assert "TLS on the binlog stream connection" in out and "certificate verified" in out
+    assert "[OK] TLS on the queries connection: encrypted" in out
+    assert "[OK] TLS on the binlog stream connection: encrypted" in out
+    assert "certificate verified, host name checked" in out
 
 
 @pytest.mark.mysql
