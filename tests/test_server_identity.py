@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from helpers.instances import (
@@ -31,6 +31,7 @@ from sdk.dialects import get_dialect
 from sdk.types import FinishedSplit, SnapshotSplit, TableId
 
 ROWS = 50
+S = TypeVar("S", MariaDb, Postgres)
 
 
 def _sync(source: str, target: str, checkpoint: Path, tables: str) -> list[str]:
@@ -108,18 +109,23 @@ def test_sqlite_resumed_against_another_file_is_refused(spark: Any, tmp_path: Pa
 # --- MariaDB: another server, a reset binlog ---------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def mariadbs() -> Iterator[tuple[MariaDb, MariaDb]]:
-    """Two MariaDB servers of this module's own, each with an ``items`` table."""
+def _two(start: Callable[[Path], S]) -> Iterator[tuple[S, S]]:
+    """Two servers made by ``start``, stopped when the module is done."""
     root = server_dir()
     try:
-        first = start_mariadb(root / "a", server_id=1)
+        first = start(root / "a")
         with stopping(first):
-            second = start_mariadb(root / "b", server_id=1)
+            second = start(root / "b")
             with stopping(second):
                 yield first, second
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def mariadbs() -> Iterator[tuple[MariaDb, MariaDb]]:
+    """Two MariaDB servers of this module's own."""
+    yield from _two(start_mariadb)
 
 
 def _fill_mariadb(server: MariaDb) -> None:
@@ -186,18 +192,10 @@ def test_a_reset_binlog_is_never_caught_up(spark: Any, mariadbs: tuple[MariaDb, 
 
 @pytest.fixture(scope="module")
 def clusters() -> Iterator[tuple[Postgres, Postgres]]:
-    """Two PostgreSQL 15 clusters of this module's own, each with an ``items`` table."""
+    """Two PostgreSQL 15 clusters of this module's own."""
     if not pg15_available():
         pytest.skip("no PostgreSQL 15 binaries in /usr/lib/postgresql/15/bin")
-    root = server_dir()
-    try:
-        first = start_postgres15(root / "a")
-        with stopping(first):
-            second = start_postgres15(root / "b")
-            with stopping(second):
-                yield first, second
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    yield from _two(start_postgres15)
 
 
 def _fill_postgres(server: Postgres) -> None:
