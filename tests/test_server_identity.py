@@ -6,8 +6,13 @@ restored from a base backup."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -260,3 +265,43 @@ def test_a_cluster_restored_from_a_base_backup_is_refused(
         server.start()
         server.execute("SELECT pg_drop_replication_slot('id_restore')")
         shutil.rmtree(backup.parent, ignore_errors=True)
+
+
+@pytest.mark.mysql
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_binlog_reset_under_a_running_sync_stops_it(mariadbs: tuple[MariaDb, MariaDb],
+                                                      tmp_path: Path) -> None:
+    """A following sync polls the head: once the binlog is begun again, its position lies
+    past the head and the sync stops with one line instead of waiting for ever."""
+    server = mariadbs[0]
+    _fill_mariadb(server)
+    mirror = tmp_path / "mirror.db"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sdk.cli", *_sync(server.url(), f"sqlite:///{mirror}",
+                                                 tmp_path / "ck", "sdk_test.items")[:-2],
+         "--until", "never"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        server.execute("UPDATE sdk_test.items SET v = -1 WHERE id = 7")
+        while not (mirror.exists() and _mirror_or_none(mirror).get(7) == -1):
+            assert process.poll() is None and time.monotonic() < deadline, "never caught up"
+            time.sleep(0.5)
+        server.execute("RESET MASTER", "INSERT INTO sdk_test.items VALUES (1000, 1)")
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 2, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("sdk: error:") and "lies past the head" in last, last
+
+
+def _mirror_or_none(path: Path) -> dict[int, int]:
+    try:
+        return _mirror(path, "items")
+    except sqlite3.OperationalError:  # the table is not made yet
+        return {}
