@@ -64,6 +64,7 @@ class ConnectionConfig:
         inline = unquote(parts.password) if parts.password else None
         password = _resolve_secret(options.pop("password_env", None),
                                    options.pop("password_file", None), inline)
+        _resolve_secret_options(options)
         return cls(
             dialect=dialect,
             host=parts.hostname,
@@ -106,10 +107,11 @@ def is_secret_option(name: str) -> bool:
     return any(word in name.lower() for word in ("password", "secret", "token"))
 
 
-def _resolve_secret(env: str | None, file: str | None, inline: str | None) -> str | None:
+def _resolve_secret(env: str | None, file: str | None, inline: str | None,
+                    name: str = "password") -> str | None:
     if env is not None:
         if env not in os.environ:
-            raise ConfigurationError(f"password_env names the environment variable {env!r}, "
+            raise ConfigurationError(f"{name}_env names the environment variable {env!r}, "
                                      "which is not set")
         return os.environ[env]
     if file is not None:
@@ -117,9 +119,25 @@ def _resolve_secret(env: str | None, file: str | None, inline: str | None) -> st
         try:
             return path.read_text().strip()
         except OSError as exc:
-            raise ConfigurationError(f"cannot read password_file {path}: {exc.strerror}") \
+            raise ConfigurationError(f"cannot read {name}_file {path}: {exc.strerror}") \
                 from None
     return inline
+
+
+def _resolve_secret_options(options: dict[str, str]) -> None:
+    """Read each secret option given as ``NAME_env`` or ``NAME_file`` (``sslpassword_file``,
+    ``wallet_password_env``) into ``NAME``, as the password is, so no secret need stand in a
+    URL."""
+    for option in [o for o in options if o.endswith(("_env", "_file"))]:
+        name, _, how = option.rpartition("_")
+        if not is_secret_option(name):
+            continue
+        if name in options or f"{name}_{'file' if how == 'env' else 'env'}" in options:
+            raise ConfigurationError(f"give {name} one way: {name}, {name}_env or {name}_file")
+        value = options.pop(option)
+        secret = _resolve_secret(value if how == "env" else None,
+                                 value if how == "file" else None, None, name)
+        options[name] = secret or ""
 
 
 def mask_url(url: str) -> str:

@@ -57,3 +57,21 @@ def test_bad_urls_are_configuration_errors_without_password(url: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         ConnectionConfig.from_url(url)
     assert ":pw@" not in str(info.value)
+
+
+def test_secret_options_come_from_the_environment_or_a_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEY_PW", "from-env")
+    (tmp_path / "pw").write_text("from-file\n")
+    by_env = ConnectionConfig.from_url("postgresql://u@h/db?sslpassword_env=KEY_PW")
+    assert by_env.options == {"sslpassword": "from-env"}
+    by_file = ConnectionConfig.from_url(f"postgresql://u@h/db?sslpassword_file={tmp_path}/pw")
+    assert by_file.options == {"sslpassword": "from-file"}
+    assert "from-file" not in repr(by_file) and "sslpassword" in repr(by_file)
+    kept = ConnectionConfig.from_url("postgresql://u@h/db?cache_file=/x&sslmode_env=Y")
+    assert kept.options == {"cache_file": "/x", "sslmode_env": "Y"}  # not secrets: as given
+    with pytest.raises(ConfigurationError, match="sslpassword_env names the environment "
+                       "variable 'NOPE'"):
+        ConnectionConfig.from_url("postgresql://u@h/db?sslpassword_env=NOPE")
+    with pytest.raises(ConfigurationError, match="give sslpassword one way"):
+        ConnectionConfig.from_url("postgresql://u@h/db?sslpassword=a&sslpassword_env=KEY_PW")

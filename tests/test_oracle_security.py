@@ -118,13 +118,18 @@ def test_tcps_options_reach_the_driver_under_its_own_names(wallet: Path) -> None
     assert settings.tls and settings.version == "TLSv1.3" and not settings.dn_match
 
 
-def test_the_options_are_known_to_the_url_check(wallet: Path) -> None:
+def test_the_options_are_known_to_the_url_check(wallet: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     info = sdk_oracle.dialect_info()
-    config = ConnectionConfig.from_url(
-        f"oracle://u:p@db:2484/SVC?protocol=tcps&wallet_location={wallet}"
-        "&wallet_password_env=W&ssl_server_dn_match=true&ssl_server_cert_dn=CN%3Ddb"
-        "&ssl_version=1.2&wallet_password_file=/x&wallet_password=y")
-    check_url_options(info, config)
+    monkeypatch.setenv("W", "secret")
+    (wallet / "pw").write_text("secret")
+    for password in ("wallet_password_env=W", f"wallet_password_file={wallet / 'pw'}",
+                     "wallet_password=y"):
+        config = ConnectionConfig.from_url(
+            f"oracle://u:p@db:2484/SVC?protocol=tcps&wallet_location={wallet}"
+            f"&{password}&ssl_server_dn_match=true&ssl_server_cert_dn=CN%3Ddb&ssl_version=1.2")
+        check_url_options(info, config)
+        assert config.options["wallet_password"] in ("secret", "y")  # read as the password is
     with pytest.raises(ConfigurationError, match="wallet_location"):
         check_url_options(info, ConnectionConfig.from_url(
             "oracle://u:p@db/SVC?wallet_locaton=/w"))
