@@ -163,18 +163,17 @@ def test_the_wallet_password_comes_from_the_url_a_variable_or_a_file(
     base = {"protocol": "tcps", "wallet_location": str(wallet)}
     assert tls_settings({**base, "wallet_password": "s3"})[1]["wallet_password"] == "s3"
     monkeypatch.setenv("WALLET_PW", "from-env")
-    assert tls_settings({**base, "wallet_password_env": "WALLET_PW"})[1][
-        "wallet_password"] == "from-env"
     secret = tmp_path / "pw"
     secret.write_text("from-file\n")
-    assert tls_settings({**base, "wallet_password_file": str(secret)})[1][
-        "wallet_password"] == "from-file"
+    for query, expected in (("wallet_password_env=WALLET_PW", "from-env"),
+                            (f"wallet_password_file={secret}", "from-file")):
+        config = ConnectionConfig.from_url(f"oracle://u@db/SVC?protocol=tcps&"
+                                           f"wallet_location={wallet}&{query}")
+        assert tls_settings(config.options)[1]["wallet_password"] == expected
     with pytest.raises(ConfigurationError, match="which is not set"):
-        tls_settings({**base, "wallet_password_env": "NO_SUCH_VARIABLE_SDK"})
+        ConnectionConfig.from_url("oracle://u@db/SVC?wallet_password_env=NO_SUCH_VARIABLE_SDK")
     with pytest.raises(ConfigurationError, match="cannot read wallet_password_file"):
-        tls_settings({**base, "wallet_password_file": str(tmp_path / "missing")})
-    with pytest.raises(ConfigurationError, match="give one of"):
-        tls_settings({**base, "wallet_password": "a", "wallet_password_env": "WALLET_PW"})
+        ConnectionConfig.from_url(f"oracle://u@db/SVC?wallet_password_file={tmp_path}/missing")
     settings = tls_settings({**base, "wallet_password": "s3"})[0]
     assert "s3" not in repr(settings)
 

@@ -10,7 +10,6 @@ host name. The URL options keep the driver's names.
 
 from __future__ import annotations
 
-import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,9 +22,8 @@ URL_OPTIONS = (
     ("protocol", "tcp (default) or tcps: TLS to a TCPS listener"),
     ("wallet_location", "a directory with ewallet.pem: the CAs that verify the server (and a "
                         "client certificate for mutual TLS)"),
-    ("wallet_password", "the password of an encrypted ewallet.pem (prefer wallet_password_env)"),
-    ("wallet_password_env", "the environment variable holding the wallet password"),
-    ("wallet_password_file", "a file holding the wallet password"),
+    ("wallet_password", "the password of an encrypted ewallet.pem (better from a variable or "
+                        "a file: wallet_password_env=NAME, wallet_password_file=PATH)"),
     ("ssl_server_dn_match", "match the server certificate's DN against the host name or "
                             "ssl_server_cert_dn (default true)"),
     ("ssl_server_cert_dn", "the DN the server certificate must have"),
@@ -37,8 +35,7 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 _VERSIONS = {"tlsv1.2": ssl.TLSVersion.TLSv1_2, "1.2": ssl.TLSVersion.TLSv1_2,
              "tlsv1.3": ssl.TLSVersion.TLSv1_3, "1.3": ssl.TLSVersion.TLSv1_3}
-_TLS_ONLY = ("wallet_location", "wallet_password", "wallet_password_env",
-             "wallet_password_file", "ssl_server_cert_dn", "ssl_version")
+_TLS_ONLY = ("wallet_location", "wallet_password", "ssl_server_cert_dn", "ssl_version")
 
 
 @dataclass(frozen=True)
@@ -89,7 +86,7 @@ def tls_settings(options: Mapping[str, str]) -> tuple[TlsSettings, dict[str, Any
             raise ConfigurationError(f"wallet_location={wallet} has no {PEM_WALLET} (thin mode "
                                      "reads the PEM wallet; orapki converts a cwallet.sso)")
         kwargs["wallet_location"] = wallet
-    password = _wallet_password(options)
+    password = options.get("wallet_password")  # _env and _file: read with the URL
     if password is not None:
         kwargs["wallet_password"] = password
     cert_dn = options.get("ssl_server_cert_dn") or None
@@ -104,27 +101,3 @@ def tls_settings(options: Mapping[str, str]) -> tuple[TlsSettings, dict[str, Any
         kwargs["ssl_version"] = _VERSIONS[key]
         version = "TLSv1." + key[-1]
     return TlsSettings(protocol, wallet, dn_match, cert_dn, version), kwargs
-
-
-def _wallet_password(options: Mapping[str, str]) -> str | None:
-    """The wallet password from the URL, an environment variable or a file (one of them)."""
-    given = [n for n in ("wallet_password", "wallet_password_env", "wallet_password_file")
-             if n in options]
-    if len(given) > 1:
-        raise ConfigurationError(f"give one of {', '.join(given)}, not both")
-    if not given:
-        return None
-    if given[0] == "wallet_password":
-        return options["wallet_password"]
-    if given[0] == "wallet_password_env":
-        name = options["wallet_password_env"]
-        if name not in os.environ:
-            raise ConfigurationError(f"wallet_password_env names the environment variable "
-                                     f"{name!r}, which is not set")
-        return os.environ[name]
-    path = Path(options["wallet_password_file"]).expanduser()
-    try:
-        return path.read_text().strip()
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read wallet_password_file {path}: "
-                                 f"{exc.strerror}") from None
