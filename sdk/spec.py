@@ -23,7 +23,7 @@ from .dialects import Dialect, default_manager, get_dialect
 from .errors import ConfigurationError, PreflightError
 from .options import Option, OptionTable, boolean, choice, positive_int, text
 from .schema import POLICIES
-from .tables import parse_patterns, select_tables
+from .tables import named_table, parse_patterns, select_tables
 from .target import Target
 from .types import Connection, Offset, TableId, TableSchema
 
@@ -148,12 +148,31 @@ source and algorithm options go in ``--option KEY=VALUE`` / the YAML ``options``
 def checkpoint_paths(checkpoint: str) -> tuple[str, str]:
     """``sdk sync``'s state directory and Spark checkpoint under ``checkpoint``: a local path
     (made absolute) or a URI the state store and Spark both take (``file://``, ``s3a://``,
-    ``hdfs://``), kept as it is."""
+    ``hdfs://``), kept as it is. A local path a file stands in the way of is refused, naming
+    the file."""
     if "://" in checkpoint:
         base = checkpoint.rstrip("/")
         return f"{base}/state", f"{base}/checkpoint"
     root = Path(checkpoint).absolute()
-    return str(root / "state"), str(root / "checkpoint")
+    state, spark = root / "state", root / "checkpoint"
+    place = file_in_the_way(state) or file_in_the_way(spark)
+    if place == root:
+        raise ConfigurationError(f"checkpoint {root} is a file, not a directory: give the "
+                                 "path of a directory (a missing one is created)")
+    if place is not None:
+        raise ConfigurationError(
+            f"checkpoint {root} cannot be used: {place} is a file, not a directory")
+    return str(state), str(spark)
+
+
+def file_in_the_way(path: Path) -> Path | None:
+    """The file at ``path`` or above it that keeps a directory from being there (None when
+    none does): a few ``stat`` calls, so a bad path reads as one line naming it, not as the
+    file system's error from deep in a run."""
+    for place in (path, *path.parents):
+        if place.exists():
+            return None if place.is_dir() else place
+    return None
 
 
 @dataclass
@@ -256,10 +275,38 @@ def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None
 def chosen_tables(dialect: Dialect, conn: Connection, config: ConnectionConfig,
                   patterns: str) -> list[TableId]:
     """The source's tables that ``patterns`` select; none is an error."""
-    chosen = select_tables(dialect.list_tables(conn), parse_patterns(patterns))
+    parsed, listed = parse_patterns(patterns), dialect.list_tables(conn)
+    try:
+        chosen = select_tables(listed, parsed)
+    except ConfigurationError:
+        _refuse_unreadable(dialect, conn, parsed, listed)
+        raise
     if not chosen:
         raise ConfigurationError(f"{patterns!r} matches no table in {config.masked_url}")
     return chosen
+
+
+def _refuse_unreadable(dialect: Dialect, conn: Connection, patterns: list[str],
+                       listed: list[TableId]) -> None:
+    """Name the missing privilege and its fix when a pattern naming one table found none
+    because this user may not read it (a listing shows only tables the user holds a privilege
+    on): the dialect's preflight says so in its ``SELECT on <table>`` check. Run on this error
+    path only; a preflight that cannot tell leaves the error as it was."""
+    named = {p: t for p in patterns if (t := named_table(p)) is not None and t not in listed}
+    if not named:
+        return
+    try:
+        checks = dialect.preflight(conn, list(named.values()))
+    except Exception:  # the first error is the one to report
+        log.debug("preflight of %s failed", list(named.values()), exc_info=True)
+        return
+    failed = {r.name: r for r in checks if not r.ok}
+    for pattern, table in named.items():
+        check = failed.get(f"SELECT on {table}")
+        if check is not None:
+            raise ConfigurationError(
+                f"table pattern {pattern!r} matches no table this user may read: it lacks "
+                f"SELECT on {table}; as an administrator: {check.fix}")
 
 
 def discover(dialect: Dialect, config: ConnectionConfig, patterns: str,

@@ -91,6 +91,21 @@ def compile_pattern(pattern: str) -> tuple[str | None, str]:
     return (globs[0], globs[1]) if len(globs) == 2 else (None, globs[0])
 
 
+_ESCAPED = re.compile(r"\[([*?\[])\]")
+"""A wildcard character made literal in a glob (:func:`_literal`)."""
+
+
+def named_table(pattern: str) -> TableId | None:
+    """The one table an include pattern names, when it is ``schema.name`` without wildcards
+    (``shop.items``, ``"my.db"."a*b"``); None for a glob, a bare name or an exclude."""
+    if pattern.startswith("!"):
+        return None
+    schema, name = compile_pattern(pattern)
+    if schema is None or any(re.search(r"[*?\[]", _ESCAPED.sub("", g)) for g in (schema, name)):
+        return None
+    return TableId(_ESCAPED.sub(r"\1", schema), _ESCAPED.sub(r"\1", name))
+
+
 def select_tables(available: Iterable[TableId], patterns: Sequence[str]) -> list[TableId]:
     """The tables matching an include pattern and no exclude (``!``) pattern, in listing
     order. A bare name matches in any schema. Each include pattern must match something."""

@@ -15,8 +15,6 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from psycopg.errors import UniqueViolation
-
 from sdk import Column, LogicalType, TableSchema
 from sdk.apply import Ledger, NetChanges
 
@@ -194,6 +192,8 @@ def load(cursor: Any, table: TableSchema, quoted: str, rows: Sequence[tuple[Any,
     False, with nothing written, when a key is there already (a table snapshotted again, a
     target with rows: the ``COPY`` fails at once) or the rows are too few to be worth it; the
     caller then writes them with :func:`write`."""
+    from psycopg.errors import UniqueViolation  # the driver, imported where used
+
     if len(rows) < BULK_ROWS:
         return False
     try:
@@ -270,6 +270,8 @@ def load_arrow(cursor: Any, table: TableSchema, quoted: str, quoted_params: str,
     table: their ``COPY`` text (:func:`copy_text`) straight into it under a savepoint, or,
     when a key is there already, into a staging table merged like :func:`write`'s upserts.
     A column Arrow cannot write sends the rows through :func:`load` and :func:`write`."""
+    from psycopg.errors import UniqueViolation
+
     from sdk.arrow import python_values
 
     data = copy_text(rows) if cursor.connection.info.encoding == "utf-8" else None
