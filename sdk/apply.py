@@ -4,12 +4,12 @@ the ledger that makes batches idempotent."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from .errors import ConfigurationError
-from .types import ChangeEvent, TableSchema
+from .types import ChangeEvent, TableId, TableSchema
 
 Kind = Literal["delete", "upsert"]
 
@@ -149,6 +149,14 @@ class Ledger:
             return f"INSERT IGNORE INTO {name} {values}"
         return f"INSERT INTO {name} {values} ON CONFLICT DO NOTHING"
 
+    def holding_sql(self, count: int) -> str:
+        """The query of which of ``count`` table names (the parameters) the ledger holds a
+        batch of, one per row: an index probe per name (its key starts with ``tbl``), so it
+        costs the same however many batches the ledger holds."""
+        name = self.name.replace("%", "%%") if self.param == "%s" else self.name
+        probe = f"SELECT MIN(tbl) FROM {name} WHERE tbl = {self.param}"
+        return " UNION ALL ".join([probe] * count)
+
     def claim(self, cursor: Cursor, table: TableSchema, batch_id: str) -> bool:
         """Claim ``batch_id`` of ``table``: False when it was applied before (a replay, which
         must write nothing). The caller writes the batch's changes after a True, in the same
@@ -167,3 +175,21 @@ class Ledger:
         for kind, rows in change_runs(events, convert):
             cursor.executemany(delete if kind == "delete" else upsert, rows)
         return True
+
+
+def ledger_tables(tables: Sequence[TableSchema], existing: Collection[tuple[str, str]],
+                   held: Callable[[str, list[str]], Iterable[str | None]]
+                   ) -> dict[TableId, bool]:
+    """What a SQL target's ``applied_tables`` hook returns, from the ``(schema, name)`` pairs
+    among ``tables`` and their schemas' ledgers that exist, and ``held(schema, names)``: the
+    names the ledger of ``schema`` holds a batch of (:meth:`Ledger.holding_sql`), asked once
+    per schema whose ledger exists."""
+    found = {t.table for t in tables if (t.table.schema, t.table.name) in existing}
+    out: dict[TableId, bool] = {t: False for t in found}
+    for schema in dict.fromkeys(t.schema for t in found):
+        if (schema, LEDGER) not in existing:
+            continue
+        names = [t.name for t in found if t.schema == schema]
+        holding = set(held(schema, names))
+        out.update({t: True for t in found if t.schema == schema and t.name in holding})
+    return out

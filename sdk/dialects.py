@@ -491,6 +491,11 @@ class Dialect:
     def alter_table(self, conn: Connection, old: TableSchema, new: TableSchema) -> None:
         self._call("alter_table", conn=conn, old=old, new=new)
 
+    def applied_tables(self, conn: Connection, tables: Sequence[TableSchema]
+                       ) -> dict[TableId, bool]:
+        result: dict[TableId, bool] = self._call("applied_tables", conn=conn, tables=tables)
+        return result
+
     def apply_changes(self, conn: Connection, table: TableSchema,
                       events: Sequence[ChangeEvent], batch_id: str) -> bool:
         result: bool = self._call("apply_changes", conn=conn, table=table, events=events,

@@ -9,6 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from .apply import LEDGER
 from .config import ConnectionConfig
 from .dialects import default_manager, get_dialect
 from .errors import ConfigurationError
@@ -65,6 +66,45 @@ class Target:
                     dialect.create_table(conn, mirrored)
         finally:
             conn.close()
+
+
+    def lost(self, tables: Sequence[TableSchema]) -> dict[TableId, str]:
+        """Of source tables ``tables`` (whose rows the sync applied to this target, by its
+        checkpoint), those whose target table the target lost, each with why: the table is
+        missing, or it is there but its schema's ledger holds a batch of none of them (the
+        database or schema dropped and created again, the ledger dropped). One call of the
+        dialect's ``applied_tables``; nothing for a target without it. Asked before any
+        table is created: ``create_table`` makes a missing one, silently."""
+        dialect = get_dialect(self.dialect_name)
+        if not tables or not dialect.implements("applied_tables"):
+            return {}
+        mirrored = {t.table: self.table_for(t) for t in tables}
+        conn = dialect.connect(self.config)
+        try:
+            with dialect.passing_faults():
+                found: dict[TableId, bool] = dialect.applied_tables(
+                    conn, list(mirrored.values()))
+        finally:
+            conn.close()
+        out: dict[TableId, str] = {}
+        schemas: dict[str, list[TableId]] = {}
+        for source, target in mirrored.items():
+            if target.table not in found:
+                out[source] = f"{_named(source, target.table)} is missing from the target"
+            else:
+                schemas.setdefault(target.table.schema, []).append(source)
+        for sources in schemas.values():
+            if not any(found[mirrored[t].table] for t in sources):
+                out.update({t: f"{_named(t, mirrored[t].table)} is in the target, but the "
+                               f"target's ledger ({LEDGER}) holds none of the batches applied "
+                               "to it (its database or schema dropped and created again, or "
+                               "the ledger dropped)" for t in sources})
+        return out
+
+
+def _named(source: TableId, target: TableId) -> str:
+    """How a message names the target table of source table ``source``."""
+    return f"table {source}" if source == target else f"table {source} (target {target})"
 
 
 @dataclass
