@@ -50,7 +50,7 @@ def test_a_table_and_a_predicate_read_again_repair_the_mirror(
             conn.execute("INSERT INTO orders VALUES (-5, 1), (5000, 2)")
     capsys.readouterr()
     assert main(["snapshot", "--checkpoint", checkpoint, "--table", "main.orders"]
-                + ([] if chained else ["--where", "id < 300"])) == 0
+                + ([] if chained else ["--where", "id < 300", "--source", src])) == 0
     assert "requested" in capsys.readouterr().out
     request_snapshot(f"{checkpoint}/state", "orders", "id >= 440")  # the API, a bare name
     store = StateStore(f"{checkpoint}/state")

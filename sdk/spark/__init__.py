@@ -28,13 +28,16 @@ def progress(state_dir: str) -> dict[str, Any] | None:
     return live_progress(StateStore(state_dir))
 
 
-def request_snapshot(state_dir: str, table: str, where: str | None = None) -> str:
+def request_snapshot(state_dir: str, table: str, where: str | None = None,
+                     source: str | None = None) -> str:
     """Ask the stream using ``state_dir`` (running or stopped) to read ``table`` again while
     it streams, only the rows meeting ``where`` (SQL on its columns) when given: a snapshot
-    on demand, durable and served once (:mod:`.requests`). Returns the request's id."""
+    on demand, durable and served once (:mod:`.requests`). ``source``: the URL of the
+    database the stream reads, where the table and the condition are checked first (one it
+    refuses raises, nothing recorded). Returns the request's id."""
     from .requests import request_snapshot as request
 
-    return request(state_dir, table, where).id
+    return request(state_dir, table, where, source).id
 
 
 def __getattr__(name: str) -> Any:

@@ -87,20 +87,31 @@ class EngineState:
 
     @classmethod
     def load(cls, store: StateStore, name: str) -> EngineState:
+        """The state stored as ``name``; a file of it damaged or missing raises
+        :class:`CheckpointDamagedError` naming the file."""
         pointer = store.read_json("states", f"{name}.json")
         if pointer is None:
             raise ConfigurationError(f"state {name} is missing from {store.uri}: the stateDir "
                                      "does not belong to this checkpoint")
-        data = store.read_json("content", f"{pointer['content']}.json")
-        sync = data["sync"]
-        if "finished" in data:  # else: a state stored with its finished splits inline
-            sync["finished"] = [[split for digest in digests
-                                 for split in _read_chunk(store, digest)]
-                                for digests in data["finished"]]
-        return cls(SyncState.from_json(sync),
-                   [SnapshotSplit.from_json(_split_of(s)) for s in data["inflight"]],
-                   Offset.from_json(data["log_from"]) if data["log_from"] else None,
-                   int(name.split("-", 1)[0]))
+        if not isinstance(pointer, dict) or not isinstance(pointer.get("content"), str):
+            raise store.damaged(("states", f"{name}.json"), "not a state's record")
+        file = ("content", f"{pointer['content']}.json")
+        data = store.read_json(*file)
+        if data is None:
+            raise store.damaged(file, f"missing, and state {name} names it")
+        try:
+            sync = data["sync"]
+            if "finished" in data:  # else: a state stored with its finished splits inline
+                sync["finished"] = [[split for digest in digests
+                                     for split in _read_chunk(store, digest, file)]
+                                    for digests in data["finished"]]
+            return cls(SyncState.from_json(sync),
+                       [SnapshotSplit.from_json(_split_of(s)) for s in data["inflight"]],
+                       Offset.from_json(data["log_from"]) if data["log_from"] else None,
+                       int(name.split("-", 1)[0]))
+        except (KeyError, TypeError, AttributeError, IndexError) as exc:
+            raise store.damaged(file, f"not a state's content: {type(exc).__name__} {exc}"
+                                ) from None
 
     @staticmethod
     def chunks_of(store: StateStore, content: str) -> list[str]:
@@ -109,12 +120,15 @@ class EngineState:
         return [d for digests in (data or {}).get("finished", []) for d in digests]
 
 
-def _read_chunk(store: StateStore, digest: str) -> list[dict[str, Any]]:
-    data = store.read_json("chunks", f"{digest}.json")
+def _read_chunk(store: StateStore, digest: str, named_by: tuple[str, ...]
+                ) -> list[dict[str, Any]]:
+    """The finished splits of chunk ``digest``, which the content file ``named_by`` names."""
+    file = ("chunks", f"{digest}.json")
+    data = store.read_json(*file)
     if data is None:
-        raise ConfigurationError(f"chunk {digest} of the finished splits is missing from "
-                                 f"{store.uri}: was the stateDir cleaned?")
-    assert isinstance(data, list)
+        raise store.damaged(file, f"missing, and {'/'.join(named_by)} names it")
+    if not isinstance(data, list):
+        raise store.damaged(file, "not a chunk of finished splits")
     return data
 
 
@@ -164,9 +178,11 @@ def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = Non
     one once. ``report``: progress.json as the caller just read it (not read again)."""
     if report is None:
         report = store.read_json("progress.json")
-    names = store.list_dir("states")
+    names = [n for n in store.list_dir("states") if n.endswith(".json")]  # no temporary one
     if report is None or not names:
         return report
+    if not isinstance(report, dict):
+        raise store.damaged(("progress.json",), "not a progress report")
     newest = max(names).removesuffix(".json")
     if int(newest.split("-")[0]) <= report.get("counted", 1 << 62):
         return report
@@ -185,7 +201,8 @@ def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = Non
 
 def latest_name(store: StateStore) -> str | None:
     """The name of the newest state stored, or None for a new state directory."""
-    names = sorted(n.removesuffix(".json") for n in store.list_dir("states"))
+    names = sorted(n.removesuffix(".json") for n in store.list_dir("states")
+                   if n.endswith(".json"))  # not a state being written (a temporary file)
     return names[-1] if names else None
 
 
@@ -193,6 +210,18 @@ def latest(store: StateStore) -> EngineState | None:
     """The newest state stored, or None for a new state directory."""
     name = latest_name(store)
     return EngineState.load(store, name) if name else None
+
+
+def readable_checkpoint(store: StateStore) -> EngineState | None:
+    """The newest state, having read every file a resumed sync starts from (the state with
+    its content and chunks, the source's record, the progress report): a damaged or missing
+    one raises :class:`CheckpointDamagedError` naming it and the way out, before anything
+    reports on the checkpoint or adds to it. None for a new state directory."""
+    for file in (SOURCE_FILE, STREAM_FILE, "progress.json"):
+        data = store.read_json(file)
+        if data is not None and not isinstance(data, dict):
+            raise store.damaged((file,), "not a JSON object")
+    return latest(store)
 
 
 def with_staged_columns(store: StateStore, name: str, tables: list[TableSchema]
@@ -265,10 +294,10 @@ def check_checkpoint_source(store: StateStore, dialect: Dialect, conn: Connectio
     its log holds the position the sync resumes from (:mod:`sdk.algorithm.lineage`); that
     position, or None for a checkpoint with none yet. A checkpoint written before sources were
     recorded has no record: only its position is checked."""
+    engine = readable_checkpoint(store)
     recorded = store.read_json(SOURCE_FILE)
     if recorded is not None:
         check_same_source(recorded, source_record(dialect, conn, url), checkpoint)
-    engine = latest(store)
     position = resume_position(engine.sync, dialect) if engine is not None else None
     if position is not None:
         check_position(dialect, conn, position, url)
