@@ -154,10 +154,14 @@ def cmd_sync(args: argparse.Namespace) -> int:
     early = EarlySession(s["master"], rows_in_jvm=jvm_rows(target, s["changes"]))
     from .spark.sync import run_sync
 
-    summary = run_sync(s["source"], target, s["tables"], s["checkpoint"], s["until"],
-                       s["options"], s["master"], s["target_schema"], _reporter(),
-                       changes=s["changes"], retry_seconds=s["retry_seconds"],
-                       metrics_port=s["metrics_port"], early=early)
+    reporter = _reporter()
+    try:
+        summary = run_sync(s["source"], target, s["tables"], s["checkpoint"], s["until"],
+                           s["options"], s["master"], s["target_schema"], reporter,
+                           changes=s["changes"], retry_seconds=s["retry_seconds"],
+                           metrics_port=s["metrics_port"], early=early)
+    finally:
+        getattr(reporter, "close", lambda: None)()
     print(f"applied {summary.rows_applied} rows in {summary.seconds:.1f} s; phase "
           f"{summary.phase}{', caught up' if summary.caught_up else ''}")
     return 0
@@ -167,12 +171,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Show a sync's phase, per-table progress and log position from its checkpoint."""
     from .algorithm.lineage import SOURCE_FILE
     from .algorithm.progress import describe_progress
-    from .spark.engine_state import live_progress
+    from .spark.engine_state import live_progress, readable_checkpoint
     from .spark.statestore import StateStore
     from .spec import checkpoint_paths
 
     state_dir, _ = checkpoint_paths(args.checkpoint)
     store = StateStore(state_dir, create=False)
+    readable_checkpoint(store)  # a damaged file is named, not reported on as caught up
     progress = live_progress(store)
     if progress is None:
         print(f"no sync has run with checkpoint {args.checkpoint}")
@@ -203,15 +208,39 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    """Ask a sync (running or stopped) to read a table again while it streams."""
-    from .spark import request_snapshot
+    """Ask a sync (running or stopped) to read a table again while it streams; list its
+    requests, or withdraw one it has not taken up."""
+    import datetime as dt
+
+    from .errors import ConfigurationError
+    from .spark.requests import list_requests, request_snapshot, withdraw_request
     from .spec import checkpoint_paths
 
     state_dir, _ = checkpoint_paths(args.checkpoint)
-    request = request_snapshot(state_dir, args.table, args.where)
-    rows = f"the rows of {args.table} where {args.where}" if args.where else args.table
-    print(f"snapshot of {rows} requested ({request}); the sync reads it at its next batch "
-          "(sdk status shows it re-snapshotting)")
+    if args.list:
+        requests = list_requests(state_dir)
+        for r in requests:
+            at = "-" if r.at is None else \
+                f"{dt.datetime.fromtimestamp(r.at, dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+            print(f"{r.id}  {r.table}  {r.state}  {at}  "
+                  f"{f'where {r.where}' if r.where else 'all rows'}")
+        if not requests:
+            print(f"no snapshot requests in checkpoint {args.checkpoint}")
+        return 0
+    if args.cancel:
+        withdrawn = withdraw_request(state_dir, args.cancel)
+        print(f"snapshot request {withdrawn.id} of {withdrawn.table} withdrawn: the sync "
+              "will not read it")
+        return 0
+    if args.where is not None and args.source is None:
+        raise ConfigurationError("--where needs --source URL (the database the sync reads): "
+                                 "the condition is run there before it is recorded")
+    request = request_snapshot(state_dir, args.table, args.where, args.source)
+    rows = f"the rows of {request.table} where {request.where}" if request.where else \
+        str(request.table)
+    print(f"snapshot of {rows} requested ({request.id}); the sync reads it at its next batch "
+          "(sdk status shows it re-snapshotting; sdk snapshot --cancel ID withdraws it until "
+          "then)")
     return 0
 
 
@@ -221,7 +250,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from .demo import run_demo
 
-    result = run_demo(Path(args.workdir).absolute(), args.rows, _reporter())
+    reporter = _reporter()
+    try:
+        result = run_demo(Path(args.workdir).absolute(), args.rows, reporter)
+    finally:
+        getattr(reporter, "close", lambda: None)()
     rate = result.rows / result.seconds if result.seconds else 0
     verdict = "verified: mirror == source for every table" if result.verified else \
         f"NOT verified: {', '.join(result.mismatches) or 'did not catch up'}"
@@ -267,7 +300,8 @@ def _sync_flags(sync: argparse.ArgumentParser) -> None:
 
 def _verbose_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true",
-                        help="keep Spark's own log output (by default only its errors)")
+                        help="keep Spark's own log output, and print a failure's full trace "
+                             "(by default: a short summary, the trace in a file)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -301,9 +335,17 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
     snapshot = sub.add_parser("snapshot", help=cmd_snapshot.__doc__)
     snapshot.add_argument("--checkpoint", default="sdk-checkpoint")
-    snapshot.add_argument("--table", required=True, help="the captured table, schema.table")
+    what = snapshot.add_mutually_exclusive_group(required=True)
+    what.add_argument("--table", help="the captured table to read again, schema.table")
+    what.add_argument("--list", action="store_true", help="list the sync's snapshot requests: "
+                      "id, table, state (waiting, being read, done, refused), when, condition")
+    what.add_argument("--cancel", metavar="ID", help="withdraw a request the sync has not "
+                      "taken up yet")
     snapshot.add_argument("--where", help="only the rows meeting this SQL condition, e.g. "
-                          "\"created_at >= '2026-01-01'\"")
+                          "\"created_at >= '2026-01-01'\" (needs --source)")
+    snapshot.add_argument("--source", help="the URL of the database the sync reads: the table "
+                          "and the --where condition are checked there before the request is "
+                          "recorded")
     snapshot.set_defaults(func=cmd_snapshot)
     new = sub.add_parser("new-dialect", help=cmd_new_dialect.__doc__)
     new.add_argument("name", help="the dialect's name, e.g. cockroach (package sdk_<name>)")
@@ -319,9 +361,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.func(args)
         return result
-    except SdkError as exc:
-        print(f"sdk: error: {exc}", file=sys.stderr)
-        return 2
+    except (Exception, KeyboardInterrupt) as exc:
+        return _failed(args, exc)
+
+
+def _failed(args: argparse.Namespace, error: BaseException) -> int:
+    """Tell what failed in a short summary (the full trace in a file under the checkpoint,
+    printed too with --verbose) and return the exit code of its class (:mod:`sdk.failures`)."""
+    from .failures import full_trace, summarize, write_trace
+
+    failure = summarize(error)
+    print(f"sdk: error: {failure.message}", file=sys.stderr)
+    if failure.traced:
+        checkpoint = getattr(args, "checkpoint", None)
+        state_dir = None
+        if checkpoint:
+            from .spec import checkpoint_paths
+
+            try:
+                state_dir = checkpoint_paths(checkpoint)[0]
+            except Exception:  # a checkpoint path it cannot use: the temporary directory
+                state_dir = None
+        path = write_trace(error, state_dir if state_dir and "://" not in state_dir else None)
+        if path is not None:
+            print(f"sdk: the full trace is in {path}", file=sys.stderr)
+        if getattr(args, "verbose", False):
+            print(full_trace(error), file=sys.stderr)
+    return int(failure.code)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,13 @@ class LiveProgress:
             self._live.stop()
             self._live = None
 
+    def close(self) -> None:
+        """Leave the display as it is (a failure's summary then starts on a line of its
+        own)."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
     def _rate(self, name: str, rows: int) -> float:
         now = time.monotonic()
         seen = self._rates.get(name)

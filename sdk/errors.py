@@ -4,6 +4,7 @@
 - :class:`FatalSyncError`: the run cannot continue from where it is (an expired log position,
   a lost replication slot); a new snapshot is needed.
 - :class:`RetriableError`: a passing fault (a dropped connection); the same step may be retried.
+- :class:`DataError`: a value the sync cannot carry; fix it at the source, or leave it out.
 
 Messages name the object at fault (table, column, option, setting, privilege) and the fix.
 """
@@ -44,6 +45,11 @@ class SchemaChangedError(ConfigurationError):
     follow: it stops there, and a restart of the query reads on with the new columns."""
 
 
+class CheckpointDamagedError(ConfigurationError):
+    """A checkpoint file cannot be read (cut short, not JSON, or a file it names is gone):
+    the message names the file and the way out (a backup, or a new sync)."""
+
+
 class SyncError(SdkError):
     """Something went wrong while reading or writing changes."""
 
@@ -65,11 +71,20 @@ class RetriableError(SyncError):
     """A passing fault: the same step may be tried again."""
 
 
+class DataError(SyncError):
+    """A value the sync cannot carry: out of range for Spark or the target, refused by the
+    target's type, constraint or encoding. The message names the table, where in it (a split's
+    keys, a log range) and the value."""
+
+
 __all__ = [
+    "CheckpointDamagedError",
     "ConfigurationError",
+    "DataError",
     "DialectNotFoundError",
     "DriverMissingError",
     "FatalSyncError",
+    "LogMismatchError",
     "MissingKeyError",
     "OffsetExpiredError",
     "PluginValidationError",

@@ -293,7 +293,9 @@ def preflight(conn: Connection, tables: Sequence[TableId]) -> list[Requirement]:
     Return one :class:`sdk.types.Requirement` per setting or privilege, each with the exact
     statement that fixes it when it is missing. The engine refuses to start while a required
     one is missing (``required=False`` marks advice: a warning) and ``sdk check`` prints them
-    all. Optional: without it nothing is checked.
+    all. Name the privilege to read a table ``SELECT on <table>``, and give it only for a
+    table that may exist: a table pattern that finds nothing shows its fix (listings hide
+    tables the user may not read). Optional: without it nothing is checked.
     """
 
 
@@ -462,6 +464,16 @@ def load_snapshot(conn: Connection, table: TableSchema, rows: pa.Table, batch_id
     :func:`sdk.arrow.python_values` turns a column back into the values ``apply_changes``
     takes, for what the dialect cannot load as it is. Capability ``bulk_load``; without it,
     snapshot rows go through ``apply_changes``.
+    """
+
+
+@_spec(Role.TARGET)
+def applied_tables(conn: Connection, tables: Sequence[TableSchema]) -> dict[TableId, bool]:
+    """Of target tables ``tables``, those that exist, each with whether the target's
+    applied-batch ledger holds a batch of it (a target keeping its ledger in each table's
+    history: whether that history holds one). A resumed sync asks it once per start, before
+    it creates a table: a table the target lost (dropped; its database or the ledger dropped
+    and created again) is read again whole. Without it the target is trusted.
     """
 
 

@@ -66,7 +66,8 @@ def test_sync_reports_bad_input_clearly(tmp_path: Path,
     assert main([*base, "--tables", "nothing_like_this"]) == 2
     assert "matches no table" in capsys.readouterr().err
     pytest.importorskip("pymysql", reason="the last case needs the mysql extra's driver")
-    assert main(["sync", "--source", "mysql://u:secret@127.0.0.1:1/db"]) == 2
+    # nobody listens there: the source refused (exit 3), not a bad input
+    assert main(["sync", "--source", "mysql://u:secret@127.0.0.1:1/db"]) == 3
     err = capsys.readouterr().err
     assert "secret" not in err and "cannot connect" in err
 

@@ -68,19 +68,20 @@ def test_retries_back_off_and_give_up() -> None:
     fault = RuntimeError("Job aborted: sdk.errors.RetriableError: mysql: lost connection")
     retries.wait_or_raise(fault, stop)  # waits 1 s
     retries.wait_or_raise(fault, stop)  # waits 2 s
-    with pytest.raises(RuntimeError):  # 3 s spent, the next wait (4 s) would pass 3.5 s
+    with pytest.raises(RetriableError, match=r"^mysql: lost connection \(gave up after 3 s "
+                       r"of failure: --retry-seconds\)$"):  # the next wait (4 s) passes 3.5 s
         retries.wait_or_raise(fault, stop)
     retries.reset()
     with pytest.raises(ValueError):  # not a passing fault: at once
         retries.wait_or_raise(ValueError("bad SQL"), stop)
     stop.set()
     retries.reset()
-    with pytest.raises(RuntimeError):  # stopping: no retry
+    with pytest.raises(RetriableError):  # stopping: no retry
         retries.wait_or_raise(fault, stop)
     later = threading.Event()
     threading.Timer(0.2, later.set).start()
     retries.reset()
     started = time.monotonic()
-    with pytest.raises(RuntimeError):  # told to stop during the wait: no restart
+    with pytest.raises(RetriableError):  # told to stop during the wait: no restart
         retries.wait_or_raise(fault, later)
     assert time.monotonic() - started < 0.9

@@ -39,7 +39,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import NetChanges, check_target_columns, net_changes
+from sdk.apply import NetChanges, check_target_columns, ledger_tables, net_changes
 from sdk.sql import lexicographic_range, with_condition
 
 from . import _arrow, _target, _tls, _visibility
@@ -658,6 +658,24 @@ def create_table(conn: MySqlConnection, table: TableSchema) -> None:
     conn.query(f"CREATE DATABASE IF NOT EXISTS {q(table.table.schema)}")
     conn.query(_target.create_sql(table, _table(table.table), q))
     conn.query(_target.ledger(q(table.table.schema)).create_sql())
+
+
+@hookimpl
+def applied_tables(conn: MySqlConnection, tables: Sequence[TableSchema]
+                   ) -> dict[TableId, bool]:
+    """One look at ``information_schema`` for the tables and their databases' ledgers, and
+    one probe of each database's ledger per table (its key)."""
+    schemas = sorted({t.table.schema for t in tables})
+    if not schemas:
+        return {}
+    existing = {(s, n) for s, n in conn.query(
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA "
+        "IN %s", [tuple(schemas)])}
+
+    def held(schema: str, names: list[str]) -> list[str | None]:
+        sql = _target.ledger(q(schema)).holding_sql(len(names))
+        return [r[0] for r in conn.query(sql, names)]
+    return ledger_tables(tables, existing, held)
 
 
 @hookimpl

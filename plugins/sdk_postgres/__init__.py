@@ -49,7 +49,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import check_target_columns, net_changes
+from sdk.apply import LEDGER, check_target_columns, ledger_tables, net_changes
 from sdk.sql import row_range, with_condition
 
 from . import _arrow, _capture, _snapshot, _target, _tls
@@ -213,8 +213,9 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
                 "than write NULL" if not full else "",
                 "; ".join(f"ALTER TABLE {qualified(r.table)} REPLICA IDENTITY FULL"
                           for r in found.relations if r.identity != "f"), required=False))
-        checks.append(Requirement(f"SELECT on {table}", can_select, "",
-                                  f"GRANT SELECT ON {qualified(table)} TO {q(user)}"))
+        if (table.schema, table.name) in details:  # no GRANT for a table that is not there
+            checks.append(Requirement(f"SELECT on {table}", can_select, "",
+                                      f"GRANT SELECT ON {qualified(table)} TO {q(user)}"))
     if partitioned and pub.exists:
         checks.append(_capture.partition_root_requirement(pub))
     return checks
@@ -538,6 +539,23 @@ def create_table(conn: PgConnection, table: TableSchema) -> None:
         conn.query(f"CREATE SCHEMA IF NOT EXISTS {q(table.table.schema)}")
         conn.query(_target.create_sql(table, qualified(table.table), q))
         conn.query(_target.ledger(q(table.table.schema)).create_sql())
+
+
+@hookimpl
+def applied_tables(conn: PgConnection, tables: Sequence[TableSchema]) -> dict[TableId, bool]:
+    """One look at the catalog for the tables and their schemas' ledgers, and one probe of
+    each schema's ledger per table (its key)."""
+    wanted = {(t.table.schema, n) for t in tables for n in (t.table.name, LEDGER)}
+    existing = set(conn.query(
+        "SELECT n.nspname, c.relname FROM unnest(%s::text[], %s::text[]) AS w(s, t) "
+        "JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON c.relnamespace = n.oid "
+        "AND c.relname = w.t AND c.relkind IN ('r', 'p')",
+        ([s for s, _ in wanted], [t for _, t in wanted])))
+
+    def held(schema: str, names: list[str]) -> list[str | None]:
+        sql = _target.ledger(q(schema)).holding_sql(len(names))
+        return [r[0] for r in conn.query(sql, names)]
+    return ledger_tables(tables, existing, held)
 
 
 @hookimpl

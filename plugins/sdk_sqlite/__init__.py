@@ -42,7 +42,7 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import Ledger, check_target_columns
+from sdk.apply import LEDGER, Ledger, check_target_columns, ledger_tables
 from sdk.sqlbase import SqlDialect
 
 from ._sql import (
@@ -329,6 +329,20 @@ def create_table(conn: sqlite3.Connection, table: TableSchema) -> None:
     conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns}, "
                  f"PRIMARY KEY ({', '.join(map(q, table.key))}))")
     conn.execute(APPLIED.create_sql())
+
+
+@hookimpl
+def applied_tables(conn: sqlite3.Connection, tables: Sequence[TableSchema]
+                   ) -> dict[TableId, bool]:
+    """One look at ``sqlite_master``, and one probe of the ledger per table (its key)."""
+    names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE "
+                                              "type = 'table'")}
+    existing = {(t.table.schema, n) for t in tables for n in (t.table.name, LEDGER)
+                if n in names}
+
+    def held(_schema: str, wanted: list[str]) -> list[str | None]:
+        return [r[0] for r in conn.execute(APPLIED.holding_sql(len(wanted)), wanted)]
+    return ledger_tables(tables, existing, held)
 
 
 @hookimpl

@@ -18,6 +18,7 @@ from ..algorithm import choose_key, log_filter, read_split, truncation_error
 from ..algorithm.throttle import throttle
 from ..codec import dumps
 from ..errors import ConfigurationError, SchemaChangedError
+from ..failures import doing
 from ..schema import diff, projector
 from ..spec import SourceSpec
 from ..target import Applier, Pipeline
@@ -228,18 +229,20 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
             else:
                 if conn is None:
                     conn = dialect.connect(spec.config)
-                result = read_split(dialect, conn, schema, split, spec.options,
-                                    view_token=partition.view_token, pace=pace,
-                                    columnar=not _envelope_out(spec))
-                rows, watermark, deleted = result.rows, result.watermark, result.deleted
-                if result.columns is not None:  # read as Arrow: the rows stay columns
-                    rows = None
-                    batches = TableBatcher(schema).columns_batches(
-                        result.columns, dumps(watermark.to_json()),
-                        partition.version_of(split.table))
-                else:
-                    batches = _split_output(spec, schema, rows, watermark, deleted,
-                                            partition.version_of(split.table))
+                with doing(f"reading {_split_text(split)}", dialect.is_retriable,
+                           split.table):
+                    result = read_split(dialect, conn, schema, split, spec.options,
+                                        view_token=partition.view_token, pace=pace,
+                                        columnar=not _envelope_out(spec))
+                    rows, watermark, deleted = result.rows, result.watermark, result.deleted
+                    if result.columns is not None:  # read as Arrow: the rows stay columns
+                        rows = None
+                        batches = TableBatcher(schema).columns_batches(
+                            result.columns, dumps(watermark.to_json()),
+                            partition.version_of(split.table))
+                    else:
+                        batches = _split_output(spec, schema, rows, watermark, deleted,
+                                                partition.version_of(split.table))
                 if sink is None and store is None:
                     yield from batches
                     continue
@@ -263,11 +266,13 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                 rows, deleted = _staged_rows(schema, staged)
             key_of, table = schema.key_of, schema.table
             whole_range = split.since is not None and split.where is None  # a table read again
-            sink.apply(schema, [*(ChangeEvent(table, "r", key_of(r), r, watermark)
-                                  for r in rows), *_deletes(schema, deleted, watermark)],
-                       ledger_id, split if whole_range else None)
+            with doing(f"applying {_split_text(split)} to the target", table=table):
+                sink.apply(schema, [*(ChangeEvent(table, "r", key_of(r), r, watermark)
+                                      for r in rows), *_deletes(schema, deleted, watermark)],
+                           ledger_id, split if whole_range else None)
         if sink is not None and loader is not None:
-            loader.wait()
+            with doing("loading snapshot splits into the target"):
+                loader.wait()
             yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
     finally:
         if loader is not None:
@@ -280,8 +285,19 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
 
 def read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
     """Read one micro-batch's log range and emit what the incremental filter lets through."""
-    with gc_paused(), spec.dialect_obj.passing_faults():
+    with gc_paused(), spec.dialect_obj.passing_faults(), \
+            doing(f"reading or applying the log batch of state {partition.state}",
+                  spec.dialect_obj.is_retriable):
         yield from _read_log(spec, partition)
+
+
+def _split_text(split: SnapshotSplit) -> str:
+    """A split as a summary names it: its table, number and key range."""
+    def key(value: Any, end: str) -> str:
+        text = end if value is None else "(" + ", ".join(map(repr, value)) + ")"
+        return text if len(text) <= 80 else text[:77] + "..."
+    return (f"split {split.split_id} (keys from {key(split.start, 'the first')} to "
+            f"{key(split.end, 'the last')})")
 
 
 def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
@@ -353,7 +369,9 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
 
         def apply() -> None:
             for table, changes in events.items():
-                sink.apply(schemas[table], changes, ledger)
+                with doing(f"applying {len(changes)} changes of {table} (from log position "
+                           f"{changes[0].offset.json_text()}) to the target", table=table):
+                    sink.apply(schemas[table], changes, ledger)
 
         writer.submit(apply)
         chunk, held, number = {}, 0, number + 1

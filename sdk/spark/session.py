@@ -53,7 +53,9 @@ def spark_session(master: str = DEFAULT_MASTER, rows_in_jvm: bool = True) -> Any
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    # quiet: a failure reaches the command as the query's exception, which it summarizes
+    # (the whole trace in a file); Spark's own log of it would be hundreds of lines before that
+    spark.sparkContext.setLogLevel("ERROR" if os.environ.get("SDK_VERBOSE") else "OFF")
     if archive is not None:
         archive.build_later(spark)
     if not any(m.name == "pyspark_cdc" for m in pkgutil.iter_modules()):

@@ -50,6 +50,7 @@ from ..codec import dumps
 from ..errors import ConfigurationError
 from ..schema import diff
 from ..spec import SourceSpec, TableWatch, resolve
+from ..target import Target
 from ..types import (
     Capability,
     Connection,
@@ -65,6 +66,7 @@ from .engine_state import (
     ChunkCache,
     EngineState,
     checkpointed,
+    latest,
     stage_name,
     staged_schema_changes,
     staged_truncations,
@@ -75,7 +77,13 @@ from .reads import (
     read_log,
     read_splits,
 )
-from .requests import SnapshotRequest, forget_requests, pending_requests, write_request
+from .requests import (
+    SnapshotRequest,
+    claim_request,
+    forget_requests,
+    pending_requests,
+    write_request,
+)
 from .statestore import StateStore
 
 log = logging.getLogger(__name__)
@@ -131,6 +139,7 @@ class CdcDataSource(DataSource):
                 'a cdc stream needs option("stateDir", ...) on storage shared by the driver '
                 "and the executors, e.g. <checkpointLocation>/cdc-state")
         if spec.target is not None and not getattr(self, "_prepared", False):
+            check_target(spec, spec.target)  # a restart: what the target lost is read again
             spec.target.create_tables(spec.tables)  # sdk sync made them before it started
         return CdcStreamReader(spec)
 
@@ -160,6 +169,58 @@ def resolved_tables(options: Mapping[str, str]) -> list[TableSchema] | None:
     return [TableSchema.from_json(t) for t in data["tables"]]
 
 
+TARGET_REQUEST = "target-"
+"""The id prefix of the requests reading again a table the target lost (:func:`check_target`)."""
+
+
+def written_tables(sync: SyncState) -> list[TableId]:
+    """The tables whose rows (all or some) state ``sync`` says were applied to the target: in
+    the snapshot, those with a split read; then every table but those leaving and those
+    added whose first read has not read a split yet."""
+    if sync.phase is Phase.SNAPSHOT:
+        return [t for t in sync.tables if sync.finished.get(t)]
+    return [t for t in sync.tables if t not in sync.leaving and
+            (t not in sync.plans or t in sync.rereads or sync.finished.get(t))]
+
+
+def check_target(spec: SourceSpec, target: Target) -> None:
+    """At the start of a sync resumed from ``spec``'s state directory, before any target table
+    is created: each table the checkpoint says was applied to ``target`` that the target lost
+    (:meth:`Target.lost`) is read again whole, by a snapshot request of the sync's own (kept
+    in the state directory, so a crash before it is served serves it after the restart), with
+    one warning naming it and why. Where it cannot be read again (a snapshot-only sync), the
+    sync stops with the reason."""
+    if not spec.state_dir:
+        return
+    store = StateStore(spec.state_dir)
+    engine = latest(store)
+    if engine is None:
+        return
+    sync = engine.sync
+    captured = {t.table: t for t in spec.tables}
+    lost = target.lost([captured[t] for t in written_tables(sync) if t in captured])
+    if not lost:
+        return
+    if sync.phase is Phase.DONE or sync.stop_after_snapshot:
+        table, why = next(iter(lost.items()))
+        raise ConfigurationError(
+            f"{why}: this sync cannot read it again (its snapshot is "
+            f"{'done' if sync.phase is Phase.DONE else 'one-off'}, startup.mode=snapshot): "
+            "take a new snapshot (a new --checkpoint directory)")
+    waiting = {r.table for r in pending_requests(store)
+               if r.id.startswith(TARGET_REQUEST) and r.id not in sync.served}
+    for table, why in lost.items():
+        if table in waiting:  # asked at an earlier start that ended before serving it
+            log.warning("%s: it is read again whole (asked already)", why)
+            continue
+        digest = stage_name(SnapshotSplit(table, 0, None, None))
+        request = SnapshotRequest(f"{TARGET_REQUEST}{time.time_ns():020d}-{digest}", table,
+                                  None, time.time())
+        write_request(store, request)
+        log.warning("%s: it is read again whole (request %s)", why, request.id)
+
+
+# --- the readers (driver side) ----------------------------------------------------------------
 # --- the readers (driver side) ----------------------------------------------------------------
 
 
@@ -538,8 +599,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _serve_requests(self, sync: SyncState, waiting: list[SnapshotRequest]) -> SyncState:
         """``sync`` with the snapshot requests ``waiting`` in the state directory taken up
         (see :mod:`.requests`): the files of those ``sync`` holds already are deleted (it is
-        a committed state), a table being read waits for its read to end, and a request
-        that cannot be served is recorded as refused."""
+        a committed state), a table being read waits for its read to end, a request
+        that cannot be served is recorded as refused, and one withdrawn before this claims
+        it (:func:`.requests.claim_request`) is passed over."""
         if sync.phase is not Phase.LOG:
             return sync
         forget_requests(self.store, [r.id for r in waiting if r.id in sync.served])
@@ -554,10 +616,14 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if refusal is not None and request.id.startswith(TRUNCATED_REQUEST) and \
                     table not in sync.tables:  # the table was dropped: it left the capture
                 sync = replace(sync, served=(*sync.served, request.id))
+            elif (refusal is not None or (table not in sync.plans and table not in
+                                          sync.finished and table not in sync.leaving)) and \
+                    not claim_request(self.store, request.id):
+                log.warning("snapshot request %s of %s withdrawn", request.id, table)
             elif refusal is not None:
                 log.warning("snapshot request %s refused: %s", request.id, refusal)
                 self._outcomes[request.id] = {"table": str(table), "state": "refused",
-                                              "reason": refusal}
+                                              "reason": refusal, "at": request.at}
                 sync = replace(sync, served=(*sync.served, request.id))
             elif table not in sync.plans and table not in sync.finished and \
                     table not in sync.leaving:
@@ -565,7 +631,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log.warning("snapshot request %s: table %s read again%s", request.id, table,
                             f" where {request.where}" if request.where else "")
                 self._outcomes[request.id] = {"table": str(table), "state": "served",
-                                              "where": request.where}
+                                              "where": request.where, "at": request.at}
         return sync
 
     def _staged(self, name: str, engine: EngineState) -> list[FinishedSplit]:
@@ -623,6 +689,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         keep: set[str] = set()
         drop: list[tuple[str, str]] = []
         for file in self.store.list_dir("states"):
+            if not file.endswith(".json"):  # a state being written (its temporary file)
+                continue
             pointer = self.store.read_json("states", file)
             if pointer is None:
                 continue

@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from ..codec import dumps
+from ..errors import CheckpointDamagedError
 
 _IPC_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
 
@@ -33,7 +34,13 @@ class StateStore:
 
             self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(root)
         if create:
-            self.fs.create_dir(self.root, recursive=True)
+            try:
+                self.fs.create_dir(self.root, recursive=True)
+            except (FileExistsError, NotADirectoryError) as exc:  # a file in the way
+                from ..errors import ConfigurationError
+
+                raise ConfigurationError(f"state directory {self.uri} cannot be made: "
+                                         f"{_file_in_the_way(self, exc)}") from None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"uri": self.uri}
@@ -72,10 +79,38 @@ class StateStore:
         self.write_bytes(dumps(data).encode(), *parts)
 
     def read_json(self, *parts: str) -> Any:
+        """A JSON file's value, or None when it does not exist; one that is not whole JSON
+        (cut short, overwritten) raises :class:`CheckpointDamagedError` naming it."""
         import json
 
         data = self.read_bytes(*parts)
-        return None if data is None else json.loads(data)
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except UnicodeDecodeError:
+            raise self.damaged(parts, "not UTF-8 text") from None
+        except ValueError as exc:
+            raise self.damaged(parts, str(exc)) from None
+
+    def damaged(self, parts: tuple[str, ...], problem: str) -> CheckpointDamagedError:
+        """The error for the file at ``parts`` that cannot be read (``problem``: why), with
+        the way out: a backup or a new sync, or for a file the sync writes again (the
+        progress report, the owner's record, a request) what to do with it."""
+        name = "/".join(parts)
+        checkpoint = self.uri.removesuffix("/state")
+        if name == "progress.json":
+            way = "delete it (a sync writes its report again at its next batch)"
+        elif name == "owner.json":
+            way = "delete it once no sync runs with this checkpoint"
+        elif parts[0] == "requests":
+            way = "delete it and ask for the snapshot again (sdk snapshot)"
+        else:
+            way = (f"restore {checkpoint} from a backup, or start a new sync with a new "
+                   "--checkpoint directory (a new snapshot)")
+        file = self.path(*parts).removeprefix(f"{self.root.removesuffix('/state')}/")
+        return CheckpointDamagedError(f"checkpoint {checkpoint}: file {file} is damaged "
+                                      f"({problem}): {way}")
 
     def put_content(self, data: Any, folder: str) -> str:
         """Store JSON under its content hash (immutable); return the hash."""
@@ -98,7 +133,19 @@ class StateStore:
         data = self.read_bytes(*parts)
         if data is None:
             return None
-        return ipc.open_file(pa.py_buffer(data)).read_all()
+        try:
+            return ipc.open_file(pa.py_buffer(data)).read_all()
+        except pa.ArrowInvalid as exc:
+            raise self.damaged(parts, str(exc)) from None
+
+    def exists(self, *parts: str) -> bool:
+        return bool(self.fs.get_file_info(self.path(*parts)).type != pafs.FileType.NotFound)
+
+    def move(self, source: tuple[str, ...], target: tuple[str, ...]) -> None:
+        """Rename a file, replacing ``target``: atomic where the file system renames so (a
+        local disk, HDFS), which makes it a claim only one of two renamers wins; raises
+        FileNotFoundError when ``source`` is gone."""
+        self.fs.move(self.path(*source), self.path(*target))
 
     def delete_dir(self, *parts: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -116,3 +163,16 @@ class StateStore:
             return [info.base_name for info in self.fs.get_file_info(selector)]
         except FileNotFoundError:
             return []
+
+
+def _file_in_the_way(store: StateStore, error: OSError) -> str:
+    """Which file keeps ``store``'s root from being a directory, as far as it can tell."""
+    if isinstance(store.fs, pafs.LocalFileSystem):
+        from pathlib import Path
+
+        from ..spec import file_in_the_way
+
+        place = file_in_the_way(Path(store.root))
+        if place is not None:
+            return f"{place} is a file, not a directory"
+    return f"{type(error).__name__}: {error}"

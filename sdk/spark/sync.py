@@ -19,14 +19,11 @@ from ..algorithm.lineage import SOURCE_FILE
 from ..dialects import default_manager
 from ..errors import (
     ConfigurationError,
-    FatalSyncError,
-    LogMismatchError,
-    OffsetExpiredError,
-    PreflightError,
     SdkError,
 )
 from ..metrics import MetricsServer
 from ..spec import READER_OPTIONS, UNTIL, SourceSpec, checkpoint_paths, resolve
+from ..target import Target
 from ..types import FinishedSplit
 from .engine_state import (
     captured_tables,
@@ -38,7 +35,7 @@ from .engine_state import (
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
 from .session import DEFAULT_MASTER, EarlySession, spark_session
-from .source import save_resolved
+from .source import check_target, save_resolved
 from .statestore import StateStore
 
 RETRY_SECONDS = 300.0
@@ -76,33 +73,34 @@ class Retries:
             return
         now = time.monotonic()
         self.since = self.since if self.since is not None else now
-        if stop.is_set() or not any(mark in text for mark in TRANSIENT) or \
-                now - self.since + self.delay > self.seconds:
+        if stop.is_set() or not any(mark in text for mark in TRANSIENT):
             raise user_error(failure) or failure
+        if now - self.since + self.delay > self.seconds:
+            found = user_error(failure)
+            if found is None:
+                raise failure
+            raise type(found)(f"{found} (gave up after {now - self.since:.0f} s of failure: "
+                              "--retry-seconds)") from failure
         reason = next((line.strip() for line in text.splitlines()
                        if any(mark in line for mark in TRANSIENT)), text.splitlines()[0])
         log.warning("sync: %s; restarting from the checkpoint in %.0f s (giving up after "
                     "%.0f s of failure)", reason, self.delay, self.seconds)
         if stop.wait(self.delay):  # told to stop while waiting: end with the fault
-            raise failure
+            raise user_error(failure) or failure
         self.delay = min(self.delay * 2, 30.0)
         self.count += 1
 
 
-_USER_ERRORS = {cls.__name__: cls for cls in (
-    ConfigurationError, FatalSyncError, LogMismatchError, OffsetExpiredError, PreflightError)}
-
-
 def user_error(failure: BaseException) -> SdkError | None:
     """The error a task raised for the user to act on (a schema change it cannot follow, an
-    expired log position), out of the JVM exception Spark reports it in; None for others."""
-    import re
+    expired log position, a value a target refused), out of the JVM exception Spark reports
+    it in, Spark's exception kept as its cause (the full trace); None for others."""
+    from ..failures import task_error
 
-    for line in str(failure).splitlines():
-        found = re.search(r"sdk\.errors\.(\w+): (.+)", line)
-        if found and found.group(1) in _USER_ERRORS:
-            return _USER_ERRORS[found.group(1)](found.group(2).strip())
-    return None
+    found = task_error(str(failure))
+    if found is not None:
+        found.__cause__ = failure
+    return found
 
 
 @dataclass
@@ -236,6 +234,8 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
     spec = checkpointed(resolved)
     resumed = bool(StateStore(state_dir).list_dir("states"))
     mirror: Mirror | Tally | None = None
+    if resumed and target is not None:  # what the target lost is read again, not trusted
+        check_target(spec, spec.target or Target.of(target, target_schema))
     if spec.target is not None:
         spec.target.create_tables(spec.tables, own=resumed)
         mirror = Tally()

@@ -1,0 +1,182 @@
+"""The target is checked, not trusted: a resumed ``sdk sync`` reads again whole each table the
+target lost since the last run (its table dropped, its database or schema dropped and made
+again, its ledger dropped), and leaves a target that is fine alone."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sdk.cli import main
+
+pytestmark = pytest.mark.spark
+
+ROWS = 301
+
+
+def make_source(path: Path) -> str:
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.executemany("INSERT INTO items VALUES (?, ?)",
+                         [(i, f"item {i}") for i in range(ROWS)])
+    return f"sqlite:///{path}"
+
+
+def change_source(path: Path) -> None:
+    """One row inserted and one updated: what a resumed sync applies from the log."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO items VALUES (1000, 'new')")
+        conn.execute("UPDATE items SET name = 'changed' WHERE id = 7")
+
+
+def source_rows(path: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT id, name FROM items ORDER BY id").fetchall()
+
+
+def sqlite_rows(path: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT id, name FROM items ORDER BY id").fetchall()
+
+
+def sync_args(src: str, dst: str, checkpoint: Path, *more: str) -> list[str]:
+    return ["sync", "--source", src, "--target", dst, "--checkpoint", str(checkpoint),
+            "--until", "caught-up", "--option", "snapshot.split.size=100", *more]
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def applied(capsys: pytest.CaptureFixture[str]) -> str:
+    return capsys.readouterr().out
+
+
+def test_a_target_table_dropped_between_runs_is_read_again(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    source, mirror = tmp_path / "src.db", tmp_path / "mirror.db"
+    args = sync_args(make_source(source), f"sqlite:///{mirror}", tmp_path / "ck")
+    assert main(args) == 0
+    assert f"applied {ROWS} rows" in applied(capsys)
+    with sqlite3.connect(mirror) as conn:
+        conn.execute("DROP TABLE items")
+    change_source(source)
+    caplog.clear()
+    assert main(args) == 0
+    assert sqlite_rows(mirror) == source_rows(source) and len(source_rows(source)) == ROWS + 1
+    said = [w for w in warnings_of(caplog) if "read again whole" in w]
+    assert len(said) == 1 and "table main.items is missing from the target" in said[0]
+    assert main(args) == 0  # the next start finds it fine: nothing read again
+    assert "applied 0 rows" in applied(capsys)
+    assert sqlite_rows(mirror) == source_rows(source)
+
+
+def test_a_target_whose_ledger_was_dropped_is_read_again(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The table is there (emptied, as a database made again by a migration tool would hold
+    it) but the ledger is gone: the rows it held cannot be trusted."""
+    source, mirror = tmp_path / "src.db", tmp_path / "mirror.db"
+    args = sync_args(make_source(source), f"sqlite:///{mirror}", tmp_path / "ck")
+    assert main(args) == 0
+    with sqlite3.connect(mirror) as conn:
+        conn.execute("DELETE FROM items")
+        conn.execute("DROP TABLE _sdk_applied")
+    change_source(source)
+    caplog.clear()
+    assert main(args) == 0
+    assert sqlite_rows(mirror) == source_rows(source)
+    said = [w for w in warnings_of(caplog) if "read again whole" in w]
+    assert len(said) == 1 and "main.items" in said[0] and "_sdk_applied" in said[0]
+
+
+def test_a_target_that_is_fine_is_not_read_again(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    source, mirror = tmp_path / "src.db", tmp_path / "mirror.db"
+    args = sync_args(make_source(source), f"sqlite:///{mirror}", tmp_path / "ck")
+    assert main(args) == 0
+    applied(capsys)
+    change_source(source)
+    caplog.clear()
+    assert main(args) == 0
+    assert "applied 2 rows" in applied(capsys)  # the two changes, no table read again
+    assert not [w for w in warnings_of(caplog) if "read again" in w]
+    assert sqlite_rows(mirror) == source_rows(source)
+
+
+def test_a_snapshot_only_sync_stops_when_its_target_lost_a_table(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-off snapshot has no log phase to read the table again in: the sync stops, in
+    one line, rather than end with the rows missing."""
+    source, mirror = tmp_path / "src.db", tmp_path / "mirror.db"
+    args = sync_args(make_source(source), f"sqlite:///{mirror}", tmp_path / "ck",
+                     "--option", "startup.mode=snapshot")
+    assert main(args) == 0
+    with sqlite3.connect(mirror) as conn:
+        conn.execute("DROP TABLE items")
+    capsys.readouterr()
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert "table main.items is missing from the target" in err
+    assert "take a new snapshot" in err
+
+
+@pytest.fixture
+def pg_schema(postgres_admin_url: str) -> Iterator[tuple[str, Any]]:
+    """A fresh PostgreSQL schema to mirror into, and an admin connection; dropped after."""
+    import psycopg
+
+    schema = f"tgt_{uuid.uuid4().hex[:10]}"
+    conn = psycopg.connect(postgres_admin_url.replace("postgresql://", "postgresql://", 1),
+                           autocommit=True)
+    try:
+        yield schema, conn
+    finally:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.close()
+
+
+@pytest.mark.postgres
+def test_a_target_schema_dropped_and_made_again_is_read_again(
+        spark: Any, tmp_path: Path, postgres_admin_url: str, pg_schema: tuple[str, Any],
+        capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """PostgreSQL target: its schema dropped and made again (its ledger with it), and once
+    more with the table made again empty by hand: both times all rows come back."""
+    schema, admin = pg_schema
+    source = tmp_path / "src.db"
+    args = sync_args(make_source(source), postgres_admin_url, tmp_path / "ck",
+                     "--target-schema", schema)
+
+    def mirrored() -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in admin.execute(
+            f"SELECT id, name FROM {schema}.items ORDER BY id").fetchall()]
+
+    assert main(args) == 0
+    assert len(mirrored()) == ROWS
+    admin.execute(f"DROP SCHEMA {schema} CASCADE")
+    admin.execute(f"CREATE SCHEMA {schema}")
+    change_source(source)
+    caplog.clear()
+    assert main(args) == 0
+    assert mirrored() == source_rows(source) and len(mirrored()) == ROWS + 1
+    said = [w for w in warnings_of(caplog) if "read again whole" in w]
+    assert len(said) == 1 and "is missing from the target" in said[0]
+
+    admin.execute(f"DROP SCHEMA {schema} CASCADE")  # and a tool makes the table again, empty
+    admin.execute(f"CREATE SCHEMA {schema}")
+    admin.execute(f"CREATE TABLE {schema}.items (id bigint PRIMARY KEY, name text)")
+    with sqlite3.connect(source) as conn:
+        conn.execute("DELETE FROM items WHERE id = 3")
+    caplog.clear()
+    assert main(args) == 0
+    assert mirrored() == source_rows(source) and len(mirrored()) == ROWS
+    said = [w for w in warnings_of(caplog) if "read again whole" in w]
+    assert len(said) == 1 and "holds none of the batches" in said[0]
