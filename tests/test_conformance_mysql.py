@@ -79,6 +79,10 @@ class MysqlHarness(Harness):
             GoldenColumn("BOOLEAN", ["TRUE", "FALSE"]),
         ]
 
+    def refused_login_url(self) -> str:
+        c = ConnectionConfig.from_url(self.url or "")
+        return f"mysql://{c.user}:not-the-password-4x@{c.host}:{c.port or 3306}/{c.database}"
+
     def unprivileged_url(self) -> str:
         """A user who can log in and read but has no replication privileges."""
         assert self.url is not None

@@ -79,6 +79,13 @@ class PostgresHarness(Harness):
             GoldenColumn("INTEGER[]", ["'{1,2,NULL}'"]),
         ]
 
+    def refused_login_url(self) -> str:
+        """A role that does not exist (the test servers trust loopback, so a wrong password
+        would still log in)."""
+        parts = urlsplit(self.url or "")
+        host = parts.netloc.rsplit("@", 1)[-1]
+        return urlunsplit(parts._replace(netloc=f"sdk_kit_nobody:pw-4x@{host}"))
+
     def unprivileged_url(self) -> str:
         """A role that can log in and read but lacks REPLICATION."""
         assert self.url is not None

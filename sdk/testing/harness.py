@@ -204,6 +204,12 @@ class Harness:
         ``TRUNCATE``), for the truncation tests; None (the default) skips them."""
         return None
 
+    def refused_login_url(self) -> str | None:
+        """A URL of this database the server refuses to log in with (a wrong password, an
+        unknown user): the kit checks the dialect calls it a ConfigurationError, not a passing
+        fault, without the password. None (the default) skips that test."""
+        return None
+
     def unprivileged_url(self) -> str | None:
         """A URL of a user lacking capture privileges, for the preflight tests (None skips)."""
         return None

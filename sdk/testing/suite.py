@@ -25,7 +25,7 @@ from ..algorithm import Phase, PhaseHooks, SyncOptions, SyncRunner, SyncState, c
 from ..algorithm.lineage import check_position
 from ..config import ConnectionConfig
 from ..dialects import Dialect
-from ..errors import LogMismatchError, OffsetExpiredError, RetriableError
+from ..errors import ConfigurationError, LogMismatchError, OffsetExpiredError, RetriableError
 from ..hookspecs import CAPABILITY_HOOKS
 from ..types import (
     Capability,
@@ -165,12 +165,14 @@ class TestLogIdentity:
                                f"{exc}") from None
 
     def test_server_identity_is_the_same_on_every_connection(self, kit: Kit) -> None:
+        kit.items()
         identity = kit.dialect.server_identity(kit.conn)
         assert identity == kit.dialect.server_identity(kit.connect()), \
             "server_identity differs between two connections to the same server"
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in identity.items())
 
     def test_a_position_past_the_head_is_refused(self, kit: Kit) -> None:
+        kit.items()  # capture prepared, as before any offset
         beyond = kit.harness.offset_past(kit.offset())
         if beyond is None:
             pytest.skip("the harness gives no offset_past")
@@ -796,7 +798,8 @@ class TestPreflight:
 
 class TestFaults:
     """9. Passing faults are told from the rest, so ``sdk sync`` retries the first and stops
-    on the second: a session the server ended, a server that does not answer, a bad request."""
+    on the second: a session the server ended, a server that does not answer, a refused
+    login, a bad request."""
 
     @requires("is_retriable")
     @requires("end_session")
@@ -823,6 +826,17 @@ class TestFaults:
             kit.dialect.connect(ConnectionConfig.from_url(url))
         if config.password:
             assert f":{config.password}@" not in str(caught.value), "the password is shown"
+
+    def test_a_refused_login_is_a_configuration_error(self, kit: Kit) -> None:
+        url = kit.harness.refused_login_url()
+        if url is None:
+            pytest.skip("the harness gives no refused_login_url")
+        config = ConnectionConfig.from_url(url)
+        with pytest.raises(ConfigurationError) as caught:  # to fix, not to retry
+            kit.dialect.connect(config)
+        assert not isinstance(caught.value, RetriableError)
+        if config.password:
+            assert config.password not in str(caught.value), "the password is shown"
 
     def test_a_bad_request_is_not_a_passing_fault(self, kit: Kit) -> None:
         missing = kit.table_id("kit_missing")  # never created
