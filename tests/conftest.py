@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,11 @@ def spark() -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     from pyspark.sql import SparkSession
 
+    # an in-process `sdk sync` that failed its checks left its early session starting on a
+    # thread (sdk.spark.session.EarlySession): made at once here, it would race that one
+    for thread in threading.enumerate():
+        if thread.name == "sdk-spark-session":
+            thread.join()
     session = (SparkSession.builder.master("local[2]")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
