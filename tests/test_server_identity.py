@@ -141,6 +141,7 @@ def _fill_mariadb(server: MariaDb) -> None:
 
 @pytest.mark.mysql
 @pytest.mark.spark
+@pytest.mark.slow
 def test_mariadb_resumed_against_another_server_is_refused(
         spark: Any, mariadbs: tuple[MariaDb, MariaDb], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -167,6 +168,7 @@ def test_mariadb_resumed_against_another_server_is_refused(
 @pytest.mark.mysql
 @pytest.mark.spark
 @pytest.mark.parametrize("writes", [1, 400], ids=["log-behind", "log-grown-past"])
+@pytest.mark.slow
 def test_a_reset_binlog_is_never_caught_up(spark: Any, mariadbs: tuple[MariaDb, MariaDb],
                                            tmp_path: Path, writes: int,
                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -212,6 +214,7 @@ def _fill_postgres(server: Postgres) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.spark
+@pytest.mark.slow
 def test_postgres_resumed_against_another_cluster_is_refused(
         spark: Any, clusters: tuple[Postgres, Postgres], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -234,6 +237,7 @@ def test_postgres_resumed_against_another_cluster_is_refused(
 
 @pytest.mark.postgres
 @pytest.mark.spark
+@pytest.mark.slow
 def test_a_cluster_restored_from_a_base_backup_is_refused(
         spark: Any, clusters: tuple[Postgres, Postgres], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

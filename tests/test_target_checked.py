@@ -15,7 +15,7 @@ import pytest
 
 from sdk.cli import main
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROWS = 301
 

@@ -337,6 +337,7 @@ def test_required_is_refused_by_a_server_without_tls(mysql_url: str,
 
 @pytest.mark.mysql
 @pytest.mark.spark
+@pytest.mark.slow
 def test_sync_from_the_tls_server_snapshot_then_binlog(
         tls_server: TlsServer, spark: Any, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -368,6 +369,7 @@ def test_sync_from_the_tls_server_snapshot_then_binlog(
 
 @pytest.mark.mysql
 @pytest.mark.spark
+@pytest.mark.slow
 def test_sync_into_the_tls_server_as_target(tls_server: TlsServer, spark: Any,
                                             tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:

@@ -384,6 +384,7 @@ def _rows(server: TlsServer, table: str) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_sync_from_a_tls_source(server: TlsServer, pki: Pki, spark: Any, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     """A snapshot over verified TLS (the exported snapshot's replication connection too),
@@ -414,6 +415,7 @@ def test_sync_from_a_tls_source(server: TlsServer, pki: Pki, spark: Any, tmp_pat
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_sync_to_a_tls_target(system_server: TlsServer, pki: Pki, spark: Any, tmp_path: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
     from sdk.cli import main
