@@ -180,3 +180,38 @@ def test_a_target_schema_dropped_and_made_again_is_read_again(
     assert mirrored() == source_rows(source) and len(mirrored()) == ROWS
     said = [w for w in warnings_of(caplog) if "read again whole" in w]
     assert len(said) == 1 and "holds none of the batches" in said[0]
+
+
+@pytest.mark.mysql
+def test_a_mysql_target_database_dropped_and_made_again_is_read_again(
+        spark: Any, tmp_path: Path, mysql_admin: Any, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """MariaDB target: its database dropped and made again (its ledger with it): all rows
+    come back, one warning names the table."""
+    from helpers.servers import MYSQL_ADMIN_URL
+
+    database = f"tgt_{uuid.uuid4().hex[:10]}"
+    source = tmp_path / "src.db"
+    args = sync_args(make_source(source), MYSQL_ADMIN_URL, tmp_path / "ck",
+                     "--target-schema", database)
+
+    def mirrored() -> list[tuple[Any, ...]]:
+        with mysql_admin.cursor() as cur:
+            cur.execute(f"SELECT id, name FROM `{database}`.items ORDER BY id")
+            return [tuple(r) for r in cur.fetchall()]
+
+    try:
+        assert main(args) == 0
+        assert len(mirrored()) == ROWS
+        with mysql_admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE `{database}`")
+            cur.execute(f"CREATE DATABASE `{database}`")
+        change_source(source)
+        caplog.clear()
+        assert main(args) == 0
+        assert mirrored() == source_rows(source) and len(mirrored()) == ROWS + 1
+        said = [w for w in warnings_of(caplog) if "read again whole" in w]
+        assert len(said) == 1 and "is missing from the target" in said[0]
+    finally:
+        with mysql_admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
