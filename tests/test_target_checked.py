@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,22 @@ def sync_args(src: str, dst: str, checkpoint: Path, *more: str) -> list[str]:
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def lost_and_read_again(args: list[str], source: Path,
+                        mirrored: Callable[[], list[tuple[Any, ...]]], drop: Callable[[], None],
+                        caplog: pytest.LogCaptureFixture) -> None:
+    """Sync, ``drop`` the target's database or schema (and make it again, empty), change the
+    source, resume: every row comes back, and one warning names the table."""
+    assert main(args) == 0
+    assert len(mirrored()) == ROWS
+    drop()
+    change_source(source)
+    caplog.clear()
+    assert main(args) == 0
+    assert mirrored() == source_rows(source) and len(mirrored()) == ROWS + 1
+    said = [w for w in warnings_of(caplog) if "read again whole" in w]
+    assert len(said) == 1 and "is missing from the target" in said[0]
 
 
 def applied(capsys: pytest.CaptureFixture[str]) -> str:
@@ -159,16 +175,11 @@ def test_a_target_schema_dropped_and_made_again_is_read_again(
         return [tuple(r) for r in admin.execute(
             f"SELECT id, name FROM {schema}.items ORDER BY id").fetchall()]
 
-    assert main(args) == 0
-    assert len(mirrored()) == ROWS
-    admin.execute(f"DROP SCHEMA {schema} CASCADE")
-    admin.execute(f"CREATE SCHEMA {schema}")
-    change_source(source)
-    caplog.clear()
-    assert main(args) == 0
-    assert mirrored() == source_rows(source) and len(mirrored()) == ROWS + 1
-    said = [w for w in warnings_of(caplog) if "read again whole" in w]
-    assert len(said) == 1 and "is missing from the target" in said[0]
+    def drop() -> None:
+        admin.execute(f"DROP SCHEMA {schema} CASCADE")
+        admin.execute(f"CREATE SCHEMA {schema}")
+
+    lost_and_read_again(args, source, mirrored, drop, caplog)
 
     admin.execute(f"DROP SCHEMA {schema} CASCADE")  # and a tool makes the table again, empty
     admin.execute(f"CREATE SCHEMA {schema}")
@@ -201,17 +212,12 @@ def test_a_mysql_target_database_dropped_and_made_again_is_read_again(
             return [tuple(r) for r in cur.fetchall()]
 
     try:
-        assert main(args) == 0
-        assert len(mirrored()) == ROWS
-        with mysql_admin.cursor() as cur:
-            cur.execute(f"DROP DATABASE `{database}`")
-            cur.execute(f"CREATE DATABASE `{database}`")
-        change_source(source)
-        caplog.clear()
-        assert main(args) == 0
-        assert mirrored() == source_rows(source) and len(mirrored()) == ROWS + 1
-        said = [w for w in warnings_of(caplog) if "read again whole" in w]
-        assert len(said) == 1 and "is missing from the target" in said[0]
+        def drop() -> None:
+            with mysql_admin.cursor() as cur:
+                cur.execute(f"DROP DATABASE `{database}`")
+                cur.execute(f"CREATE DATABASE `{database}`")
+
+        lost_and_read_again(args, source, mirrored, drop, caplog)
     finally:
         with mysql_admin.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{database}`")

@@ -221,7 +221,6 @@ def check_target(spec: SourceSpec, target: Target) -> None:
 
 
 # --- the readers (driver side) ----------------------------------------------------------------
-# --- the readers (driver side) ----------------------------------------------------------------
 
 
 F = TypeVar("F", bound=Callable[..., Any])

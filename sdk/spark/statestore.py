@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from ..codec import dumps
-from ..errors import CheckpointDamagedError
+from ..errors import CheckpointDamagedError, ConfigurationError
 
 _IPC_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
 
@@ -37,8 +37,6 @@ class StateStore:
             try:
                 self.fs.create_dir(self.root, recursive=True)
             except (FileExistsError, NotADirectoryError) as exc:  # a file in the way
-                from ..errors import ConfigurationError
-
                 raise ConfigurationError(f"state directory {self.uri} cannot be made: "
                                          f"{_file_in_the_way(self, exc)}") from None
 
