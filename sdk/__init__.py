@@ -8,6 +8,7 @@ from .config import ConnectionConfig
 from .dialects import Dialect, DialectManager, connect, get_dialect
 from .errors import (
     ConfigurationError,
+    DataError,
     DialectNotFoundError,
     DriverMissingError,
     FatalSyncError,
@@ -22,6 +23,7 @@ from .errors import (
 )
 from .hookspecs import hookimpl
 from .types import (
+    BadValue,
     Capability,
     ChangeEvent,
     Column,
@@ -49,6 +51,7 @@ from .types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BadValue",
     "Capability",
     "ChangeEvent",
     "Column",
@@ -56,6 +59,7 @@ __all__ = [
     "Connection",
     "ConnectionConfig",
     "ConnectionSecurity",
+    "DataError",
     "Dialect",
     "DialectInfo",
     "DialectManager",

@@ -162,8 +162,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
                            metrics_port=s["metrics_port"], early=early)
     finally:
         getattr(reporter, "close", lambda: None)()
+    skipped = f"; skipped {summary.skipped} (sdk status lists them)" if summary.skipped else ""
     print(f"applied {summary.rows_applied} rows in {summary.seconds:.1f} s; phase "
-          f"{summary.phase}{', caught up' if summary.caught_up else ''}")
+          f"{summary.phase}{', caught up' if summary.caught_up else ''}{skipped}")
     return 0
 
 
@@ -171,6 +172,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Show a sync's phase, per-table progress and log position from its checkpoint."""
     from .algorithm.lineage import SOURCE_FILE
     from .algorithm.progress import describe_progress
+    from .failures import Exit
+    from .spark import deadletter
     from .spark.engine_state import live_progress, readable_checkpoint
     from .spark.statestore import StateStore
     from .spec import checkpoint_paths
@@ -193,18 +196,45 @@ def cmd_status(args: argparse.Namespace) -> int:
             conn.close()
         if not check.ok:
             print(f"sdk: error: {check.fix}", file=sys.stderr)
-            return 1
+            return int(Exit.REFUSED)
+    dead = deadletter.read(store)
+    skipped = deadletter.counts(dead)
     if args.json:
         owner = store.read_json("owner.json")
-        print(json.dumps({**progress, "owner": owner and {k: owner[k] for k in
-                                                          ("host", "pid", "since")}}))
+        print(json.dumps({**progress, "skipped": skipped,
+                          "owner": owner and {k: owner[k] for k in ("host", "pid", "since")}}))
         return 0
     print("\n".join(describe_progress(progress)))
     if source is not None:
         identity = ", ".join(f"{k}={v}" for k, v in sorted(source["identity"].items()))
         checked = "; checked: the same server, position held" if args.source else ""
         print(f"source: {source['url']} ({identity or 'no identity recorded'}){checked}")
+    for line in _skipped_lines(dead, skipped, args.checkpoint,
+                               store.path(deadletter.FOLDER)):
+        print(line)
     return 0
+
+
+def _skipped_lines(dead: Any, skipped: dict[str, int], checkpoint: str, folder: str
+                   ) -> list[str]:
+    """What ``sdk status`` says of the changes set aside (``errors.mode=skip``): per table,
+    how many, the first reason, and the ``sdk snapshot`` that brings them across once fixed."""
+    from .spark import deadletter
+
+    if not skipped:
+        return []
+    lines = [f"skipped (errors.mode=skip): {sum(skipped.values())} changes set aside in the "
+             f"dead-letter table, {folder}"]
+    reasons = dict(zip(dead.column("table").to_pylist(), dead.column("reason").to_pylist(),
+                       strict=True))
+    for table, count in sorted(skipped.items()):
+        lines.append(f"  {table}: {count} ({reasons[table]})")
+        where = deadletter.where_of(deadletter.keys_of(dead, table))
+        condition = "<a condition selecting their keys>"
+        retry = "--skipped" if where is not None else f"--where {condition}"
+        lines.append(f"    once the cause is fixed: sdk snapshot --checkpoint {checkpoint} "
+                     f"--table {table} --source <URL> {retry}")
+    return lines
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
@@ -232,16 +262,47 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         print(f"snapshot request {withdrawn.id} of {withdrawn.table} withdrawn: the sync "
               "will not read it")
         return 0
-    if args.where is not None and args.source is None:
+    where = args.where
+    if args.skipped:
+        where = _skipped_where(state_dir, args)
+    if where is not None and args.source is None:
         raise ConfigurationError("--where needs --source URL (the database the sync reads): "
                                  "the condition is run there before it is recorded")
-    request = request_snapshot(state_dir, args.table, args.where, args.source)
+    request = request_snapshot(state_dir, args.table, where, args.source)
+    if args.skipped:
+        from .spark import deadletter
+        from .spark.statestore import StateStore
+
+        deadletter.retire(StateStore(state_dir, create=False), str(request.table))
     rows = f"the rows of {request.table} where {request.where}" if request.where else \
         str(request.table)
     print(f"snapshot of {rows} requested ({request.id}); the sync reads it at its next batch "
           "(sdk status shows it re-snapshotting; sdk snapshot --cancel ID withdraws it until "
           "then)")
     return 0
+
+
+def _skipped_where(state_dir: str, args: argparse.Namespace) -> str:
+    """The ``--where`` selecting the keys of ``--table``'s changes set aside."""
+    from .errors import ConfigurationError
+    from .spark import deadletter
+    from .spark.statestore import StateStore
+
+    if args.where is not None or args.table is None:
+        raise ConfigurationError("--skipped goes with --table (and --source), not --where")
+    dead = deadletter.read(StateStore(state_dir, create=False))
+    keys = deadletter.keys_of(dead, args.table)
+    if not keys:
+        raise ConfigurationError(f"no changes of {args.table} are set aside in checkpoint "
+                                 f"{args.checkpoint} (sdk status lists those that are)")
+    where = deadletter.where_of(keys)
+    if where is None:
+        raise ConfigurationError(
+            f"the keys of {args.table}'s changes set aside cannot be written as a condition "
+            f"here (a quoted column or a value that is not a number or text): give --where "
+            f"yourself; the keys are in the dead-letter files under {state_dir}/"
+            f"{deadletter.FOLDER}")
+    return where
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -343,6 +404,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "taken up yet")
     snapshot.add_argument("--where", help="only the rows meeting this SQL condition, e.g. "
                           "\"created_at >= '2026-01-01'\" (needs --source)")
+    snapshot.add_argument("--skipped", action="store_true", help="read again the rows of "
+                          "--table whose changes were set aside (errors.mode=skip), once their "
+                          "cause is fixed: sdk status no longer counts them, and a row still "
+                          "refused is set aside again (needs --source)")
     snapshot.add_argument("--source", help="the URL of the database the sync reads: the table "
                           "and the --where condition are checked there before the request is "
                           "recorded")

@@ -122,6 +122,8 @@ class LiveProgress:
         if "applied" in progress:
             parts.append(f"applied {int(progress['applied']):,} "
                          f"({progress.get('applied_per_second', 0):,.0f}/s)")
+        if progress.get("skipped"):
+            parts.append(f"skipped {int(progress['skipped']):,} (sdk status lists them)")
         if progress.get("lag_seconds") is not None:
             parts.append(f"lag {progress['lag_seconds']:.1f} s")
         if "caught_up" in progress:

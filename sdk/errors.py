@@ -5,6 +5,7 @@
   a lost replication slot); a new snapshot is needed.
 - :class:`RetriableError`: a passing fault (a dropped connection); the same step may be retried.
 - :class:`DataError`: a value the sync cannot carry; fix it at the source, or leave it out.
+- :class:`ResourceError`: the machine ran out of disk space; free it, then run again.
 
 Messages name the object at fault (table, column, option, setting, privilege) and the fix.
 """
@@ -71,6 +72,11 @@ class RetriableError(SyncError):
     """A passing fault: the same step may be tried again."""
 
 
+class ResourceError(SyncError):
+    """The machine ran out of something the sync needs (space on the checkpoint's disk or in
+    Spark's local directory): free it, then run again with the same checkpoint."""
+
+
 class DataError(SyncError):
     """A value the sync cannot carry: out of range for Spark or the target, refused by the
     target's type, constraint or encoding. The message names the table, where in it (a split's
@@ -89,6 +95,7 @@ __all__ = [
     "OffsetExpiredError",
     "PluginValidationError",
     "PreflightError",
+    "ResourceError",
     "RetriableError",
     "SdkError",
     "SyncError",

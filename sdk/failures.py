@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import os
 import re
 import tempfile
@@ -26,6 +27,7 @@ from .errors import (
     DataError,
     FatalSyncError,
     PreflightError,
+    ResourceError,
     RetriableError,
     SdkError,
 )
@@ -63,7 +65,7 @@ def exit_code(error: BaseException) -> Exit:
         return Exit.INTERRUPTED
     if isinstance(error, DataError):
         return Exit.DATA
-    if isinstance(error, PreflightError | FatalSyncError | RetriableError):
+    if isinstance(error, PreflightError | FatalSyncError | RetriableError | ResourceError):
         return Exit.REFUSED
     if isinstance(error, SdkError):
         return Exit.BAD_INPUT
@@ -97,6 +99,9 @@ def summarize(error: BaseException) -> Failure:
         return Failure(error, _cut(str(error), MAX_OWN), cause is not None and
                        not isinstance(cause, SdkError))
     text = str(error)
+    full = no_space(error, text)
+    if full is not None:
+        return Failure(full, str(full), True)
     found = task_error(text)
     if found is not None:
         return Failure(found, _cut(str(found), MAX_OWN), True)
@@ -105,6 +110,42 @@ def summarize(error: BaseException) -> Failure:
         return Failure(error, _cut(python), True)
     return Failure(error, _cut(_jvm_cause(text) or f"{type(error).__name__}: "
                                                    f"{_first_line(text)}"), True)
+
+
+_NO_SPACE = "No space left on device"
+
+
+def no_space(error: BaseException, text: str) -> ResourceError | None:
+    """The error to show when ``error`` (its text: ``text``, Spark's with the task's and the
+    JVM's traces) is a disk that filled up, naming the file it could not write when known."""
+    errors_seen = [error, *_causes(error)]
+    if not any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in errors_seen) and \
+            _NO_SPACE not in text:
+        return None
+    where = ""
+    for e in errors_seen:
+        if isinstance(e, OSError) and e.filename:
+            where = f" (writing {e.filename})"
+            break
+    else:
+        found = re.search(r"No space left on device[^/\n]*?(/[^\s'\"),]+)", text) or \
+            re.search(r"(/[^\s'\"(),:]+)[^\n]{0,40}No space left on device", text)
+        if found:
+            where = f" (writing {found.group(1)})"
+    return ResourceError(
+        f"no space left on the device{where}: free space on the checkpoint's disk (or in "
+        "Spark's local directory, spark.local.dir, /tmp by default), then run again with the "
+        "same --checkpoint (it resumes exactly)")
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    """The errors ``error`` was raised from or while handling, innermost last."""
+    out: list[BaseException] = []
+    seen = error.__cause__ or error.__context__
+    while seen is not None and len(out) < 10:
+        out.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return out
 
 
 def task_error(text: str) -> SdkError | None:
@@ -228,7 +269,8 @@ def doing(what: str, retriable: Callable[[BaseException], bool] | None = None,
             leave_out = f" (or leave {table} out: --tables '...,!{table}')" if table else ""
             raise DataError(
                 f"{what}: {type(exc).__name__}: {_cut(str(exc))}: Spark or the target cannot "
-                f"hold this value; fix it at the source{leave_out}, then run again with the "
+                f"hold this value; fix it at the source or the target{leave_out}, or run with "
+                "--option errors.mode=skip to set such changes aside; then run again with the "
                 "same --checkpoint") from exc
         while_doing(exc, what)
         raise

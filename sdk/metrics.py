@@ -38,6 +38,9 @@ def families(report: Mapping[str, Any], retries: int = 0) -> Iterator[Metric]:
                               value=float(report.get("rows", 0)))
     yield CounterMetricFamily("sdk_sync_applied", "changes and rows applied to the target by "
                               "this run", value=float(report.get("applied", 0)))
+    yield CounterMetricFamily("sdk_sync_skipped", "changes set aside in the dead-letter table "
+                              "by this run (errors.mode=skip; sdk status lists them)",
+                              value=float(report.get("skipped", 0)))
     yield gauge("sdk_sync_applied_per_second", "changes and rows applied per second, this "
                 "run's average", float(report.get("applied_per_second", 0.0)))
     lag = report.get("lag_seconds")

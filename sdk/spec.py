@@ -99,6 +99,12 @@ SOURCE_OPTIONS = OptionTable(
            "again), `stop` ends with an error naming it, `ignore` keeps the columns the sync "
            "has; a change that could lose values (a narrowed type, a new key) always stops",
            "source"),
+    Option("errors.mode", "errors_mode", choice("fail", "skip"), "fail",
+           "what a change the sync cannot carry does (a value beyond what Spark or the target "
+           "holds, a row the target refuses): `fail` stops with one line naming its table, "
+           "key, column and position; `skip` sets it aside in the dead-letter table (Parquet "
+           "under the state directory's `dead-letter`, counted by `sdk status`, the display "
+           "and the metrics) and applies the rest. Needs a `stateDir`", "source"),
     Option("cores", "cores", positive_int, None, "tasks Spark runs at once (`sdk sync` sets "
            "it from its session): `snapshot.rows-per-second` is shared by that many",
            "source", (), "the batch's tasks"),
@@ -200,6 +206,9 @@ class SourceSpec:
     """How often a stream looks for tables that newly match ``patterns`` (0: never)."""
     schema_changes: str = "evolve"
     """What a log batch does when a table's columns change (:data:`sdk.schema.POLICIES`)."""
+    errors_mode: str = "fail"
+    """What a change the sync cannot carry does: stop (``fail``) or go to the dead-letter
+    table (``skip``; see :mod:`sdk.spark.deadletter`)."""
 
     @property
     def follows_tables(self) -> bool:
@@ -253,6 +262,9 @@ def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None
     ``schemas`` (the tables resolved from the same options just before), only the first."""
     parsed = parse_options(options)
     dialect, config = parsed.dialect, parsed.config
+    if parsed.source["errors_mode"] == "skip" and not parsed.source["state_dir"]:
+        raise ConfigurationError("errors.mode=skip needs option stateDir: the changes set "
+                                 "aside are kept there (its dead-letter folder)")
     if schemas is None:
         with dialect.passing_faults():
             schemas = discover(dialect, config, parsed.tables, parsed.options,
@@ -267,7 +279,7 @@ def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None
         head_poll_seconds=source["head_poll_seconds"], envelope_forced=source["envelope"],
         cores=source["cores"], patterns=parsed.tables,
         discovery_seconds=source["discovery_seconds"],
-        schema_changes=source["schema_changes"],
+        schema_changes=source["schema_changes"], errors_mode=source["errors_mode"],
         target=Target.of(source["target"], source["target_schema"])
         if source["target"] else None)
 

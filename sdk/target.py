@@ -4,7 +4,7 @@ changes there with the target dialect's ``apply_changes``. Spark-free: the mirro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -13,14 +13,19 @@ from .apply import LEDGER
 from .config import ConnectionConfig
 from .dialects import default_manager, get_dialect
 from .errors import ConfigurationError
+from .failures import is_data_error
 from .types import Capability, ChangeEvent, Offset, SnapshotSplit, TableId, TableSchema
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-REPORT_SCHEMA = "table string, applied long, committed double"
-"""What each task reports as a Spark DDL schema: per source table, the changes it applied and
-the commit time (seconds since the epoch) of the newest one that had a commit time."""
+REPORT_SCHEMA = "table string, applied long, committed double, skipped long"
+"""What each task reports as a Spark DDL schema: per source table, the changes it applied, the
+commit time (seconds since the epoch) of the newest one that had a commit time, and the
+changes it set aside (``errors.mode=skip``)."""
+
+Refused = Callable[[TableSchema, ChangeEvent, BaseException], None]
+"""Told each change the target refuses under ``errors.mode=skip`` (see :meth:`Applier.apply`)."""
 
 
 @dataclass
@@ -102,6 +107,16 @@ class Target:
         return out
 
 
+def _read_events(source: TableSchema, rows: pa.Table, watermark: Offset) -> list[ChangeEvent]:
+    """A snapshot split's Arrow rows (as :meth:`Applier.load` takes them) as read events."""
+    from .arrow import python_values
+
+    values = [python_values(rows.column(i), c.type) for i, c in enumerate(source.columns)]
+    key_of, table = source.key_of, source.table
+    return [ChangeEvent(table, "r", key_of(row), row, watermark)
+            for row in zip(*values, strict=True)]
+
+
 def _named(source: TableId, target: TableId) -> str:
     """How a message names the target table of source table ``source``."""
     return f"table {source}" if source == target else f"table {source} (target {target})"
@@ -119,11 +134,13 @@ class Applier:
     _conn: Any = None
 
     def apply(self, source: TableSchema, events: Sequence[ChangeEvent], batch_id: str,
-              replaces: SnapshotSplit | None = None) -> None:
+              replaces: SnapshotSplit | None = None, refused: Refused | None = None) -> None:
         """Apply ``events`` of source table ``source`` in one transaction recording
         ``batch_id``; a batch id applied before writes nothing (a replay) and counts nothing.
         ``replaces``: the events are the whole key range of this split (a table read again),
-        so target rows in it that they do not hold are deleted too."""
+        so target rows in it that they do not hold are deleted too. ``refused``: each change
+        the target refuses for a value (a data error) is found and handed to it, the others
+        applied (:meth:`_apply`); without it the refusal raises."""
         if not events and replaces is None:
             return
         table = source.table
@@ -136,7 +153,27 @@ class Applier:
             mirrored = self.target.table_for(source)
             if replaces is not None:
                 events = [*self._stale(mirrored, replaces, events), *events]
+            self._apply(dialect, source, mirrored, events, batch_id, refused)
+
+    def _apply(self, dialect: Any, source: TableSchema, mirrored: TableSchema,
+               events: Sequence[ChangeEvent], batch_id: str, refused: Refused | None) -> None:
+        """``apply_changes`` of ``events`` as one batch; refused for a value (a data error)
+        with ``refused`` given, each half as its own batch (``<id>/0``, ``<id>/1``: the same
+        halves when a replay meets the same refusal, the ledger skipping what committed) down
+        to the single changes refused, which ``refused`` is told."""
+        try:
             done = dialect.apply_changes(self._conn, mirrored, events, batch_id)
+        except Exception as exc:
+            if refused is None or not is_data_error(exc) or dialect.is_retriable(exc):
+                raise
+            if len(events) == 1:
+                refused(source, events[0], exc)
+                return
+            half = len(events) // 2
+            self._apply(dialect, source, mirrored, events[:half], f"{batch_id}/0", refused)
+            self._apply(dialect, source, mirrored, events[half:], f"{batch_id}/1", refused)
+            return
+        table = source.table
         self.applied[table] = self.applied.get(table, 0) + (len(events) if done else 0)
 
     @property
@@ -144,15 +181,26 @@ class Applier:
         """Whether the target loads snapshot splits as Arrow tables (:meth:`load`)."""
         return get_dialect(self.target.dialect_name).implements("load_snapshot")
 
-    def load(self, source: TableSchema, rows: pa.Table, batch_id: str) -> None:
+    def load(self, source: TableSchema, rows: pa.Table, batch_id: str,
+             refused: Refused | None = None, watermark: Offset | None = None) -> None:
         """Load a first read of a snapshot split of source table ``source`` (its columns in
         order, typed as :mod:`sdk.arrow` gives) with the target's ``load_snapshot``, in one
-        transaction recording ``batch_id``; a replay writes and counts nothing."""
+        transaction recording ``batch_id``; a replay writes and counts nothing. Refused for
+        a value with ``refused`` given, the rows are applied as changes read at
+        ``watermark`` instead (:meth:`apply`), which finds the ones refused."""
         dialect = get_dialect(self.target.dialect_name)
         with dialect.passing_faults():
             self._connect(dialect)
-            done = dialect.load_snapshot(self._conn, self.target.table_for(source), rows,
-                                         batch_id)
+            mirrored = self.target.table_for(source)
+            try:
+                done = dialect.load_snapshot(self._conn, mirrored, rows, batch_id)
+            except Exception as exc:
+                if refused is None or not is_data_error(exc) or dialect.is_retriable(exc):
+                    raise
+                self._apply(dialect, source, mirrored,
+                            _read_events(source, rows, watermark or Offset("snapshot")),
+                            batch_id, refused)
+                return
         table = source.table
         self.applied[table] = self.applied.get(table, 0) + (rows.num_rows if done else 0)
 
@@ -185,11 +233,14 @@ class Applier:
         offset = events[0].offset if events else Offset("target")
         return [ChangeEvent(split.table, "d", key, None, offset) for key in stale]
 
-    def report(self) -> list[dict[str, Any]]:
-        """Rows of :data:`REPORT_SCHEMA`: one per table this applier was given changes of."""
-        tables = list(dict.fromkeys([*self.applied, *self.newest]))
+    def report(self, skipped: Mapping[TableId, int] | None = None) -> list[dict[str, Any]]:
+        """Rows of :data:`REPORT_SCHEMA`: one per table this applier was given changes of, or
+        that had changes ``skipped`` (set aside under ``errors.mode=skip``)."""
+        skipped = skipped or {}
+        tables = list(dict.fromkeys([*self.applied, *self.newest, *skipped]))
         return [{"table": str(t), "applied": self.applied.get(t, 0),
-                 "committed": self.newest[t] / 1e6 if t in self.newest else None}
+                 "committed": self.newest[t] / 1e6 if t in self.newest else None,
+                 "skipped": skipped.get(t, 0)}
                 for t in tables]
 
     def _connect(self, dialect: Any) -> None:
@@ -203,12 +254,15 @@ class Applier:
             self._conn = None
 
 
-def add_reports(applied: dict[str, int], rows: Iterable[Sequence[Any]]) -> float | None:
-    """Add report rows ``(table, applied, committed)`` to ``applied`` (per table name); the
-    newest commit time among them, or None."""
+def add_reports(applied: dict[str, int], rows: Iterable[Sequence[Any]],
+                skipped: dict[str, int] | None = None) -> float | None:
+    """Add report rows ``(table, applied, committed, skipped)`` to ``applied`` and ``skipped``
+    (per table name); the newest commit time among them, or None."""
     newest: float | None = None
-    for table, count, committed in rows:
+    for table, count, committed, *rest in rows:
         applied[table] = applied.get(table, 0) + count
+        if skipped is not None and rest and rest[0]:
+            skipped[table] = skipped.get(table, 0) + rest[0]
         if committed is not None and (newest is None or committed > newest):
             newest = committed
     return newest

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from .codec import decode_key, encode_key
 from .temporal import WideTemporal
@@ -555,6 +555,32 @@ class ConnectionSecurity:
                            detail, self.fix, required=False)
 
 
+class BadValue:
+    """A value a dialect read that the sync cannot carry (beyond what Python or Spark holds):
+    its text as the source gave it and why. A dialect's converter returns one instead of
+    raising, so the engine can name the row (table, key, column) and apply ``errors.mode``:
+    stop there, or set the change aside in the dead-letter table and go on."""
+
+    __slots__ = ("reason", "text")
+    made: ClassVar[int] = 0
+    """How many were made in this process: the engine looks for them in what it read only
+    when this moved (a scan of every value would cost every row)."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        self.text, self.reason = text, reason
+        BadValue.made += 1
+
+    def __repr__(self) -> str:
+        return f"BadValue({self.text!r}, {self.reason!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BadValue) and (self.text, self.reason) == \
+            (other.text, other.reason)
+
+    def __hash__(self) -> int:
+        return hash((self.text, self.reason))
+
+
 class Connection(Protocol):
     """What the engine needs of the object a dialect's ``connect`` returns: it can be closed.
     Everything else about it is the dialect's own business."""
@@ -565,6 +591,7 @@ class Connection(Protocol):
 
 
 __all__ = [
+    "BadValue",
     "Capability",
     "ChangeEvent",
     "Column",

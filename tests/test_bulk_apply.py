@@ -20,7 +20,7 @@ from sdk import (
     ChangeEvent,
     Column,
     ConnectionConfig,
-    FatalSyncError,
+    DataError,
     LogicalType,
     Offset,
     TableId,
@@ -455,7 +455,7 @@ def test_mysql_out_of_range_in_a_large_batch(my_target: Any) -> None:
     instant = dt.datetime(2024, 1, 1, 12, tzinfo=EAST)
     events = [upsert(table, (i, math.nan if i == 1500 else i / 2, instant))
               for i in range(3000)]
-    with pytest.raises(FatalSyncError, match="cannot hold nan"):
+    with pytest.raises(DataError, match="cannot hold nan"):
         my.apply_changes(conn, table, events, "1-0")
     assert my_rows(conn, table) == {}
     lenient = my.connect(ConnectionConfig.from_url(with_query(MYSQL_ADMIN_URL,
@@ -544,7 +544,7 @@ def test_mysql_loads_arrow_splits_as_apply_changes_does(my_target: Any,
     my.create_table(conn, table)
     nan = arrow_rows(table, [(i, *MY_ARROW_ROWS[2][:6], math.nan, *MY_ARROW_ROWS[2][7:])
                              for i in range(3)])
-    with pytest.raises(FatalSyncError, match="cannot hold nan"):
+    with pytest.raises(DataError, match="cannot hold nan"):
         my.load_snapshot(conn, table, nan, "n/0")
     assert my_rows(conn, table) == {}
     assert my.load_snapshot(conn, table, nan.slice(0, 0), "n/0")  # the batch was not claimed

@@ -102,9 +102,10 @@ def test_a_log_batch_is_applied_in_chunks_once(tmp_path: Path,
     sizes: list[int] = []
     apply = Applier.apply
 
-    def counting(self: Applier, table_id: object, events: list[object], batch: str) -> None:
+    def counting(self: Applier, table_id: object, events: list[object], batch: str,
+                 **more: Any) -> None:
         sizes.append(len(events))
-        apply(self, table_id, events, batch)  # type: ignore[arg-type]
+        apply(self, table_id, events, batch, **more)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Applier, "apply", counting)
     sync = SyncState(Phase.LOG, {table.table: table}, position=Offset("sqlite", n=9))
@@ -172,7 +173,7 @@ def test_first_reads_are_loaded_on_the_writer_thread_in_order(tmp_path: Path,
     source.close()
     loaded: list[tuple[str, int, bool]] = []
 
-    def load(self: Applier, table: object, rows: pa.Table, batch_id: str) -> None:
+    def load(self: Applier, table: object, rows: pa.Table, batch_id: str, *more: Any) -> None:
         loaded.append((batch_id, rows.num_rows,
                        threading.current_thread() is not threading.main_thread()))
         if batch_id.endswith("/fail"):

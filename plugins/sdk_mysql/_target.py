@@ -26,7 +26,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from sdk import ChangeEvent, Column, ConfigurationError, FatalSyncError, LogicalType, TableSchema
+from sdk import ChangeEvent, Column, ConfigurationError, DataError, LogicalType, TableSchema
 from sdk.apply import Ledger, NetChanges
 from sdk.temporal import WideTemporal
 
@@ -173,12 +173,13 @@ def checked_row(table: TableSchema, row: tuple[Any, ...], key: Any, policy: str
             out[i] = str(v) if isinstance(v, WideTemporal) else value(v)
             continue
         if policy != "null" or column.name in table.key:
-            raise FatalSyncError(
+            raise DataError(
                 f"{table.table} key {key!r} column {column.name!r}: MySQL's "
                 f"{target_type(column, column.name in table.key)} cannot hold {v}. Nothing "
                 "of this table's batch was written. Fix: add out_of_range=null to the "
                 "target URL to write NULL for such values (not in a key), or mirror into "
-                "a target that holds them (PostgreSQL)")
+                "a target that holds them (PostgreSQL), or set errors.mode=skip to set such "
+                "changes aside")
         out[i] = None
     changed = any(a is not b for a, b in zip(out, row, strict=True))
     return tuple(out) if changed else row

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sdk import Column, LogicalType
+from sdk import BadValue, Column, LogicalType
 from sdk.temporal import DATE, TIME, TIMESTAMP, TIMESTAMP_TZ, WideTemporal
 
 L = LogicalType
@@ -111,7 +111,8 @@ def register_wide_temporals(adapters: Any) -> None:
             continue
 
         class WideLoader(Loader):
-            """psycopg's loader, then :func:`wide_value` for what it refuses."""
+            """psycopg's loader, then :func:`wide_value` for what it refuses; what that
+            refuses too, a :class:`~sdk.types.BadValue`."""
 
             wide = True
             inner: Any = base
@@ -124,12 +125,13 @@ def register_wide_temporals(adapters: Any) -> None:
             def load(self, data: Any) -> Any:
                 try:
                     return self._inner.load(data)
-                except psycopg.DataError as exc:
+                except psycopg.DataError:
                     text = bytes(data).decode()
                     try:
                         return wide_value(text, self.kind)
-                    except ValueError as why:
-                        raise psycopg.DataError(f"{exc}; {why}") from None
+                    except ValueError as why:  # the engine names the row, applies errors.mode
+                        head, colon, reason = str(why).partition(": ")
+                        return BadValue(text, reason if colon and head in text else str(why))
 
         adapters.register_loader(oid, WideLoader)
     adapters.register_dumper(WideTemporal, WideDumper)

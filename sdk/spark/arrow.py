@@ -47,10 +47,11 @@ ENVELOPE_COLUMNS = (
 )
 
 REPORT_ARROW = pa.schema([("table", pa.string()), ("applied", pa.int64()),
-                          ("committed", pa.float64())])
+                          ("committed", pa.float64()), ("skipped", pa.int64())])
 REPORT_SPARK = T.StructType([T.StructField("table", T.StringType()),
                              T.StructField("applied", T.LongType()),
-                             T.StructField("committed", T.DoubleType())])
+                             T.StructField("committed", T.DoubleType()),
+                             T.StructField("skipped", T.LongType())])
 """Arrow and Spark schemas of a task's report (:data:`sdk.target.REPORT_SCHEMA`)."""
 
 

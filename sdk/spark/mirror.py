@@ -113,6 +113,11 @@ class Mirror:
         return self.tally.applied
 
     @property
+    def skipped(self) -> dict[str, int]:
+        """Changes set aside so far (``errors.mode=skip``), per source table name."""
+        return self.tally.skipped
+
+    @property
     def lag_seconds(self) -> float | None:
         """Seconds from the commit of the newest change the last batch applied to the end of
         that batch; None until a batch applied a change with a commit time."""
@@ -143,10 +148,12 @@ class Tally:
 
     def __init__(self) -> None:
         self.applied: dict[str, int] = {}
+        self.skipped: dict[str, int] = {}
+        """Changes set aside (``errors.mode=skip``) per table name."""
         self.lag_seconds: float | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        newest = add_reports(self.applied, [tuple(row) for row in df.collect()])
+        newest = add_reports(self.applied, [tuple(row) for row in df.collect()], self.skipped)
         if newest is not None:
             self.lag_seconds = max(0.0, time.time() - newest)
 

@@ -35,6 +35,7 @@ from ..types import (
     TableTruncated,
 )
 from .arrow import REPORT_ARROW, TableBatcher, envelope_batch, envelope_schema, event_rows
+from .deadletter import Rejects
 from .engine_state import (
     SCHEMA_STAGE,
     TRUNCATED_STAGE,
@@ -211,10 +212,15 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
     pace = throttle(spec.options.snapshot_rows_per_second, partition.share,
                     partition.paced_from)
     loader = Pipeline() if sink is not None else None
+    dead = StateStore(spec.state_dir) if spec.state_dir else None
+    rejected: list[Rejects] = []  # each split's
     try:
         for split in partition.splits:
             schema = partition.schema_of(spec, split.table)
             name = stage_name(split)
+            rejects = Rejects(spec.errors_mode, dead)
+            rejected.append(rejects)
+            letter = f"{partition.stage or 'read'}-{name}"  # the split's dead-letter file
             staged, rows, deleted = None, None, []
             if store is not None and partition.stage is not None:
                 finished = store.read_json("batches", partition.stage, f"{name}.json")
@@ -231,10 +237,14 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                     conn = dialect.connect(spec.config)
                 with doing(f"reading {_split_text(split)}", dialect.is_retriable,
                            split.table):
+                    mark = rejects.mark()
                     result = read_split(dialect, conn, schema, split, spec.options,
                                         view_token=partition.view_token, pace=pace,
                                         columnar=not _envelope_out(spec))
                     rows, watermark, deleted = result.rows, result.watermark, result.deleted
+                    if result.columns is None:
+                        rows = rejects.rows(schema, rows, mark, watermark)
+                        rejects.write(letter)  # before the stage: a replay reads that
                     if result.columns is not None:  # read as Arrow: the rows stay columns
                         rows = None
                         batches = TableBatcher(schema).columns_batches(
@@ -258,8 +268,9 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
             ledger_id = split_ledger_id(partition.stage, split)
             if split.since is None and sink.loads:  # a first read: rows only, as read
                 # loaded while the next split is read (the split is staged already)
-                loader.submit(functools.partial(sink.load, schema,
-                                                _table_columns(schema, staged), ledger_id))
+                loader.submit(functools.partial(
+                    _load, sink, split, schema, _table_columns(schema, staged), ledger_id,
+                    rejects, letter, watermark))
                 continue
             loader.wait()
             if rows is None:  # a replay
@@ -269,11 +280,14 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
             with doing(f"applying {_split_text(split)} to the target", table=table):
                 sink.apply(schema, [*(ChangeEvent(table, "r", key_of(r), r, watermark)
                                       for r in rows), *_deletes(schema, deleted, watermark)],
-                           ledger_id, split if whole_range else None)
+                           ledger_id, split if whole_range else None,
+                           rejects.refused if rejects.skips else None)
+            rejects.write(letter)
         if sink is not None and loader is not None:
             with doing("loading snapshot splits into the target"):
                 loader.wait()
-            yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
+            yield pa.RecordBatch.from_pylist(sink.report(_skipped(rejected)),
+                                             schema=REPORT_ARROW)
     finally:
         if loader is not None:
             loader.shutdown()
@@ -281,6 +295,25 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
             conn.close()
         if sink is not None:
             sink.close()
+
+
+def _load(sink: Applier, split: SnapshotSplit, schema: TableSchema, rows: pa.Table,
+          ledger_id: str, rejects: Rejects, letter: str, watermark: Offset) -> None:
+    """Load a first read of a split (on the loader's thread); under ``errors.mode=skip`` the
+    rows the target refuses are set aside in the split's dead-letter file."""
+    with doing(f"loading {_split_text(split)} into the target", table=split.table):
+        sink.load(schema, rows, ledger_id, rejects.refused if rejects.skips else None,
+                  watermark)
+    rejects.write(letter)
+
+
+def _skipped(rejected: list[Rejects]) -> dict[TableId, int]:
+    """Changes set aside per table, over ``rejected``."""
+    out: dict[TableId, int] = {}
+    for rejects in rejected:
+        for table, count in rejects.skipped.items():
+            out[table] = out.get(table, 0) + count
+    return out
 
 
 def read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBatch]:
@@ -313,9 +346,13 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
     batcher = None if spec.envelope else TableBatcher(spec.tables[0])  # a typed stream's
     seq = 0
     pending: list[ChangeEvent] = []
+    rejects = Rejects(spec.errors_mode, store)
+    mark = rejects.mark()
 
     def flush() -> pa.RecordBatch:
-        nonlocal seq
+        nonlocal seq, pending, mark
+        pending = rejects.events(tables, pending, mark)
+        mark = rejects.mark()
         if batcher is None:
             batch = envelope_batch(tables, pending, seq, versions)
         else:
@@ -330,7 +367,7 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
             batch = batcher.batch(rows, ops, offsets, stamps, seq,
                                   versions.get(output.table, 1))
         seq += batch.num_rows
-        pending.clear()
+        pending = []
         return batch
 
     for item in _log_events(spec, engine, shapes, partition.paced_from):
@@ -344,6 +381,7 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
             yield flush()
     if pending:
         yield flush()
+    rejects.write(f"log-{partition.state}")
 
 
 def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
@@ -359,19 +397,31 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
     writer = Pipeline()
     chunk: dict[TableId, list[ChangeEvent]] = {}
     held = number = 0
+    rejected: list[Rejects] = []  # each chunk's
+    mark = Rejects.mark()
 
     current = dict(shapes.tables)  # the columns of the changes read since the last change
 
     def flush() -> None:
-        nonlocal chunk, held, number
+        nonlocal chunk, held, number, mark
         events, ledger = chunk, f"{log_ledger_id(partition.state)}/{number}"
         schemas = dict(current)
+        rejects = Rejects(spec.errors_mode, shapes.store)
+        rejected.append(rejects)
+        if Rejects.mark() != mark:
+            events = {t: kept for t, changes in events.items()
+                      if (kept := rejects.events(schemas, changes, mark))}
+            mark = Rejects.mark()
+        letter = f"log-{partition.state}-{number}"
+        rejects.write(letter)
+        refused = rejects.refused if rejects.skips else None
 
         def apply() -> None:
             for table, changes in events.items():
                 with doing(f"applying {len(changes)} changes of {table} (from log position "
                            f"{changes[0].offset.json_text()}) to the target", table=table):
-                    sink.apply(schemas[table], changes, ledger)
+                    sink.apply(schemas[table], changes, ledger, refused=refused)
+            rejects.write(letter)
 
         writer.submit(apply)
         chunk, held, number = {}, 0, number + 1
@@ -402,7 +452,7 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
     finally:
         writer.shutdown()
         sink.close()
-    yield pa.RecordBatch.from_pylist(sink.report(), schema=REPORT_ARROW)
+    yield pa.RecordBatch.from_pylist(sink.report(_skipped(rejected)), schema=REPORT_ARROW)
 
 
 class Shapes:

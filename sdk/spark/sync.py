@@ -113,6 +113,8 @@ class SyncSummary:
     caught_up: bool
     lag_seconds: float | None = None
     """Commit-to-applied time of the newest change in the last batch that applied one."""
+    skipped: int = 0
+    """Changes set aside in the dead-letter table (``errors.mode=skip``)."""
 
 
 LOCAL_CHECKPOINTS = \
@@ -303,6 +305,9 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
         total = sum(mirror.applied.values()) if mirror is not None else 0
         seconds = max(time.monotonic() - started, 1e-9)
         report = {**progress, "applied": total, "applied_per_second": total / seconds}
+        skipped = sum(mirror.skipped.values()) if mirror is not None else 0
+        if skipped:
+            report["skipped"] = skipped
         if mirror is not None and progress.get("phase") in ("log", "done"):
             # caught up with nothing left to apply: no lag; else the last batch's
             lag = mirror.lag_seconds
@@ -368,4 +373,5 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
     applied = sum(mirror.applied.values()) if mirror is not None else 0
     return SyncSummary(applied, time.monotonic() - started,
                        progress.get("phase", "snapshot"), bool(progress.get("caught_up")),
-                       mirror.lag_seconds if mirror is not None else None)
+                       mirror.lag_seconds if mirror is not None else None,
+                       sum(mirror.skipped.values()) if mirror is not None else 0)
