@@ -157,7 +157,9 @@ def read_range(conn: Connection, table: TableSchema, split: SnapshotSplit, fetch
 
     A plain SELECT, no locks: every row committed before the call and still present, whose key
     ``k`` has ``split.start <= k < split.end`` (None bounds are open), is yielded exactly once,
-    as a tuple in ``table.columns`` order. Rows need not be in key order.
+    as a tuple in ``table.columns`` order. Rows need not be in key order. A value the driver
+    or Python cannot hold comes as :class:`sdk.types.BadValue` (its text and why), here and
+    in ``stream_log``: the engine names the row and applies ``errors.mode``.
     """
 
 
@@ -438,7 +440,10 @@ def apply_changes(conn: Connection, table: TableSchema, events: Sequence[ChangeE
 
     ``r``/``c``/``u`` upsert the after image, ``d`` deletes the key; an update with ``old_key``
     first deletes the old key. Return False, changing nothing, when ``batch_id`` was already
-    applied to this table (a replayed batch). With ``create_table``: capability ``apply``.
+    applied to this table (a replayed batch). A value the target refuses raises the driver's
+    DB-API ``DataError``/``IntegrityError`` (or :class:`sdk.errors.DataError`) with nothing
+    written: under ``errors.mode=skip`` the engine then applies the batch in halves to find
+    it. With ``create_table``: capability ``apply``.
     """
 
 
