@@ -77,6 +77,11 @@ class ResourceError(SyncError):
     Spark's local directory): free it, then run again with the same checkpoint."""
 
 
+class ReadOnlyError(SyncError):
+    """A database refused a write because it is read-only (a standby, a read-only setting):
+    point the URL at a writable server or lift the setting, then run again."""
+
+
 class DataError(SyncError):
     """A value the sync cannot carry: out of range for Spark or the target, refused by the
     target's type, constraint or encoding. The message names the table, where in it (a split's
@@ -95,6 +100,7 @@ __all__ = [
     "OffsetExpiredError",
     "PluginValidationError",
     "PreflightError",
+    "ReadOnlyError",
     "ResourceError",
     "RetriableError",
     "SdkError",

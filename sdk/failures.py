@@ -27,6 +27,7 @@ from .errors import (
     DataError,
     FatalSyncError,
     PreflightError,
+    ReadOnlyError,
     ResourceError,
     RetriableError,
     SdkError,
@@ -65,7 +66,8 @@ def exit_code(error: BaseException) -> Exit:
         return Exit.INTERRUPTED
     if isinstance(error, DataError):
         return Exit.DATA
-    if isinstance(error, PreflightError | FatalSyncError | RetriableError | ResourceError):
+    if isinstance(error, PreflightError | FatalSyncError | RetriableError | ResourceError |
+                  ReadOnlyError):
         return Exit.REFUSED
     if isinstance(error, SdkError):
         return Exit.BAD_INPUT
@@ -99,9 +101,9 @@ def summarize(error: BaseException) -> Failure:
         return Failure(error, _cut(str(error), MAX_OWN), cause is not None and
                        not isinstance(cause, SdkError))
     text = str(error)
-    full = no_space(error, text)
-    if full is not None:
-        return Failure(full, str(full), True)
+    known = no_space(error, text) or read_only(text)
+    if known is not None:
+        return Failure(known, str(known), True)
     found = task_error(text)
     if found is not None:
         return Failure(found, _cut(str(found), MAX_OWN), True)
@@ -136,6 +138,25 @@ def no_space(error: BaseException, text: str) -> ResourceError | None:
         f"no space left on the device{where}: free space on the checkpoint's disk (or in "
         "Spark's local directory, spark.local.dir, /tmp by default), then run again with the "
         "same --checkpoint (it resumes exactly)")
+
+
+_READ_ONLY = re.compile(r"[^\n]*(?:in a read-only transaction|running with the --read-only "
+                        r"option|readonly database|database is read-only)[^\n]*")
+"""How PostgreSQL, MariaDB/MySQL, SQLite and SQL Server say a write met a read-only
+database."""
+
+
+def read_only(text: str) -> ReadOnlyError | None:
+    """The error to show when ``text`` (an error's, Spark's with the task's) says a database
+    refused a write for being read-only."""
+    found = _READ_ONLY.search(text)
+    if found is None:
+        return None
+    detail = _cut(found.group(0).strip(), 200)
+    return ReadOnlyError(
+        f"a database refused a write: it is read-only ({detail}): point the URL at a "
+        "writable server (the primary, not a standby) or lift its read-only setting, then "
+        "run again with the same --checkpoint")
 
 
 def _causes(error: BaseException) -> list[BaseException]:

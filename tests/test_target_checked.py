@@ -221,3 +221,37 @@ def test_a_mysql_target_database_dropped_and_made_again_is_read_again(
     finally:
         with mysql_admin.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+
+@pytest.mark.postgres
+def test_a_read_only_target_is_one_line_and_a_rerun_once_writable_ends_equal(
+        spark: Any, tmp_path: Path, postgres_admin: Any, postgres_admin_url: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A PostgreSQL target database made read-only between runs (as a standby is): exit 3,
+    one line saying so; writable again, the rerun applies the changes once."""
+    database = f"ro_{uuid.uuid4().hex[:10]}"
+    postgres_admin.execute(f"CREATE DATABASE {database}")
+    target = postgres_admin_url.rsplit("/", 1)[0] + f"/{database}"
+    source = tmp_path / "src.db"
+    args = sync_args(make_source(source), target, tmp_path / "ck")
+    try:
+        assert main(args) == 0
+        postgres_admin.execute(f"ALTER DATABASE {database} SET default_transaction_read_only "
+                               "= on")
+        change_source(source)
+        capsys.readouterr()
+        assert main(args) == 3
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[0].startswith("sdk: error: a database refused a write: it is read-only ("
+                                 "cannot execute "), err
+        assert "in a read-only transaction): point the URL at a writable server" in err[0]
+        postgres_admin.execute(f"ALTER DATABASE {database} RESET default_transaction_read_only")
+        assert main(args) == 0
+        assert "applied 2 rows" in capsys.readouterr().out
+        import psycopg
+
+        with psycopg.connect(target) as conn:
+            mirrored = conn.execute("SELECT id, name FROM main.items ORDER BY id").fetchall()
+        assert [tuple(r) for r in mirrored] == source_rows(source)
+    finally:
+        postgres_admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")

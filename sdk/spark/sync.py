@@ -81,8 +81,8 @@ class Retries:
                 raise failure
             raise type(found)(f"{found} (gave up after {now - self.since:.0f} s of failure: "
                               "--retry-seconds)") from failure
-        reason = next((line.strip() for line in text.splitlines()
-                       if any(mark in line for mark in TRANSIENT)), text.splitlines()[0])
+        found = user_error(failure)
+        reason = str(found) if found is not None else text.splitlines()[0]
         log.warning("sync: %s; restarting from the checkpoint in %.0f s (giving up after "
                     "%.0f s of failure)", reason, self.delay, self.seconds)
         if stop.wait(self.delay):  # told to stop while waiting: end with the fault
