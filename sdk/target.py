@@ -106,6 +106,33 @@ class Target:
                                "the ledger dropped)" for t in sources})
         return out
 
+    def empty(self, tables: Sequence[TableSchema]) -> list[TableId]:
+        """Of source tables ``tables``, those whose target table holds no row (one read of a
+        key a table; none for a target that cannot read its rows back)."""
+        dialect = get_dialect(self.dialect_name)
+        if not tables or not dialect.implements("read_range"):
+            return []
+        conn = dialect.connect(self.config)
+        try:
+            with dialect.passing_faults():
+                return [t.table for t in tables
+                        if not has_rows(dialect, conn, self.table_for(t))]
+        finally:
+            conn.close()
+
+
+def has_rows(dialect: Any, conn: Any, table: TableSchema) -> bool:
+    """Whether ``table`` holds a row, by the dialect's ``read_range`` of its key columns (the
+    first batch of one row is enough)."""
+    keys = table.key_columns()
+    batches = dialect.read_range(conn, keys, SnapshotSplit(table.table, 0, None, None), 1)
+    try:
+        return any(len(batch) for batch in batches)
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+
 
 def _read_events(source: TableSchema, rows: pa.Table, watermark: Offset) -> list[ChangeEvent]:
     """A snapshot split's Arrow rows (as :meth:`Applier.load` takes them) as read events."""

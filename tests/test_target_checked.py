@@ -113,6 +113,32 @@ def test_a_target_whose_ledger_was_dropped_is_read_again(
     assert len(said) == 1 and "main.items" in said[0] and "_sdk_applied" in said[0]
 
 
+def test_a_target_table_emptied_behind_the_sync_is_read_again(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The table and its ledger are there, the table's rows gone (a TRUNCATE at the target):
+    read again whole; a table empty at the source too is left alone."""
+    source, mirror = tmp_path / "src.db", tmp_path / "mirror.db"
+    src = make_source(source)
+    with sqlite3.connect(source) as conn:
+        conn.execute("CREATE TABLE vacant (id INTEGER PRIMARY KEY)")
+    args = sync_args(src, f"sqlite:///{mirror}", tmp_path / "ck")
+    assert main(args) == 0
+    with sqlite3.connect(mirror) as conn:
+        conn.execute("DELETE FROM items")
+    change_source(source)
+    caplog.clear()
+    assert main(args) == 0
+    assert sqlite_rows(mirror) == source_rows(source)
+    said = [w for w in warnings_of(caplog) if "read again whole" in w]
+    assert len(said) == 1, said
+    assert said[0].startswith("table main.items is empty in the target while the source has "
+                              "rows")
+    caplog.clear()
+    assert main(args) == 0
+    assert not [w for w in warnings_of(caplog) if "read again" in w]
+
+
 def test_a_target_that_is_fine_is_not_read_again(
         spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         caplog: pytest.LogCaptureFixture) -> None:

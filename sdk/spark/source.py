@@ -50,7 +50,7 @@ from ..codec import dumps
 from ..errors import ConfigurationError
 from ..schema import diff
 from ..spec import SourceSpec, TableWatch, resolve
-from ..target import Target
+from ..target import Target, has_rows
 from ..types import (
     Capability,
     Connection,
@@ -198,7 +198,9 @@ def check_target(spec: SourceSpec, target: Target) -> None:
         return
     sync = engine.sync
     captured = {t.table: t for t in spec.tables}
-    lost = target.lost([captured[t] for t in written_tables(sync) if t in captured])
+    written = [captured[t] for t in written_tables(sync) if t in captured]
+    lost = target.lost(written)
+    lost.update(_emptied(spec, target, [t for t in written if t.table not in lost]))
     if not lost:
         return
     if sync.phase is Phase.DONE or sync.stop_after_snapshot:
@@ -218,6 +220,25 @@ def check_target(spec: SourceSpec, target: Target) -> None:
                                   None, time.time())
         write_request(store, request)
         log.warning("%s: it is read again whole (request %s)", why, request.id)
+
+
+def _emptied(spec: SourceSpec, target: Target, tables: list[TableSchema]) -> dict[TableId, str]:
+    """Of ``tables`` (in the target, their batches in its ledger), those the target holds no
+    row of while the source does: emptied behind the sync's back (a TRUNCATE or DELETE at
+    the target), each with why. The source is asked only of the empty ones."""
+    empty = target.empty(tables)
+    if not empty:
+        return {}
+    dialect = spec.dialect_obj
+    conn = dialect.connect(spec.config)
+    try:
+        with dialect.passing_faults():
+            return {t: f"table {t} is empty in the target while the source has rows and the "
+                       "target's ledger holds batches applied to it (emptied behind the "
+                       "sync's back: a TRUNCATE or DELETE there)"
+                    for t in empty if has_rows(dialect, conn, spec.schema_of(t))}
+    finally:
+        conn.close()
 
 
 # --- the readers (driver side) ----------------------------------------------------------------
