@@ -117,6 +117,46 @@ def test_a_snapshot_of_keys_the_table_holds_is_merged(lake: tuple[Dialect, Any, 
     assert len(got) == 15 and got[7] == row(7, "y") and got[2] == row(2)
 
 
+def test_a_table_made_again_holds_no_batch_and_is_read_again(
+        lake: tuple[Dialect, Any, str]) -> None:
+    """``applied_tables``: a table with batches says so, one made again (dropped, created
+    empty) says none, one missing is left out. A resumed sync reads the missing one again
+    whole (:meth:`sdk.target.Target.lost`), and those without a row (made again, or all rows
+    deleted) while the source has rows (:meth:`sdk.target.Target.empty`)."""
+    from sdk.target import Target
+
+    dialect, conn, url = lake
+    other = TableSchema(TableId("shop", "lines"), TABLE.columns, TABLE.key)
+    gone = TableSchema(TableId("shop", "gone"), TABLE.columns, TABLE.key)
+    for table in (TABLE, other):
+        dialect.create_table(conn, table)
+        assert dialect.apply_changes(conn, table, [event("r", row(i), i) for i in range(3)],
+                                     f"{table.table.name}/1")
+    assert dialect.applied_tables(conn, [TABLE, other, gone]) == {
+        TABLE.table: True, other.table: True}
+    _drop(dialect, conn, other)
+    dialect.create_table(conn, other)
+    assert dialect.applied_tables(conn, [TABLE, other]) == {TABLE.table: True,
+                                                            other.table: False}
+    target = Target.of(url)
+    lost = target.lost([TABLE, other, gone])
+    assert list(lost) == [gone.table] and "missing from the target" in lost[gone.table]
+    assert target.empty([TABLE, other]) == [other.table]
+    assert dialect.apply_changes(conn, TABLE, [event("d", None, i) for i in range(3)], "d/1")
+    assert target.empty([TABLE, other]) == [TABLE.table, other.table]
+
+
+def _drop(dialect: Dialect, conn: Any, table: TableSchema) -> None:
+    """Drop ``table`` as a user would: its Delta directory removed, its Iceberg table dropped
+    from the catalog."""
+    if dialect.name == "delta":
+        import shutil
+
+        shutil.rmtree(conn.table_uri(table))
+    else:
+        conn.catalog.drop_table(conn.identifier(table))
+
+
 def test_a_table_with_other_columns_is_refused(lake: tuple[Dialect, Any, str]) -> None:
     dialect, conn, _ = lake
     dialect.create_table(conn, TABLE)

@@ -33,6 +33,7 @@ from sdk import (
     Key,
     Row,
     SnapshotSplit,
+    TableId,
     TableSchema,
     hookimpl,
 )
@@ -127,6 +128,25 @@ def _same_columns(found: pa.Schema, wanted: pa.Schema) -> bool:
 
 def _schema_of(delta: Any) -> pa.Schema:
     return pa.schema(delta.schema().to_arrow())
+
+
+HISTORY_LOOK = 100
+"""The newest commits of a table in which ``applied_tables`` looks for a batch of the sync's
+(the sync's commits are nearly all; an OPTIMIZE or VACUUM adds one now and then)."""
+
+
+@hookimpl
+def applied_tables(conn: DeltaRoot, tables: Sequence[TableSchema]) -> dict[TableId, bool]:
+    """Of ``tables``, those whose Delta table exists, each with whether its history holds a
+    commit of a batch (``sdk.batch`` in its commit info): a table made again (a new
+    directory) holds none."""
+    out: dict[TableId, bool] = {}
+    for table in tables:
+        delta = _open(conn, table)
+        if delta is not None:
+            out[table.table] = any("sdk.batch" in commit
+                                   for commit in delta.history(HISTORY_LOOK))
+    return out
 
 
 @hookimpl

@@ -45,6 +45,7 @@ from sdk import (
     RetriableError,
     Row,
     SnapshotSplit,
+    TableId,
     TableSchema,
     hookimpl,
 )
@@ -199,6 +200,20 @@ def create_table(conn: Catalog, table: TableSchema) -> None:
     if sorted(existing.schema().identifier_field_names()) != sorted(table.key):
         with existing.update_schema() as update:
             update.set_identifier_fields(*table.key)
+
+
+@hookimpl
+def applied_tables(conn: Catalog, tables: Sequence[TableSchema]) -> dict[TableId, bool]:
+    """Of ``tables``, those whose Iceberg table exists, each with whether a snapshot of it
+    records a batch (its summary's ``sdk.batch``): a table made again holds none."""
+    out: dict[TableId, bool] = {}
+    for table in tables:
+        iceberg = _load(conn, table)
+        if iceberg is not None:
+            out[table.table] = any(
+                s.summary is not None and BATCH in s.summary.additional_properties
+                for s in iceberg.metadata.snapshots)
+    return out
 
 
 def _applied(iceberg: Any, batch_id: str) -> bool:
