@@ -120,6 +120,7 @@ def test_a_sync_whose_checks_fail_ends_at_once_with_its_output(tmp_path: Path) -
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_sync_from_a_yaml_config(spark: Any, tmp_path: Path,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "shop.db"
@@ -288,6 +289,7 @@ def test_a_second_signal_stops_the_sync_in_the_middle_of_a_batch(tmp_path: Path)
     assert rows(dst)["t"] == rows(src)["t"]
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_process_group_stops_the_sync_cleanly(tmp_path: Path) -> None:
     """SIGTERM to the whole process group (a supervisor's stop, ``kill -TERM -<pgid>``)
     reaches the driver alone: Spark's JVM and workers run in a session of their own, so the

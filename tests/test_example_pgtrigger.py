@@ -101,6 +101,7 @@ def test_the_kit_fails_a_highest_visible_id_offset_on_every_run(maxid_kit: Kit, 
 @pytest.mark.spark
 @pytest.mark.skipif(not any(e.name == "pgtrigger" for e in entry_points(group="sdk.dialects")),
                     reason="the example is not installed: pip install ./examples/sdk-pgtrigger")
+@pytest.mark.slow
 def test_sdk_sync_with_the_example_under_concurrent_writers(
         spark: Any, tmp_path: Path, postgres_url: str, postgres_admin: Any) -> None:
     from sdk import ConnectionConfig, get_dialect

@@ -81,6 +81,7 @@ def test_a_bad_metrics_port_is_refused_before_anything_runs(
     assert not (tmp_path / "ck").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_a_running_sync_serves_its_figures(tmp_path: Path) -> None:
     """``curl localhost:N/metrics`` during ``sdk sync``: the phase, the rows and the table's

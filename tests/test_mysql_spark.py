@@ -19,6 +19,7 @@ from sdk_sqlite import read_target
 pytestmark = [pytest.mark.mysql, pytest.mark.spark]
 
 
+@pytest.mark.slow
 def test_stream_from_mariadb_to_a_mirror(spark: Any, mysql_admin: Any, mysql_url: str,
                                          tmp_path: Path) -> None:
     name = f"t_{uuid.uuid4().hex[:10]}"

@@ -21,6 +21,7 @@ from sdk_sqlite import read_target
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
 
+@pytest.mark.slow
 def test_stream_from_postgres_to_a_mirror(spark: Any, postgres_admin: Any, postgres_url: str,
                                           postgres_admin_url: str, tmp_path: Path) -> None:
     import psycopg

@@ -162,6 +162,7 @@ def pg_resume(postgres_url: str, postgres_admin: Any, tmp_path: Path) -> Iterato
             postgres_admin.execute(f"DROP SCHEMA {name} CASCADE")
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_a_table_dropped_and_created_again_while_stopped_is_read_again(
         pg_resume: PgResume, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -201,6 +202,7 @@ def test_a_table_dropped_and_created_again_while_stopped_is_read_again(
     assert "dropped and created again with other columns" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_partitions_truncated_or_detached_outside_the_log_are_read_again(
         pg_resume: PgResume) -> None:
@@ -234,6 +236,7 @@ def test_partitions_truncated_or_detached_outside_the_log_are_read_again(
     assert len(rows(mirror)) == 200 and rows(mirror) == rows(schema)
 
 
+@pytest.mark.slow
 @pytest.mark.mysql
 @pytest.mark.postgres
 @pytest.mark.parametrize("kind", ["mysql", "postgres"])

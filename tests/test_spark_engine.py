@@ -188,6 +188,7 @@ def run_stream(spark: Any, url: str, tmp_path: Path, sink: Any, tables: str) -> 
     assert query.exception() is None, query.exception()
 
 
+@pytest.mark.slow
 def test_stream_to_mirror_with_concurrent_writer(spark: Any, tmp_path: Path) -> None:
     url = make_source(tmp_path)
     dialect = get_dialect("sqlite")
@@ -215,6 +216,7 @@ def test_stream_to_mirror_with_concurrent_writer(spark: Any, tmp_path: Path) -> 
     conn.close()
 
 
+@pytest.mark.slow
 def test_change_log_has_no_duplicates(spark: Any, tmp_path: Path) -> None:
     url = make_source(tmp_path)
     out = str(tmp_path / "changes")

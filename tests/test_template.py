@@ -27,6 +27,7 @@ def _missing_in(text: str) -> list[str]:
     return line.split("lacks required hook(s): ")[1].split(";")[0].split(", ")
 
 
+@pytest.mark.slow
 def test_a_rendered_dialect_installs_and_the_kit_names_its_missing_hooks(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["new-dialect", "acme_db", "--dir", str(tmp_path)]) == 0

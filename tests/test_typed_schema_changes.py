@@ -52,6 +52,7 @@ def run(spark: Any, url: str, name: str, tmp_path: Path, seen: list[dict[str, An
     return stream.columns, query.exception()
 
 
+@pytest.mark.slow
 def test_a_typed_stream_restarts_into_the_new_columns(spark: Any, postgres_admin: Any,
                                                       table: tuple[str, str],
                                                       tmp_path: Path) -> None:
