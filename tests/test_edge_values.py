@@ -2,7 +2,8 @@
 past 9999 and 24:00:00, NaN and infinite numbers, MariaDB zero dates, long TIMEs and extreme
 decimals and floats. Each arrives equal through the snapshot and the log, crosses Spark and the
 mirror exactly (in a session west of UTC, where year 1 used to fail), and a value a target
-cannot hold stops its batch before anything is written, until the documented option is set."""
+cannot hold stops its batch before anything is written, until the documented option is set.
+MariaDB's zero dates read as NULL with ``zero_dates=null``, else as ``BadValue`` on both paths."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 from helpers.servers import MYSQL_ADMIN_URL, with_query
 
 from sdk import (
+    BadValue,
     ChangeEvent,
     ConnectionConfig,
     FatalSyncError,
@@ -276,18 +278,22 @@ MY_ROWS = [
 
 @pytest.fixture
 def my_table(mysql_admin: Any, mysql_url: str) -> Iterator[tuple[Any, TableSchema]]:
+    """A table of MY_TABLE's columns, and a connection that reads zero dates as NULL."""
     name = f"edge_{uuid.uuid4().hex[:10]}"
     with mysql_admin.cursor() as cur:
+        cur.execute("SELECT @@SESSION.sql_mode")
+        (mode,) = cur.fetchone()  # restored after: the administrator's session is shared
         cur.execute("SET SESSION sql_mode = ''")  # zero dates, as servers that allow them
         cur.execute(MY_TABLE.format(name=name))
     my = get_dialect("mysql")
-    conn = my.connect(ConnectionConfig.from_url(mysql_url))
+    conn = my.connect(ConnectionConfig.from_url(with_query(mysql_url, zero_dates="null")))
     try:
         yield conn, my.describe_table(conn, TableId("sdk_test", name))
     finally:
         conn.close()
         with mysql_admin.cursor() as cur:
             cur.execute(f"DROP TABLE IF EXISTS `{name}`")
+            cur.execute("SET SESSION sql_mode = %s", (mode,))
 
 
 def _my_insert(admin: Any, table: TableSchema, first_id: int) -> None:
@@ -308,8 +314,8 @@ def test_mariadb_edge_values_snapshot_equals_log_and_reach_targets(
                                          lambda first: _my_insert(mysql_admin, table, first))
     _assert_rows_equal(snapshot, logged)
     zero, partial, high, _ = snapshot[1], snapshot[2], snapshot[3], snapshot[4]
-    assert zero[:3] == (None, None, None)  # zero dates: NULL, as Debezium
-    assert partial[:2] == (None, None)  # year 0 and zero months too (the binlog has no value)
+    assert zero[:3] == (None, None, None)  # zero dates with zero_dates=null: NULL, as Debezium
+    assert partial[:2] == (None, None)  # year 0 and zero months too (no value Python holds)
     assert zero[3] == dt.timedelta(hours=838, minutes=59, seconds=59)
     assert partial[3] == -zero[3] and high[3] == -dt.timedelta(microseconds=1)
     assert high[:2] == (dt.date(9999, 12, 31), dt.datetime(9999, 12, 31, 23, 59, 59, 999999))
@@ -324,6 +330,38 @@ def test_mariadb_edge_values_snapshot_equals_log_and_reach_targets(
     got_sqlite = _into_sqlite(tmp_path / "my.db", TableSchema(
         TableId("main", table.table.name), table.columns, table.key), rows)
     _assert_rows_equal({k[0]: tuple(v[1:]) for k, v in got_sqlite.items()}, snapshot)
+
+
+@pytest.mark.mysql
+def test_mariadb_zero_dates_are_bad_values_by_default(my_table: Any, mysql_admin: Any,
+                                                      mysql_url: str) -> None:
+    """Without ``zero_dates=null`` a date Python cannot hold reads as a ``BadValue`` of the
+    text SELECT gives for it (the column's fraction digits included), the same through the
+    snapshot and the log, so the engine names it and applies errors.mode; the rest of the row
+    reads as with ``zero_dates=null``."""
+    null_conn, table = my_table
+    my = get_dialect("mysql")
+    conn = my.connect(ConnectionConfig.from_url(mysql_url))
+    try:
+        snapshot, logged = _snapshot_and_log(my, conn, table,
+                                             lambda first: _my_insert(mysql_admin, table, first))
+    finally:
+        conn.close()
+    _assert_rows_equal(snapshot, logged)
+    zero, partial = snapshot[1], snapshot[2]
+    reason = zero[0].reason
+    assert reason.startswith("is not a date") and "add zero_dates=null to the source URL" in reason
+    assert zero[:3] == (BadValue("0000-00-00", reason),
+                        BadValue("0000-00-00 00:00:00.000000", reason),
+                        BadValue("0000-00-00 00:00:00.000000", reason))
+    assert partial[:2] == (BadValue("0000-01-01", reason),
+                           BadValue("2024-00-01 00:00:00.000000", reason))
+    assert partial[2] == dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=dt.UTC)
+    nulls = {r[0]: tuple(r[1:]) for b in my.read_range(
+        null_conn, table, SnapshotSplit(table.table, 0, None, None), 100) for r in b}
+    for key, row in snapshot.items():  # the rest as zero_dates=null reads it
+        _assert_rows_equal({key: tuple(None if isinstance(v, BadValue) else v for v in row)},
+                           {key: nulls[key]})
 
 
 # --- Spark and the mirror: a session west of UTC, targets that cannot hold a value -------------

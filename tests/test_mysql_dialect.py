@@ -3,6 +3,7 @@ hooks' guarantees, the type contract read both ways, and the algorithm end to en
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import random
 import threading
@@ -17,8 +18,10 @@ from typing import Any
 
 import pytest
 from helpers.proxy import FreezingProxy
+from helpers.servers import with_query
 
 from sdk import (
+    BadValue,
     ChangeEvent,
     ConnectionConfig,
     Dialect,
@@ -72,6 +75,21 @@ def make_table(mysql_admin: Any) -> Iterator[Any]:
 def admin(mysql_admin: Any, sql: str, args: Any = None) -> None:
     with mysql_admin.cursor() as cur:
         cur.execute(sql, args)
+
+
+@contextlib.contextmanager
+def sql_mode(mysql_admin: Any, mode: str) -> Iterator[None]:
+    """The administrator's session under ``sql_mode`` ``mode`` (one that stores zero or
+    invalid dates), its own mode restored after."""
+    with mysql_admin.cursor() as cur:
+        cur.execute("SELECT @@SESSION.sql_mode")
+        (before,) = cur.fetchone()
+        cur.execute("SET SESSION sql_mode = %s", (mode,))
+    try:
+        yield
+    finally:
+        with mysql_admin.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = %s", (before,))
 
 
 def log(mysql: Dialect, conn: Any, tables: list[TableSchema], start: Offset, end: Offset
@@ -135,6 +153,68 @@ def test_golden_types_read_the_same_both_ways(mysql: Dialect, conn: Any, make_ta
     second = snapshot[Decimal(2)]
     assert second[21] == "" and second[24] == -dt.timedelta(microseconds=1)
     assert second[28] == bytes.fromhex("0101000000000000000000f03f0000000000000040")  # WKB
+
+
+BAD_DATES = """CREATE TABLE {name} (id INT PRIMARY KEY, d DATE, d0 DATETIME, d1 DATETIME(1),
+  d3 DATETIME(3), t0 TIMESTAMP NULL, t4 TIMESTAMP(4) NULL)"""
+BAD_DATE_ROWS = [
+    (1, "0000-00-00", "0000-00-00 00:00:00", "0000-00-00 00:00:00", "0000-00-00 00:00:00",
+     "0000-00-00 00:00:00", "0000-00-00 00:00:00"),
+    (2, "2024-02-30", "2024-00-10 01:02:03", "0000-01-01 00:00:00.5", "2024-05-00 12:00:00.125",
+     "2038-01-19 03:14:07", "1970-01-01 00:00:01.5"),
+    (3, "2024-02-29", "2024-02-29 01:02:03", "1000-01-01 00:00:00.5", "9999-12-31 23:59:59.999",
+     None, "2000-01-01 00:00:00.0001"),
+]
+BAD_DATE_TEXTS = {  # as SELECT shows them: the column's fraction digits
+    1: ("0000-00-00", "0000-00-00 00:00:00", "0000-00-00 00:00:00.0",
+        "0000-00-00 00:00:00.000", "0000-00-00 00:00:00", "0000-00-00 00:00:00.0000"),
+    2: ("2024-02-30", "2024-00-10 01:02:03", "0000-01-01 00:00:00.5",
+        "2024-05-00 12:00:00.125")}
+
+
+@pytest.mark.parametrize("policy", ["error", "null"])
+def test_dates_python_cannot_hold_read_the_same_both_ways(
+        mysql: Dialect, make_table: Any, mysql_admin: Any, mysql_url: str, policy: str) -> None:
+    """A zero date, a zero year, month or day, a day past its month's end and a zero TIMESTAMP,
+    at every fraction width and in both images of a change: a BadValue of the text SELECT
+    shows by default, None with ``zero_dates=null``, the same through the snapshot and the
+    binlog."""
+    url = with_query(mysql_url, zero_dates="null") if policy == "null" else mysql_url
+    conn = mysql.connect(ConnectionConfig.from_url(url))
+    try:
+        table = make_table(BAD_DATES)
+        schema = mysql.describe_table(conn, table)
+        start = mysql.current_offset(conn)
+        with sql_mode(mysql_admin, "ALLOW_INVALID_DATES"), mysql_admin.cursor() as cur:
+            cur.executemany(f"INSERT INTO `{table.name}` VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                            BAD_DATE_ROWS)
+        middle = mysql.current_offset(conn)
+        whole = SnapshotSplit(table, 0, None, None)
+        snapshot = {r[0]: r for b in mysql.read_range(conn, schema, whole, 10) for r in b}
+        admin(mysql_admin, f"UPDATE `{table.name}` SET id = 11 WHERE id = 1")
+        admin(mysql_admin, f"DELETE FROM `{table.name}` WHERE id = 2")
+        end = mysql.current_offset(conn)
+        inserted = {e.key[0]: e.after for e in log(mysql, conn, [schema], start, middle)}
+        update, delete = log(mysql, conn, [schema], middle, end)
+    finally:
+        conn.close()
+    assert inserted == snapshot and set(snapshot) == {1, 2, 3}
+    assert update.before == snapshot[1] and update.after == (11, *snapshot[1][1:])
+    assert delete.before == snapshot[2]
+    for key, texts in BAD_DATE_TEXTS.items():
+        row = snapshot[key][1:len(texts) + 1]
+        if policy == "null":
+            assert row == (None,) * len(texts), key
+        else:
+            assert [v.text for v in row] == list(texts), key
+            assert all(type(v) is BadValue and v.reason.startswith("is not a date")
+                       and "add zero_dates=null" in v.reason for v in row), key
+    assert snapshot[2][5:] == (dt.datetime(2038, 1, 19, 3, 14, 7, tzinfo=dt.UTC),
+                               dt.datetime(1970, 1, 1, 0, 0, 1, 500000, tzinfo=dt.UTC))
+    assert snapshot[3][1:] == (
+        dt.date(2024, 2, 29), dt.datetime(2024, 2, 29, 1, 2, 3),
+        dt.datetime(1000, 1, 1, 0, 0, 0, 500000), dt.datetime(9999, 12, 31, 23, 59, 59, 999000),
+        None, dt.datetime(2000, 1, 1, 0, 0, 0, 100, tzinfo=dt.UTC))
 
 
 def test_current_offset_is_monotonic_and_above_committed_changes(
@@ -574,6 +654,19 @@ def test_heartbeat_period_must_be_positive(mysql: Dialect, mysql_url: str) -> No
         mysql.connect(ConnectionConfig.from_url(mysql_url + "?heartbeat_seconds=soon"))
 
 
+def test_zero_dates_option_is_error_or_null(mysql: Dialect, mysql_url: str) -> None:
+    from sdk import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="zero_dates='zero': use one of error, null"):
+        mysql.connect(ConnectionConfig.from_url(with_query(mysql_url, zero_dates="zero")))
+    for given, policy in ((None, "error"), ("NULL", "null"), ("error", "error")):
+        url = mysql_url if given is None else with_query(mysql_url, zero_dates=given)
+        connection = mysql.connect(ConnectionConfig.from_url(url))
+        assert connection.zero_dates == policy
+        connection.close()
+    assert "zero_dates" in dict(mysql.info.url_options)
+
+
 def test_columns_added_later_and_a_dropped_one_come_as_schema_changes(
         mysql: Dialect, conn: Any, make_table: Any, mysql_admin: Any) -> None:
     """Binlog rows are matched to the captured schema by column names and types (row metadata
@@ -857,52 +950,84 @@ ARROW_ROWS = [
 
 
 def test_arrow_reads_equal_the_row_path(mysql: Dialect, conn: Any, make_table: Any,
-                                        mysql_admin: Any) -> None:
+                                        mysql_admin: Any, mysql_url: str) -> None:
     """``read_range_arrow`` cuts the protocol's packets into columns: for every type it takes,
     at the edges (lengths of 1, 2 and 3 bytes, NULLs, zero dates and dates Python cannot hold
-    as NULL, -0, the extreme integers and decimals), it gives the Arrow table the row path's
-    values make; bounds are the same; a table with a type it does not take, and a value Arrow
-    refuses, are left to ``read_range``."""
+    as NULL under ``zero_dates=null``, -0, the extreme integers and decimals), it gives the
+    Arrow table the row path's values make; bounds are the same; a table with a type it does
+    not take, a value Arrow refuses, and (by default) a split holding a date Python cannot
+    hold, which the row path reads as a BadValue, are left to ``read_range``."""
     from sdk.tableformat import arrow_rows
 
-    admin(mysql_admin, "SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
     table = make_table(ARROW)
-    with mysql_admin.cursor() as cur:
+    with sql_mode(mysql_admin, "ALLOW_INVALID_DATES"), mysql_admin.cursor() as cur:
         cur.executemany(f"INSERT INTO `{table.name}` VALUES ({', '.join(['%s'] * 22)})",
                         ARROW_ROWS)
     schema = mysql.describe_table(conn, table)
-    for split in (SnapshotSplit(table, 0, None, None), SnapshotSplit(table, 1, (2,), (3,)),
-                  SnapshotSplit(table, 2, (3,), None), SnapshotSplit(table, 3, (9,), None)):
-        rows = [r for b in mysql.read_range(conn, schema, split, 2) for r in b]
-        got = mysql.read_range_arrow(conn, schema, split)
-        assert got is not None and got.num_rows == len(rows)
-        want = arrow_rows(schema, rows).sort_by("id")
-        got = got.sort_by("id")
-        for name in schema.column_names:
-            assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
-            assert got.column(name).type == want.column(name).type, name
-    zero = {r[0]: r for b in mysql.read_range(conn, schema, SnapshotSplit(table, 0, None, None),
-                                              10) for r in b}[Decimal(2)]
-    assert zero[18:] == (None, None, None, None)
-    assert mysql.read_range_arrow(conn, schema, SnapshotSplit(table, 0, None, None)) is not None
-    # 2024-02-30 is stored under ALLOW_INVALID_DATES: Arrow refuses it, the row path reads NULL
-    admin(mysql_admin, f"INSERT INTO `{table.name}` (id, dt) VALUES (4, '2024-02-30')")
-    assert mysql.read_range_arrow(conn, schema, SnapshotSplit(table, 0, None, None)) is None
-    late = SnapshotSplit(table, 0, (4,), None)
-    assert next(r for b in mysql.read_range(conn, schema, late, 9) for r in b)[18] is None
-    other = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, f FLOAT)", [(1, 1.5)])
-    assert mysql.read_range_arrow(conn, mysql.describe_table(conn, other),
-                                  SnapshotSplit(other, 0, None, None)) is None
-    # the engine's split read takes the Arrow path in a snapshot view, when asked for columns
-    from sdk.algorithm.reader import read_split
+    nulls = mysql.connect(ConnectionConfig.from_url(with_query(mysql_url, zero_dates="null")))
+    try:
+        for split in (SnapshotSplit(table, 0, None, None), SnapshotSplit(table, 1, (2,), (3,)),
+                      SnapshotSplit(table, 2, (3,), None), SnapshotSplit(table, 3, (9,), None)):
+            rows = [r for b in mysql.read_range(nulls, schema, split, 2) for r in b]
+            got = mysql.read_range_arrow(nulls, schema, split)
+            assert got is not None and got.num_rows == len(rows)
+            want = arrow_rows(schema, rows).sort_by("id")
+            got = got.sort_by("id")
+            for name in schema.column_names:
+                assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+                assert got.column(name).type == want.column(name).type, name
+        whole = SnapshotSplit(table, 0, None, None)
+        read = {r[0]: r for b in mysql.read_range(nulls, schema, whole, 10) for r in b}
+        assert read[Decimal(2)][18:] == (None, None, None, None)
+        assert mysql.read_range_arrow(nulls, schema, whole) is not None
+        # by default the row path reads them as BadValues, of the text SELECT gives
+        read = {r[0]: r for b in mysql.read_range(conn, schema, whole, 10) for r in b}
+        reason = read[Decimal(2)][18].reason
+        assert reason.startswith("is not a date") and "zero_dates=null" in reason
+        assert read[Decimal(2)][18:] == (
+            BadValue("0000-00-00", reason), BadValue("0000-00-00 00:00:00.000000", reason),
+            BadValue("2024-00-10 00:00:00", reason),
+            BadValue("0000-00-00 00:00:00.000000", reason))
+        assert read[Decimal(3)][18:20] == (BadValue("0000-01-01", reason),
+                                           BadValue("2024-05-00 12:00:00.000000", reason))
+        # ... and the Arrow path, which would read them as NULL, leaves such a split to it
+        for split in (whole, SnapshotSplit(table, 1, (2,), (3,)),
+                      SnapshotSplit(table, 2, (3,), None)):
+            assert mysql.read_range_arrow(conn, schema, split) is None, split
+        good = SnapshotSplit(table, 4, None, (2,))  # the row of NULLs
+        got = mysql.read_range_arrow(conn, schema, good)
+        assert got is not None and got.column("id").to_pylist() == [1]
+        # 2024-02-30 is stored under ALLOW_INVALID_DATES: Arrow refuses it, the row path reads
+        # NULL (zero_dates=null) or a BadValue
+        with sql_mode(mysql_admin, "ALLOW_INVALID_DATES"):
+            admin(mysql_admin, f"INSERT INTO `{table.name}` (id, dt) VALUES (4, '2024-02-30')")
+        assert mysql.read_range_arrow(nulls, schema, whole) is None
+        late = SnapshotSplit(table, 0, (4,), None)
+        assert next(r for b in mysql.read_range(nulls, schema, late, 9) for r in b)[18] is None
+        assert next(r for b in mysql.read_range(conn, schema, late, 9) for r in b)[18] == \
+            BadValue("2024-02-30", reason)
+        other = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, f FLOAT)", [(1, 1.5)])
+        assert mysql.read_range_arrow(nulls, mysql.describe_table(nulls, other),
+                                      SnapshotSplit(other, 0, None, None)) is None
+        # the engine's split read takes the Arrow path in a snapshot view, when asked for
+        # columns
+        from sdk.algorithm.reader import read_split
 
-    arrow = read_split(mysql, conn, schema, late, SyncOptions(), columnar=True)
-    assert arrow.columns is None and arrow.count == 2  # 2024-02-30: left to read_range
-    split = SnapshotSplit(table, 1, (2,), (4,))
-    arrow = read_split(mysql, conn, schema, split, SyncOptions(), columnar=True)
-    plain = read_split(mysql, conn, schema, split, SyncOptions())
-    assert arrow.columns is not None and arrow.rows == [] and plain.columns is None
-    assert arrow.count == plain.count == 2 and arrow.watermark == plain.watermark
-    assert arrow.columns.sort_by("id").equals(
-        arrow_rows(schema, plain.rows).sort_by("id").cast(arrow.columns.schema))
-    assert conn.query("SELECT 1") == [(1,)]  # the connection is left ready
+        arrow = read_split(mysql, nulls, schema, late, SyncOptions(), columnar=True)
+        assert arrow.columns is None and arrow.count == 2  # 2024-02-30: left to read_range
+        split = SnapshotSplit(table, 1, (2,), (4,))
+        arrow = read_split(mysql, nulls, schema, split, SyncOptions(), columnar=True)
+        plain = read_split(mysql, nulls, schema, split, SyncOptions())
+        assert arrow.columns is not None and arrow.rows == [] and plain.columns is None
+        assert arrow.count == plain.count == 2 and arrow.watermark == plain.watermark
+        assert arrow.columns.sort_by("id").equals(
+            arrow_rows(schema, plain.rows).sort_by("id").cast(arrow.columns.schema))
+        # by default: the row path's BadValues, for the engine to name
+        arrow = read_split(mysql, conn, schema, split, SyncOptions(), columnar=True)
+        assert arrow.columns is None and arrow.count == 2
+        assert sorted(r[0] for r in arrow.rows) == [2, 3]
+        assert all(type(v) is BadValue for r in arrow.rows for v in r[18:20])
+        assert conn.query("SELECT 1") == [(1,)]  # the connections are left ready
+        assert nulls.query("SELECT 1") == [(1,)]
+    finally:
+        nulls.close()

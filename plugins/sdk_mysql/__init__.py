@@ -58,7 +58,7 @@ from ._offsets import (
 )
 from ._rows import TableMap, describe_column, storage_matches
 from ._tls import connection_security as connection_security
-from ._types import logical_column, normalizer, select_term, zero_date_none
+from ._types import logical_column, normalizer, select_term, zero_date, zero_dates
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -86,6 +86,7 @@ class MySqlConnection:
     in_view: bool = False
     status_sql: str | None = None  # the binlog status statement this server accepts
     out_of_range: str = "error"  # a target's values MySQL cannot hold: error or null
+    zero_dates: str = "error"  # a source's dates Python cannot hold: BadValue (error) or None
     closes_window: bool = False  # upstream MySQL with GTIDs: heads wait for flushed commits
     _binlogs: list[str] = field(default_factory=list)
 
@@ -133,6 +134,9 @@ def dialect_info() -> DialectInfo:
             ("connect_timeout", "seconds to wait for a connection (default 10)"),
             ("out_of_range", "as a target: a value MySQL cannot hold is an error (default) or "
                              "null"),
+            ("zero_dates", "as a source: a date Python cannot hold (MySQL's zero date, a zero "
+                           "year, month or day) is an error (default; errors.mode says what "
+                           "follows) or null"),
             *_tls.URL_OPTIONS,
         ))
 
@@ -158,6 +162,7 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
         raise ConfigurationError(
             "read_timeout must be a whole number of seconds at least twice heartbeat_seconds "
             f"({heartbeat:g}): an idle server sends nothing but heartbeats")
+    zero_policy = zero_dates(config.options)
     try:  # TLS files are opened here, on the driver first: a bad one stops before any task
         tls = _tls.parse(config.options)
         tls_kwargs = _tls.connection_kwargs(tls)
@@ -189,7 +194,8 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
         snapshot_status = cur.fetchone() is not None
     conn = MySqlConnection(raw, settings, config.database, snapshot_status,
                            "mariadb" in version.lower(), heartbeat,
-                           out_of_range=_target.out_of_range(config.options))
+                           out_of_range=_target.out_of_range(config.options),
+                           zero_dates=zero_policy)
     conn.closes_window = not conn.mariadb and not snapshot_status and \
         _visibility.gtid_mode_on(conn)
     return conn
@@ -349,12 +355,14 @@ def _key_range(table: TableSchema, start: Key | None, end: Key | None
 _DATES = (LogicalType.DATE, LogicalType.TIMESTAMP, LogicalType.TIMESTAMP_TZ)
 
 
-def _normalized_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]]) -> list[Row]:
+def _normalized_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]], policy: str
+                     ) -> list[Row]:
     """Rows as SELECT gave them on the dialect's connection, brought to the dialect's values.
     Its conversions made each TIMESTAMP an aware UTC datetime, so dates and timestamps only
-    need a zero date (the text pymysql leaves) made None."""
-    converters = [(i, zero_date_none if c.type in _DATES else f)
-                  for i, c in enumerate(table.columns) if (f := normalizer(c))]
+    need a zero date (the text pymysql leaves) made a BadValue, or None under ``policy``
+    (the ``zero_dates`` option) ``null``."""
+    converters = [(i, zero_date(policy) if c.type in _DATES else f)
+                  for i, c in enumerate(table.columns) if (f := normalizer(c, policy))]
     if not converters:
         return list(rows)
     out = []
@@ -496,17 +504,19 @@ def read_range(conn: MySqlConnection, table: TableSchema, split: SnapshotSplit,
     with conn.raw.cursor(pymysql.cursors.SSCursor) as cur:  # args: formatted even when empty
         cur.execute(*_split_query(table, split))
         while batch := cur.fetchmany(fetch_size):
-            yield _normalized_rows(table, batch)
+            yield _normalized_rows(table, batch, conn.zero_dates)
 
 
 @hookimpl
 def read_range_arrow(conn: MySqlConnection, table: TableSchema, split: SnapshotSplit
                      ) -> pa.Table | None:
     """The split's rows as Arrow, cut from the protocol's packets (:mod:`._arrow`); None for
-    a table with a column that path does not read."""
+    a table with a column that path does not read, and (under ``zero_dates=error``) for a
+    split holding a date Python cannot hold: ``read_range`` reads it as a BadValue."""
     if not all(_arrow.readable(c) for c in table.columns):
         return None
-    return _arrow.read_split(conn.raw, table, *_split_query(table, split))
+    return _arrow.read_split(conn.raw, table, *_split_query(table, split),
+                             zero_dates=conn.zero_dates)
 
 
 def _check_retained(conn: MySqlConnection, file: str) -> None:
@@ -608,7 +618,7 @@ def stream_log(conn: MySqlConnection, tables: Sequence[TableSchema], start: Offs
     try:
         yield from read_changes(conn.settings, tables, parts(start),
                                 parts(end) if end is not None else None, gtid,
-                                conn.heartbeat_seconds, live)
+                                conn.heartbeat_seconds, live, conn.zero_dates)
     finally:
         live.close()
 

@@ -8,8 +8,10 @@ and each column is cast by Arrow: ~1.5 us a row, and no Python value per cell do
 
 Only columns whose text Arrow reads as pymysql and :func:`._types.normalizer` do are taken:
 integers, DOUBLE, decimals that fit ``decimal128``, text, variable-length bytes, DATE,
-DATETIME and TIMESTAMP (a zero date, or a date Python cannot hold, becomes NULL as there). A
-table with another column, or a value Arrow refuses, is read by ``read_range`` instead.
+DATETIME and TIMESTAMP. A zero date, or a date Python cannot hold, becomes NULL as there under
+``zero_dates=null``; under ``zero_dates=error`` (the default) the row path reads it as a
+``BadValue``, which Arrow cannot carry, so a split holding one is left to it. A table with
+another column, or a value Arrow refuses, is read by ``read_range`` instead.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ _INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"
 _DATES = {L.DATE, L.TIMESTAMP, L.TIMESTAMP_TZ}
 _NOT_A_DATE = r"^0000-|^\d{4}-00-|^\d{4}-\d{2}-00"
 """Dates Python cannot hold (year 0, a zero month or day), which pymysql gives as text and
-the dialect reads as NULL; Arrow would read year 0 as a date."""
+the dialect reads as NULL (``zero_dates=null``) or a BadValue; Arrow would read year 0 as a
+date. (A day past its month's end Arrow refuses: the row path reads that split.)"""
 _MAX_PACKET = 0xFFFFFF
 
 
@@ -56,13 +59,15 @@ def readable(column: Column) -> bool:
     return column.type in _DATES and base in ("date", "datetime", "timestamp")
 
 
-def read_split(raw: Any, table: TableSchema, sql: str, args: list[Any]) -> pa.Table | None:
+def read_split(raw: Any, table: TableSchema, sql: str, args: list[Any],
+               zero_dates: str = "error") -> pa.Table | None:
     """Run ``sql`` (the split's SELECT of ``table``'s columns, ``args`` its parameters) on
     pymysql connection ``raw`` and return its rows as Arrow, or None when a value does not
-    convert (every row is read off the socket either way)."""
+    convert, or is a date Python cannot hold under ``zero_dates`` ``error`` (every row is read
+    off the socket either way)."""
     packets = _row_packets(raw, raw.cursor().mogrify(sql, args))
     try:
-        return _columns(table, packets)
+        return _columns(table, packets, zero_dates == "null")
     except _NotArrowError:
         return None
 
@@ -114,9 +119,10 @@ def _row_packets(raw: Any, sql: str) -> list[bytes]:
                                    ) from None
 
 
-def _columns(table: TableSchema, packets: list[bytes]) -> pa.Table:
+def _columns(table: TableSchema, packets: list[bytes], null_dates: bool) -> pa.Table:
     """The rows' values, column by column: each row is a run of length-prefixed values (a
-    length byte below 251, or 252/253/254 and a 2/3/8-byte length; 251 is NULL)."""
+    length byte below 251, or 252/253/254 and a 2/3/8-byte length; 251 is NULL); a date
+    Python cannot hold as NULL with ``null_dates``, else refused."""
     import numpy as np
     import pyarrow as pa
 
@@ -139,7 +145,7 @@ def _columns(table: TableSchema, packets: list[bytes]) -> pa.Table:
                 at = position[wide] + 1 + byte
                 length[wide] |= data[at].astype(np.int64) << (8 * byte)
         start = position + 1 + width
-        columns.append(_column(column, _texts(data, start, length, null)))
+        columns.append(_column(column, _texts(data, start, length, null), null_dates))
         position = start + length
     return pa.Table.from_arrays(columns, names=list(table.column_names))
 
@@ -171,8 +177,9 @@ def _texts(data: np.ndarray, start: np.ndarray, length: np.ndarray, null: np.nda
                                  null_count=int(null.sum()))
 
 
-def _column(column: Column, values: pa.Array) -> pa.Array:
-    """A column's values, read from their text as the row path reads them."""
+def _column(column: Column, values: pa.Array, null_dates: bool) -> pa.Array:
+    """A column's values, read from their text as the row path reads them (a date Python
+    cannot hold: NULL with ``null_dates``, else refused)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -184,8 +191,11 @@ def _column(column: Column, values: pa.Array) -> pa.Array:
         if column.type is L.STRING:
             return text.cast(pa.string())
         if column.type in _DATES:
-            text = pc.if_else(pc.match_substring_regex(text, _NOT_A_DATE),
-                              pa.scalar(None, pa.large_string()), text)
+            not_a_date = pc.match_substring_regex(text, _NOT_A_DATE)
+            if null_dates:
+                text = pc.if_else(not_a_date, pa.scalar(None, pa.large_string()), text)
+            elif pc.any(not_a_date).as_py():
+                raise _NotArrowError("a date Python cannot hold: the row path reads a BadValue")
             if column.type is L.DATE:
                 return text.cast(pa.date32())
             return text.cast(pa.timestamp("us")).cast(kind)

@@ -106,16 +106,18 @@ class _Shape:
 
 
 class _Version:
-    """One table map's parse, the schema its rows are shaped by (None: a table not read) and
-    its compiled rows decoders (by present-columns bitmaps)."""
+    """One table map's parse, the schema its rows are shaped by (None: a table not read), the
+    ``zero_dates`` option its rows are read under, and its compiled rows decoders (by
+    present-columns bitmaps)."""
 
-    __slots__ = ("decoders", "key_of", "map", "schema", "shape")
+    __slots__ = ("decoders", "key_of", "map", "schema", "shape", "zero_dates")
 
     def __init__(self, table_map: TableMap, schema: TableSchema | None,
-                 shape: _Shape | None = None) -> None:
+                 shape: _Shape | None = None, zero_dates: str = "error") -> None:
         self.map = table_map
         self.schema = schema
         self.shape = shape
+        self.zero_dates = zero_dates
         self.key_of = _key_getter(schema) if schema is not None else None
         self.decoders: dict[bytes, RowsDecoder] = {}
 
@@ -131,7 +133,7 @@ class _Version:
         if decoder is None:
             present = _bits(bitmaps[:width], count)
             after = _bits(bitmaps[width:], count) if update else None
-            decoder = compile_rows(self.map, self.schema, present, after)
+            decoder = compile_rows(self.map, self.schema, present, after, self.zero_dates)
             self.decoders[bitmaps] = decoder
         return decoder.read(body, end)
 
@@ -241,13 +243,16 @@ CONNECTION_LOST = {2003, 2006, 2013}
 def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                  start: tuple[str, int, int], end: tuple[str, int, int] | None,
                  gtid: str | None = None, heartbeat_seconds: float = 0.5,
-                 reshape: Reshape | None = None
+                 reshape: Reshape | None = None, zero_dates: str = "error"
                  ) -> Iterator[LogItem]:
     """Changes of ``tables`` with ``start <= offset < end`` in log order. ``end`` None follows
     the log for ever, with heartbeats (see the module docstring). ``gtid`` is MariaDB's GTID
     position at ``start``'s transaction (None: offsets get no ``gtid``). ``reshape`` gives the
     new schema of a table whose columns changed (see the module docstring); None: the rows are
-    read by name with the schema given, which fails if a column of it is gone."""
+    read by name with the schema given, which fails if a column of it is gone. ``zero_dates``
+    (the URL option): a date Python cannot hold reads as a BadValue of its text (``error``)
+    or None (``null``), chosen when a table version's decoder is compiled (no cost per
+    value)."""
     from pymysql.err import OperationalError
 
     captured = {(t.table.schema, t.table.name): _Shape(t) for t in tables}
@@ -361,7 +366,7 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
                                 not shaped_like(schema, table_map, charsets.collation):
                             new = reshape(table_map, schema, dump.mariadb, charsets.collation)
                             schema = schema if new == schema else new
-                    version = _Version(table_map, schema, shape)
+                    version = _Version(table_map, schema, shape, zero_dates)
                     parsed[body] = version
                 current[version.map.table_id] = version
                 continue

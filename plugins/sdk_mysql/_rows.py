@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import codecs
 import datetime as dt
+import functools
 import json
 import re
 import struct
@@ -35,7 +36,7 @@ from typing import Any
 
 from sdk import Column, ConfigurationError, LogicalType, TableSchema
 
-from ._types import logical_column
+from ._types import logical_column, not_a_date
 
 # column types (binlog's enum_field_types)
 DECIMAL, TINY, SHORT, LONG, FLOAT, DOUBLE, NULL, TIMESTAMP, LONGLONG, INT24 = range(10)
@@ -463,41 +464,78 @@ _ZERO = dt.timedelta(0)
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 
 
-def _date(packed: int) -> dt.date | None:
-    """DATE: day 5 bits, month 4, year the rest; a zero date, or one with a zero part, None."""
-    try:
-        return dt.date(packed >> 9, packed >> 5 & 15, packed & 31)
-    except ValueError:
-        return None
+Fail = Callable[[str], Any]
+"""What a date Python cannot hold (MySQL's zero date, a zero year, month or day, a day past its
+month's end, a zero TIMESTAMP) reads as, given the text SELECT shows for it (with the column's
+fraction digits): None under ``zero_dates=null`` (:func:`_null`), else a BadValue
+(``_types.not_a_date``), as the snapshot reads it. The readers below take it when a decoder is
+compiled, and call it only where Python refuses the value: a good value costs the same."""
 
 
-def _datetime2(packed: int, micros: int) -> dt.datetime | None:
-    """DATETIME2: 40 bits big-endian, offset by 2^39: year*13+month 17 bits, day 5, hour 5,
-    minute 6, second 6."""
-    packed -= 0x8000000000
-    year_month = packed >> 22
-    try:
-        return dt.datetime(year_month // 13, year_month % 13, packed >> 17 & 31,
-                           packed >> 12 & 31, packed >> 6 & 63, packed & 63, micros)
-    except ValueError:
-        return None
+def _null(text: str) -> None:
+    """A date Python cannot hold as None (``zero_dates=null``)."""
+    return None
 
 
-def _datetime_old(packed: int) -> dt.datetime | None:
-    """DATETIME before MySQL 5.6: YYYYMMDDhhmmss as one integer."""
-    day, time = divmod(packed, 1_000_000)
-    try:
-        return dt.datetime(day // 10000, day // 100 % 100, day % 100, time // 10000,
-                           time // 100 % 100, time % 100)
-    except ValueError:
-        return None
+def _datetime_text(year: int, month: int, day: int, hour: int, minute: int, second: int,
+                   micros: int, fsp: int) -> str:
+    """A DATETIME or TIMESTAMP as SELECT shows it: ``fsp`` fraction digits."""
+    text = f"{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{micros // 10 ** (6 - fsp):0{fsp}d}" if fsp else text
 
 
-def _timestamp(seconds: int, micros: int) -> dt.datetime | None:
-    """TIMESTAMP as an aware UTC instant; zero (which no TIMESTAMP can hold) None."""
-    if not seconds and not micros:
-        return None
-    return _EPOCH + dt.timedelta(seconds=seconds, microseconds=micros)
+@functools.cache
+def _date(fail: Fail) -> Callable[[int], Any]:
+    """The reader of DATE: day 5 bits, month 4, year the rest."""
+    def read(packed: int) -> Any:
+        try:
+            return dt.date(packed >> 9, packed >> 5 & 15, packed & 31)
+        except ValueError:
+            return fail(f"{packed >> 9:04d}-{packed >> 5 & 15:02d}-{packed & 31:02d}")
+    return read
+
+
+@functools.cache
+def _datetime2(fsp: int, fail: Fail) -> Callable[[int, int], Any]:
+    """The reader of DATETIME2(``fsp``): 40 bits big-endian, offset by 2^39: year*13+month 17
+    bits, day 5, hour 5, minute 6, second 6 (and the microseconds, read apart)."""
+    def read(packed: int, micros: int) -> Any:
+        packed -= 0x8000000000
+        year_month = packed >> 22
+        try:
+            return dt.datetime(year_month // 13, year_month % 13, packed >> 17 & 31,
+                               packed >> 12 & 31, packed >> 6 & 63, packed & 63, micros)
+        except ValueError:
+            return fail(_datetime_text(year_month // 13, year_month % 13, packed >> 17 & 31,
+                                       packed >> 12 & 31, packed >> 6 & 63, packed & 63,
+                                       micros, fsp))
+    return read
+
+
+@functools.cache
+def _datetime_old(fail: Fail) -> Callable[[int], Any]:
+    """The reader of DATETIME before MySQL 5.6: YYYYMMDDhhmmss as one integer."""
+    def read(packed: int) -> Any:
+        day, time = divmod(packed, 1_000_000)
+        try:
+            return dt.datetime(day // 10000, day // 100 % 100, day % 100, time // 10000,
+                               time // 100 % 100, time % 100)
+        except ValueError:
+            return fail(_datetime_text(day // 10000, day // 100 % 100, day % 100,
+                                       time // 10000, time // 100 % 100, time % 100, 0, 0))
+    return read
+
+
+@functools.cache
+def _timestamp(fsp: int, fail: Fail) -> Callable[[int, int], Any]:
+    """The reader of TIMESTAMP(``fsp``): an aware UTC instant; zero is no TIMESTAMP."""
+    zero = _datetime_text(0, 0, 0, 0, 0, 0, 0, fsp)
+
+    def read(seconds: int, micros: int) -> Any:
+        if not seconds and not micros:
+            return fail(zero)
+        return _EPOCH + dt.timedelta(seconds=seconds, microseconds=micros)
+    return read
 
 
 def _time2(packed: int) -> dt.timedelta:
@@ -615,10 +653,12 @@ class _Source:
 
 
 def _read_value(src: _Source, depth: int, column: BinlogColumn, target: str,
-                logical: LogicalType | None) -> None:
-    """Lines that read ``column``'s value at ``pos`` into ``target`` and move ``pos`` on."""
+                logical: LogicalType | None, null_dates: bool) -> None:
+    """Lines that read ``column``'s value at ``pos`` into ``target`` and move ``pos`` on; a
+    date Python cannot hold as None with ``null_dates``, else as a BadValue."""
     add = src.add
     kind, meta = column.type, column.meta
+    fail: Fail = _null if null_dates else not_a_date
     if kind in (TINY, SHORT, LONG, LONGLONG, FLOAT, DOUBLE):
         code = _STRUCT_CODE[(kind, column.unsigned)]
         add(depth, f"{target}, = unpack_from('<{code}', data, pos); "
@@ -633,17 +673,17 @@ def _read_value(src: _Source, depth: int, column: BinlogColumn, target: str,
         size, read = _decimal_reader(meta >> 8, meta & 0xFF)
         add(depth, f"{target} = {src.name(read)}(data, pos); pos += {size}")
     elif kind in (DATE, NEWDATE):
-        add(depth, f"{target} = {src.name(_date)}(from_bytes(data[pos:pos + 3], 'little')); "
-                   "pos += 3")
+        add(depth, f"{target} = {src.name(_date(fail))}(from_bytes(data[pos:pos + 3], "
+                   "'little')); pos += 3")
     elif kind == DATETIME2:
         frac = (meta + 1) // 2
         micros = _fraction(frac)
-        add(depth, f"{target} = {src.name(_datetime2)}(from_bytes(data[pos:pos + 5], 'big'), "
-                   f"{micros}); pos += {5 + frac}")
+        add(depth, f"{target} = {src.name(_datetime2(meta, fail))}(from_bytes("
+                   f"data[pos:pos + 5], 'big'), {micros}); pos += {5 + frac}")
     elif kind == TIMESTAMP2:
         frac = (meta + 1) // 2
-        add(depth, f"{target} = {src.name(_timestamp)}(from_bytes(data[pos:pos + 4], 'big'), "
-                   f"{_fraction(frac, 4)}); pos += {4 + frac}")
+        add(depth, f"{target} = {src.name(_timestamp(meta, fail))}(from_bytes("
+                   f"data[pos:pos + 4], 'big'), {_fraction(frac, 4)}); pos += {4 + frac}")
     elif kind == TIME2:
         frac = (meta + 1) // 2
         if frac == 3:
@@ -655,11 +695,11 @@ def _read_value(src: _Source, depth: int, column: BinlogColumn, target: str,
             packed = "(from_bytes(data[pos:pos + 3], 'big') - 0x800000) << 24"
         add(depth, f"{target} = {src.name(_time2)}({packed}); pos += {3 + frac}")
     elif kind == TIMESTAMP:
-        add(depth, f"{target} = {src.name(_timestamp)}(from_bytes(data[pos:pos + 4], "
-                   "'little'), 0); pos += 4")
+        add(depth, f"{target} = {src.name(_timestamp(0, fail))}(from_bytes("
+                   "data[pos:pos + 4], 'little'), 0); pos += 4")
     elif kind == DATETIME:
-        add(depth, f"{target} = {src.name(_datetime_old)}(from_bytes(data[pos:pos + 8], "
-                   "'little')); pos += 8")
+        add(depth, f"{target} = {src.name(_datetime_old(fail))}(from_bytes("
+                   "data[pos:pos + 8], 'little')); pos += 8")
     elif kind == TIME:
         add(depth, f"{target} = {src.name(_time_old)}(from_bytes(data[pos:pos + 3], 'little', "
                    "signed=True)); pos += 3")
@@ -728,11 +768,13 @@ class RowsDecoder:
 
 
 def compile_rows(table_map: TableMap, schema: TableSchema | None, present: Sequence[int],
-                 present_after: Sequence[int] | None) -> RowsDecoder:
+                 present_after: Sequence[int] | None, zero_dates: str = "error"
+                 ) -> RowsDecoder:
     """The decoder of rows events of ``table_map`` whose rows hold the columns ``present`` (and,
     for an update, ``present_after`` in the after image), giving rows in ``schema``'s order
     (with no schema: empty rows, to count them). ``schema`` has the table map's columns, by
-    name (see :func:`shaped_like`)."""
+    name (see :func:`shaped_like`). ``zero_dates`` (the URL option): a date Python cannot hold
+    is a BadValue of its text (``error``) or None (``null``)."""
     label = f"{table_map.schema}.{table_map.table}"
     binlog_index = {c.name: i for i, c in enumerate(table_map.columns)}
     if schema is not None and None in binlog_index:
@@ -755,7 +797,8 @@ def compile_rows(table_map: TableMap, schema: TableSchema | None, present: Seque
     src.add(1, "end = len(data)")
     src.add(1, "while pos < end:")
     for number, image in enumerate(images):
-        _image(src, table_map, schema, wanted, set(image), f"r{number}")
+        _image(src, table_map, schema, wanted, set(image), f"r{number}",
+               zero_dates == "null" or schema is None)
     src.add(2, "append(r0)" if present_after is None else "append((r0, r1))")
     src.add(1, "return rows")
     source = "\n".join(src.lines)
@@ -764,9 +807,9 @@ def compile_rows(table_map: TableMap, schema: TableSchema | None, present: Seque
 
 
 def _image(src: _Source, table_map: TableMap, schema: TableSchema | None, wanted: list[int],
-           present: set[int], target: str) -> None:
+           present: set[int], target: str, null_dates: bool) -> None:
     """Lines reading one row image (its null bitmap, then each present column) into the tuple
-    ``target``."""
+    ``target``; a date Python cannot hold as None with ``null_dates``, else a BadValue."""
     columns = table_map.columns
     schema_columns = schema.columns if schema is not None else ()
     missing = [schema_columns[k].name for k, i in enumerate(wanted) if i not in present]
@@ -805,9 +848,9 @@ def _image(src: _Source, table_map: TableMap, schema: TableSchema | None, wanted
             src.add(2, f"if nb & {1 << bit}:")
             src.add(3, f"v{i} = None")
             src.add(2, "else:")
-            _read_value(src, 3, column, f"v{i}", logical.get(i))
+            _read_value(src, 3, column, f"v{i}", logical.get(i), null_dates)
         else:
-            _read_value(src, 2, column, f"v{i}", logical.get(i))
+            _read_value(src, 2, column, f"v{i}", logical.get(i), null_dates)
         k += 1
         bit += 1
     values = []

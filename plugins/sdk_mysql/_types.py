@@ -13,8 +13,11 @@ gives directly. Differences found on MariaDB 10.11 (``tests/test_mysql_dialect.p
 - BIT: the binlog holds big-endian bytes, as SELECT: both an int (a Decimal for BIT(64)).
 - TIMESTAMP: the binlog holds seconds since the epoch, SELECT naive UTC (the session runs at
   ``+00:00``): both aware UTC instants.
-- zero dates: SELECT gives the text: None, as the decoder gives. So do dates of year 0 or with
-  a zero month or day, and a zero TIMESTAMP.
+- zero dates: SELECT gives the text, the decoder the parts: both a :class:`~sdk.BadValue` of the
+  text SELECT gives (``'0000-00-00 00:00:00.000000'`` for DATETIME(6)), which the engine stops
+  at or sets aside under ``errors.mode``; with the URL option ``zero_dates=null`` both None, as
+  Debezium reads them. So do dates of year 0, with a zero month or day, or a day past the end
+  of their month (``ALLOW_INVALID_DATES``), and a zero TIMESTAMP.
 - spatial: both the internal format (4-byte SRID, then WKB): both the WKB.
 """
 
@@ -22,13 +25,18 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from sdk import Column, LogicalType
+from sdk import BadValue, Column, ConfigurationError, LogicalType
 
 L = LogicalType
+ZERO_DATES = ("error", "null")
+"""The choices of the source URL option ``zero_dates``: what a date Python cannot hold reads as."""
+NOT_A_DATE = ("is not a date (MySQL's zero date, a zero year, month or day, or a day past the end "
+              "of its month): add zero_dates=null to the source URL to read such dates as NULL")
+"""The reason of the :class:`~sdk.BadValue` a date Python cannot hold reads as."""
 _SPATIAL = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
             "multipolygon", "geometrycollection"}
 _TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
@@ -96,18 +104,47 @@ def _bits(value: Any) -> Any:
     return value
 
 
+def zero_dates(options: Mapping[str, str]) -> str:
+    """The ``zero_dates`` URL option, checked: ``error`` (the default) or ``null``."""
+    choice = options.get("zero_dates", "error").lower()
+    if choice not in ZERO_DATES:
+        raise ConfigurationError(f"zero_dates={choice!r}: use one of {', '.join(ZERO_DATES)}")
+    return choice
+
+
+def not_a_date(text: str) -> BadValue:
+    """The value a date Python cannot hold reads as under ``zero_dates=error``: its text as
+    SELECT gives it."""
+    return BadValue(text, NOT_A_DATE)
+
+
 def _utc(value: Any) -> Any:
     if isinstance(value, str):
-        return None  # a zero TIMESTAMP as SELECT gives it
+        return not_a_date(value)  # a zero TIMESTAMP as SELECT gives it
     if isinstance(value, dt.datetime):
         return value.replace(tzinfo=dt.UTC) if value.tzinfo is None \
             else value.astimezone(dt.UTC)
     return value
 
 
+def _utc_or_none(value: Any) -> Any:
+    return None if isinstance(value, str) else _utc(value)
+
+
 def zero_date_none(value: Any) -> Any:
     """A zero date (the text SELECT gives for it) as None; any other value as it is."""
     return None if isinstance(value, str) else value
+
+
+def zero_date_bad(value: Any) -> Any:
+    """A zero date (the text SELECT gives for it) as a :class:`~sdk.BadValue` of that text; any
+    other value as it is."""
+    return not_a_date(value) if isinstance(value, str) else value
+
+
+def zero_date(policy: str) -> Callable[[Any], Any]:
+    """:func:`zero_date_bad` under ``zero_dates=error``, :func:`zero_date_none` under ``null``."""
+    return zero_date_none if policy == "null" else zero_date_bad
 
 
 def _wkb(value: Any) -> Any:
@@ -133,9 +170,9 @@ def _decimal(value: Any) -> Any:
     return Decimal(_bits(value))
 
 
-def normalizer(column: Column) -> Callable[[Any], Any] | None:
+def normalizer(column: Column, policy: str = "error") -> Callable[[Any], Any] | None:
     """The function that brings pymysql's value of ``column`` to the one the binlog decoder
-    gives, or None when they already agree."""
+    gives, or None when they already agree; ``policy`` is the ``zero_dates`` option."""
     kind = column.source_type.lower()
     base = kind.split("(")[0].split(" ")[0]
     if column.type is L.FLOAT32:
@@ -149,9 +186,9 @@ def normalizer(column: Column) -> Callable[[Any], Any] | None:
     if base in _BINARY:
         return _binary(0)
     if column.type is L.TIMESTAMP_TZ:
-        return _utc
+        return _utc_or_none if policy == "null" else _utc
     if column.type in (L.DATE, L.TIMESTAMP):
-        return zero_date_none
+        return zero_date(policy)
     if base in _SPATIAL:
         return _wkb
     if column.type is L.JSON:
