@@ -45,8 +45,9 @@ def families(report: Mapping[str, Any], retries: int = 0) -> Iterator[Metric]:
                 "run's average", float(report.get("applied_per_second", 0.0)))
     lag = report.get("lag_seconds")
     if lag is not None:
-        yield gauge("sdk_sync_lag_seconds", "age of the newest change applied when the last "
-                    "batch committed (0 when caught up)", float(lag))
+        yield gauge("sdk_sync_lag_seconds", "now minus the commit time of the newest change "
+                    "applied, so at least the age of the oldest change waiting (0 once what was "
+                    "applied reaches the log head)", float(lag))
     yield gauge("sdk_sync_caught_up", "1 once the log phase reached the source's head",
                 1.0 if report.get("caught_up") else 0.0)
     yield CounterMetricFamily("sdk_sync_retries", "restarts after a passing fault of the "

@@ -99,6 +99,10 @@ SOURCE_OPTIONS = OptionTable(
            "again), `stop` ends with an error naming it, `ignore` keeps the columns the sync "
            "has; a change that could lose values (a narrowed type, a new key) always stops",
            "source"),
+    Option("log.batch.changes", "log_batch_changes", positive_int, 100_000,
+           "the most changes one log micro-batch reads (a backlog is caught up in batches of "
+           "this size: progress, rate and lag show between them, and a crash reads one batch "
+           "again, not the backlog)", "source"),
     Option("errors.mode", "errors_mode", choice("fail", "skip"), "fail",
            "what a change the sync cannot carry does (a value beyond what Spark or the target "
            "holds, a row the target refuses): `fail` stops with one line naming its table, "
@@ -206,6 +210,8 @@ class SourceSpec:
     """How often a stream looks for tables that newly match ``patterns`` (0: never)."""
     schema_changes: str = "evolve"
     """What a log batch does when a table's columns change (:data:`sdk.schema.POLICIES`)."""
+    log_batch_changes: int = 100_000
+    """The most changes one log batch reads; its task cuts the batch there."""
     errors_mode: str = "fail"
     """What a change the sync cannot carry does: stop (``fail``) or go to the dead-letter
     table (``skip``; see :mod:`sdk.spark.deadletter`)."""
@@ -280,6 +286,7 @@ def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None
         cores=source["cores"], patterns=parsed.tables,
         discovery_seconds=source["discovery_seconds"],
         schema_changes=source["schema_changes"], errors_mode=source["errors_mode"],
+        log_batch_changes=source["log_batch_changes"],
         target=Target.of(source["target"], source["target_schema"])
         if source["target"] else None)
 

@@ -192,3 +192,46 @@ def test_first_reads_are_loaded_on_the_writer_thread_in_order(tmp_path: Path,
                         lambda stage, split: f"{stage}/fail" if split.index == 1 else stage)
     with pytest.raises(RuntimeError, match="refused the split"):
         list(read_splits(spec, SplitPartition(splits, stage="6-load")))
+
+
+def test_a_log_batch_past_its_limit_is_cut_and_the_next_reads_on(tmp_path: Path) -> None:
+    """``log.batch.changes=4`` over 9 changes: the batch applies 4 and records its cut, which
+    its state (loaded again) ends at; a replay applies nothing and cuts at the same change;
+    the batches after it read on from the cut, and the target ends equal."""
+    from sdk.spark.reads import LogPartition, read_log
+
+    url = make_source(tmp_path, rows=10)
+    target_url = f"sqlite:///{tmp_path}/target.db"
+    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+                    "target": target_url, "log.batch.changes": "4"})
+    assert spec.target is not None
+    spec.target.create_tables(spec.tables)
+    table, dialect = spec.tables[0], get_dialect("sqlite")
+    conn = dialect.connect(spec.config)
+    store = StateStore(str(tmp_path / "state"))
+    start = dialect.current_offset(conn)
+    with sqlite3.connect(tmp_path / "src.db") as raw:
+        for i in range(9):
+            raw.execute("UPDATE items SET name = ? WHERE id = ?", (f"changed {i}", i))
+            raw.commit()
+    end = dialect.current_offset(conn)
+    target = dialect.connect(ConnectionConfig.from_url(target_url))
+    position, applied = start, []
+    for seq in range(1, 10):
+        name = EngineState(SyncState(Phase.LOG, {table.table: table}, position=end),
+                           log_from=position, seq=seq).save(store)
+        applied.append(applied_of(list(read_log(spec, LogPartition(name))))["main.items"])
+        cut = EngineState.load(store, name).sync.position
+        assert cut is not None
+        if seq == 1:  # a replay: nothing twice, the same cut
+            assert applied_of(list(read_log(spec, LogPartition(name)))) == {"main.items": 0}
+            assert EngineState.load(store, name).sync.position == cut
+            assert dialect.compare_offset(start, cut) < 0 < dialect.compare_offset(end, cut)
+        position = cut
+        if dialect.compare_offset(position, end) >= 0:
+            break
+    assert applied == [4, 4, 1]
+    rows = read_target(target, table)
+    assert [rows[(i,)][1] for i in range(9)] == [f"changed {i}" for i in range(9)]
+    target.close()
+    conn.close()

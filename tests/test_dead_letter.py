@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.servers import drop_capture
 
 from sdk import ChangeEvent, Column, LogicalType, Offset, TableId, TableSchema
 from sdk.cli import main
@@ -49,10 +50,7 @@ def far(postgres_admin: Any, postgres_url: str) -> Any:
     try:
         yield source
     finally:
-        with admin.cursor() as cur:
-            cur.execute("SELECT pg_drop_replication_slot('far') WHERE EXISTS (SELECT 1 FROM "
-                        "pg_replication_slots WHERE slot_name = 'far')")
-        admin.execute("DROP PUBLICATION IF EXISTS far")
+        drop_capture(admin, "far")
         admin.execute("DROP TABLE IF EXISTS far_ts")
         admin.execute("DROP SCHEMA IF EXISTS far_target CASCADE")
 
@@ -230,3 +228,25 @@ def _rows_text(admin: Any, table: str) -> dict[int, str]:
     with admin.cursor() as cur:
         cur.execute(f"SELECT id, note FROM {table}")
         return dict(cur.fetchall())
+
+
+def test_only_what_a_change_applies_decides() -> None:
+    """A bad value in a before image alone (the update fixing it, a delete of its row) goes
+    through, NULL there; one in the after image or key is stopped at (``fail``)."""
+    from sdk import BadValue
+    from sdk.errors import DataError
+    from sdk.spark.deadletter import Rejects
+
+    table = TableSchema(TableId("db", "t"), (Column("id", LogicalType.INT64, "bigint"),
+                                              Column("d", LogicalType.DATE, "date")), ("id",))
+    mark = Rejects.mark()
+    zero = BadValue("0000-00-00", "is not a date")
+    fixed = ChangeEvent(table.table, "u", (1,), (1, None), Offset("t", n=1), before=(1, zero))
+    gone = ChangeEvent(table.table, "d", (2,), None, Offset("t", n=2), before=(2, zero))
+    rejects = Rejects("fail", None)
+    kept = rejects.events({table.table: table}, [fixed, gone], mark)
+    assert [e.before for e in kept] == [(1, None), (2, None)]
+    bad = ChangeEvent(table.table, "c", (3,), (3, zero), Offset("t", n=3))
+    with pytest.raises(DataError, match=r"table db.t, key 3, column 'd': '0000-00-00' is not "
+                                        r"a date \(at log position "):
+        rejects.events({table.table: table}, [bad], mark)

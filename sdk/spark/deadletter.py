@@ -17,7 +17,7 @@ import datetime as dt
 import io
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -116,20 +116,27 @@ class Rejects:
 
     def events(self, tables: Mapping[TableId, TableSchema], events: list[ChangeEvent],
                since: int) -> list[ChangeEvent]:
-        """Log ``events`` without those whose images hold a bad value (read since mark
-        ``since``), each stopped at or set aside."""
+        """Log ``events`` without those whose after image or key holds a bad value (read
+        since mark ``since``), each stopped at or set aside. A bad value in a before image
+        only (a delete of such a row, the update that fixes it) is carried as NULL there:
+        what the change applies is sound."""
         if BadValue.made == since:
             return events
         keep = []
         for event in events:
-            found = _bad(event.after) or _bad(event.before) or _bad(event.key)
+            found = _bad(event.after) or _bad(event.key) or _bad(event.old_key)
             if found is None:
+                if _bad(event.before) is not None:
+                    assert event.before is not None
+                    event = replace(event, before=tuple(
+                        None if type(v) is BadValue else v for v in event.before))
                 keep.append(event)
                 continue
-            i, bad = found
+            bad = found[1]
             schema = tables.get(event.table)
-            column = schema.columns[i].name if schema is not None and \
-                _bad(event.after) is not None else None
+            in_row = _bad(event.after)
+            column = schema.columns[in_row[0]].name if schema is not None and \
+                in_row is not None else None
             self._reject(schema, event.op, event.key, event.after, event.offset, column,
                          bad.text, bad.reason, "at log position", event.table)
         return keep

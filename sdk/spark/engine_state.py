@@ -105,10 +105,11 @@ class EngineState:
                 sync["finished"] = [[split for digest in digests
                                      for split in _read_chunk(store, digest, file)]
                                     for digests in data["finished"]]
-            return cls(SyncState.from_json(sync),
-                       [SnapshotSplit.from_json(_split_of(s)) for s in data["inflight"]],
-                       Offset.from_json(data["log_from"]) if data["log_from"] else None,
-                       int(name.split("-", 1)[0]))
+            return with_cut(store, name, cls(
+                SyncState.from_json(sync),
+                [SnapshotSplit.from_json(_split_of(s)) for s in data["inflight"]],
+                Offset.from_json(data["log_from"]) if data["log_from"] else None,
+                int(name.split("-", 1)[0])))
         except (KeyError, TypeError, AttributeError, IndexError) as exc:
             raise store.damaged(file, f"not a state's content: {type(exc).__name__} {exc}"
                                 ) from None
@@ -197,6 +198,32 @@ def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = Non
             if data is not None:
                 known[name] = FinishedSplit.from_json(data)
     return with_staged(report, list(known.values()))
+
+
+CUTS = "cuts"
+"""Where a log batch cut short records where it ended (``<state>.json``)."""
+
+
+def write_cut(store: StateStore, name: str, at: Offset) -> None:
+    """Record that the log batch ending at state ``name`` read only up to ``at`` (exclusive):
+    it met ``log.batch.changes`` there. Written by its task before the batch commits; the
+    same cut every time the batch is read (a bounded read repeats its events)."""
+    store.write_json(at.to_json(), CUTS, f"{name}.json")
+
+
+def with_cut(store: StateStore, name: str, engine: EngineState) -> EngineState:
+    """``engine`` (state ``name``) with its position where its log batch was cut, if it was:
+    the next batch reads on from there, and that is what was applied. Only the position
+    moves; the tables' states were decided at the batch's start, which the cut keeps."""
+    if engine.log_from is None:
+        return engine
+    cut = store.read_json(CUTS, f"{name}.json")
+    if cut is None:
+        return engine
+    at = Offset.from_json(cut)
+    if engine.sync.position == at:
+        return engine
+    return replace(engine, sync=replace(engine.sync, position=at))
 
 
 def latest_name(store: StateStore) -> str | None:

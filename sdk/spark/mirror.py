@@ -119,9 +119,13 @@ class Mirror:
 
     @property
     def lag_seconds(self) -> float | None:
-        """Seconds from the commit of the newest change the last batch applied to the end of
-        that batch; None until a batch applied a change with a commit time."""
+        """Now minus the commit time of the newest change applied (:attr:`Tally.lag_seconds`)."""
         return self.tally.lag_seconds
+
+    @property
+    def batch_lag(self) -> float | None:
+        """Commit-to-applied time of the newest change of the last batch that applied one."""
+        return self.tally.batch_lag
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -150,12 +154,24 @@ class Tally:
         self.applied: dict[str, int] = {}
         self.skipped: dict[str, int] = {}
         """Changes set aside (``errors.mode=skip``) per table name."""
-        self.lag_seconds: float | None = None
+        self.newest: float | None = None
+        """The commit time (seconds since the epoch) of the newest change applied."""
+        self.batch_lag: float | None = None
+        """Commit-to-applied time of the newest change of the last batch that applied one."""
+
+    @property
+    def lag_seconds(self) -> float | None:
+        """Now minus the commit time of the newest change applied (so, while changes wait,
+        at least the age of the oldest of them); None until a change with a commit time was
+        applied. It grows while a batch runs and drops when one commits."""
+        return None if self.newest is None else max(0.0, time.time() - self.newest)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         newest = add_reports(self.applied, [tuple(row) for row in df.collect()], self.skipped)
         if newest is not None:
-            self.lag_seconds = max(0.0, time.time() - newest)
+            self.batch_lag = max(0.0, time.time() - newest)
+            if self.newest is None or newest > self.newest:
+                self.newest = newest
 
 
 class _PartitionApplier:

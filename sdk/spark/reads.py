@@ -42,6 +42,7 @@ from .engine_state import (
     EngineState,
     stage_name,
     staged_schema_changes,
+    write_cut,
 )
 from .statestore import StateStore
 
@@ -550,17 +551,25 @@ def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes,
                 paced_from: float | None = None) -> Iterator[ChangeEvent | SchemaChange]:
     """The changes of a log batch's range (``engine``: its end state) of the tables the sync
     captures there, that the incremental filter lets through, and the schema changes it
-    follows (``shapes``); read at ``log.changes-per-second`` from ``paced_from``."""
+    follows (``shapes``); read at ``log.changes-per-second`` from ``paced_from``. A range
+    holding more than ``log.batch.changes`` changes is cut before the first change past them
+    (:func:`.engine_state.write_cut`): the batch ends there, the next one reads on."""
     dialect = spec.dialect_obj
     flt = log_filter(engine.sync, dialect.compare_offset)
     pace = throttle(spec.options.log_changes_per_second, since=paced_from)
     assert engine.log_from is not None and engine.sync.position is not None
     route = flt.route if flt.filtered_tables else None  # None: every change passes
+    left = spec.log_batch_changes  # changes this batch may still read
     conn = dialect.connect(spec.config)
+    stream = dialect.stream_log(conn, list(engine.sync.tables.values()), engine.log_from,
+                                engine.sync.position)
     try:
-        for item in dialect.stream_log(conn, list(engine.sync.tables.values()),
-                                       engine.log_from, engine.sync.position):
+        for item in stream:
             if isinstance(item, ChangeEvent):
+                if not left:
+                    write_cut(shapes.store, shapes.state, item.offset)
+                    return
+                left -= 1
                 if pace is not None:
                     pace.take(1)
                 routed = item if route is None else route(item)
@@ -573,4 +582,7 @@ def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes,
             elif isinstance(item, TableTruncated):
                 shapes.truncated(item)
     finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
         conn.close()

@@ -62,6 +62,7 @@ from ..types import (
 )
 from .arrow import REPORT_SPARK, TableBatcher, envelope_schema
 from .engine_state import (
+    CUTS,
     STREAM_FILE,
     ChunkCache,
     EngineState,
@@ -70,6 +71,7 @@ from .engine_state import (
     stage_name,
     staged_schema_changes,
     staged_truncations,
+    with_cut,
 )
 from .reads import (
     LogPartition,
@@ -309,6 +311,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """When this driver handed out the batch ending at each state (``time.time()``): the
         rate limits count from there."""
         self._source_checked = False
+        self._applied: Offset | None = None
+        """Where the last committed log batch ended (what was applied), once known."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -321,8 +325,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _load(self, name: str) -> EngineState:
         engine = self._states.get(name)
         if engine is None:
-            engine = self._keep(name, EngineState.load(self.store, name))
-        return engine
+            return self._keep(name, EngineState.load(self.store, name))
+        cut = with_cut(self.store, name, engine)  # its batch may have been cut since planned
+        return engine if cut is engine else self._keep(name, cut)
 
     def _keep(self, name: str, engine: EngineState) -> EngineState:
         self._states[name] = engine
@@ -353,30 +358,44 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         while len(self._planned) > 4:  # as _keep: a batch is planned, read and committed
             del self._planned[next(iter(self._planned))]
         self._keep(name, engine)
-        self._report(engine.sync, engine.seq - 1)  # its own splits are still to run
+        self._report(engine.sync, engine.seq - 1,  # its own splits are still to run
+                     self._applied if engine.log_from is not None else engine.sync.position)
         position = engine.sync.position
         return {"v": OFFSET_VERSION, "phase": engine.sync.phase.value, "state": name,
                 "position": dumps(position.to_json()) if position else None}
 
-    def _report(self, sync: SyncState, counted: int) -> None:
+    def _report(self, sync: SyncState, counted: int, applied: Offset | None) -> None:
         """Write the progress report that ``sdk status`` and :func:`progress` read: ``sync``
         counts the splits of the states up to number ``counted``; those of a later batch are
-        counted as they are staged (:func:`.engine_state.live_progress`)."""
+        counted as they are staged (:func:`.engine_state.live_progress`). Its log position
+        is ``applied`` (where the last committed batch ended, None before one), not the end
+        of a batch planned: caught up once that reaches the head."""
         head = self._head[1]
         caught_up = None
         if head is not None and sync.position is not None:
             compare = self.spec.dialect_obj.compare_offset
             if self._target is not None and compare(head, self._target) > 0:
                 head = self._target  # Trigger.AvailableNow: caught up means at its target
-            caught_up = compare(sync.position, head) >= 0
+            caught_up = applied is not None and compare(applied, head) >= 0
         previous = self._progress or self.store.read_json("progress.json")
-        self._progress = progress_of(sync, self.spec.options.split_size, previous,
-                                     head, caught_up)
+        self._progress = progress_of(replace(sync, position=applied), self.spec.options
+                                     .split_size, previous, head, caught_up)
         self._progress["counted"] = counted
         requests = {**(previous or {}).get("requests", {}), **self._outcomes}
         if requests:
             self._progress["requests"] = dict(list(requests.items())[-20:])  # the last ones
         self.store.write_json(self._progress, "progress.json")
+
+    def _report_caught_up(self, sync: SyncState, counted: int) -> None:
+        """With no new batch: report again when the log head moved relative to what was
+        applied (caught up now, or fallen behind), not at every poll."""
+        head = self._head[1]
+        if head is None or sync.position is None or sync.phase is not Phase.LOG:
+            return
+        caught_up = self.spec.dialect_obj.compare_offset(sync.position, head) >= 0
+        if self._progress is None or self._progress.get("caught_up") != caught_up or \
+                self._progress.get("position") != dumps(sync.position.to_json()):
+            self._report(sync, counted, sync.position)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Shown as the source's ``latestOffset`` in the streaming query progress."""
@@ -451,9 +470,11 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         engine = self._load(start["state"])
         sync = engine.sync
         self._check_source(sync)
+        self._applied = sync.position  # the batch ending at start has committed
         if engine.inflight:
             sync = self.machine.fold(sync, self._staged(start["state"], engine))
-            self._report(sync, engine.seq)  # before a table may turn pure-log, dropping splits
+            self._report(sync, engine.seq, sync.position)  # before a table may turn
+            # pure-log, dropping its splits
         waiting = pending_requests(self.store) if sync.phase is Phase.LOG else []
         if engine.log_from is not None:
             sync = self._fold_schema_changes(start["state"], engine, sync, waiting)
@@ -464,6 +485,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                         self.spec.splits_per_batch)
         if batch is None:
             if sync is engine.sync:
+                self._report_caught_up(sync, engine.seq)
                 return start
             batch = Batch(sync)
         if batch.state.phase is not Phase.SNAPSHOT:
@@ -721,6 +743,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         kept_chunks = {c for content in keep for c in EngineState.chunks_of(self.store, content)}
         for file, content in drop:
             self.store.delete_file("states", file)
+            self.store.delete_file(CUTS, file)
             if content not in keep:
                 self.store.delete_file("content", f"{content}.json")
         gone = {file.removesuffix(".json") for file in self.store.list_dir("chunks")} - kept_chunks

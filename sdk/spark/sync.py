@@ -373,5 +373,5 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
     applied = sum(mirror.applied.values()) if mirror is not None else 0
     return SyncSummary(applied, time.monotonic() - started,
                        progress.get("phase", "snapshot"), bool(progress.get("caught_up")),
-                       mirror.lag_seconds if mirror is not None else None,
+                       mirror.batch_lag if mirror is not None else None,
                        sum(mirror.skipped.values()) if mirror is not None else 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
 def server_url(name: str, default: str) -> str:
@@ -20,3 +21,12 @@ def with_query(url: str, **params: str) -> str:
     """``url`` with more query parameters (it may have some already)."""
     extra = "&".join(f"{k}={v}" for k, v in params.items())
     return f"{url}{'&' if '?' in url else '?'}{extra}"
+
+
+def drop_capture(admin: Any, name: str) -> None:
+    """Drop the replication slot and publication ``name`` a PostgreSQL test's sync made (if
+    it made them), with the administrator's connection ``admin``."""
+    with admin.cursor() as cur:
+        cur.execute("SELECT pg_drop_replication_slot(%s) WHERE EXISTS (SELECT 1 FROM "
+                    "pg_replication_slots WHERE slot_name = %s)", (name, name))
+    admin.execute(f"DROP PUBLICATION IF EXISTS {name}")
