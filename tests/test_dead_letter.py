@@ -250,3 +250,50 @@ def test_only_what_a_change_applies_decides() -> None:
     with pytest.raises(DataError, match=r"table db.t, key 3, column 'd': '0000-00-00' is not "
                                         r"a date \(at log position "):
         rejects.events({table.table: table}, [bad], mark)
+
+
+@pytest.mark.mysql
+@pytest.mark.postgres
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_key_longer_than_the_target_holds_is_refused_never_cut(
+        spark: Any, postgres_admin: Any, postgres_url: str, mysql_admin: Any, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A PostgreSQL text key of 300 characters into MariaDB, whose key column is a
+    VARCHAR(191), on a server whose sql_mode is not strict (a legacy server): the sync's
+    writes are strict, so the row is refused (exit 4) or set aside, never cut to a key that
+    could collide with another row's."""
+    from helpers.servers import MYSQL_ADMIN_URL
+
+    long_key = "k" * 300
+    postgres_admin.execute("DROP TABLE IF EXISTS long_keys")
+    postgres_admin.execute("CREATE TABLE long_keys (k text PRIMARY KEY, v int)")
+    postgres_admin.execute("INSERT INTO long_keys VALUES ('short', 1), (%s, 2)", (long_key,))
+    postgres_admin.execute("ALTER TABLE long_keys OWNER TO sdk_cdc")
+    with mysql_admin.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.sql_mode")
+        (mode,) = cur.fetchone()
+        cur.execute("SET GLOBAL sql_mode = ''")
+        cur.execute("DROP TABLE IF EXISTS sdk_test.long_keys")
+    source = f"{postgres_url}{'&' if '?' in postgres_url else '?'}slot=long_keys&" \
+             "publication=long_keys"
+    sync = ["sync", "--source", source, "--target", MYSQL_ADMIN_URL, "--target-schema",
+            "sdk_test", "--tables", "public.long_keys", "--checkpoint", str(tmp_path / "ck"),
+            "--until", "caught-up"]
+    try:
+        assert main(sync) == Exit.DATA
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "Data too long for column 'k'" in err[0], err
+        assert main([*sync, "--option", "errors.mode=skip"]) == 0
+        assert "skipped 1" in capsys.readouterr().out
+        with mysql_admin.cursor() as cur:
+            cur.execute("SELECT k, v FROM sdk_test.long_keys")
+            assert cur.fetchall() == (("short", 1),)
+        dead = deadletter.read(StateStore(str(tmp_path / "ck" / "state"))).to_pylist()
+        assert [r["key"] for r in dead] == ['{"k":"' + long_key + '"}']
+    finally:
+        with mysql_admin.cursor() as cur:
+            cur.execute("SET GLOBAL sql_mode = %s", (mode,))
+            cur.execute("DROP TABLE IF EXISTS sdk_test.long_keys")
+        drop_capture(postgres_admin, "long_keys")
+        postgres_admin.execute("DROP TABLE IF EXISTS long_keys")

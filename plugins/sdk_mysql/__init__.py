@@ -176,7 +176,7 @@ def connect(config: ConnectionConfig) -> MySqlConnection:
         raw = open_connection(True, host=settings["host"], port=settings["port"],
                               user=settings["user"], password=settings["password"],
                               database=config.database, charset="utf8mb4", autocommit=True,
-                              init_command="SET time_zone = '+00:00'",
+                              init_command=SESSION_SETTINGS,
                               connect_timeout=int(config.options.get("connect_timeout", "10")),
                               **tls_kwargs)
     except pymysql.err.OperationalError as exc:
@@ -351,6 +351,12 @@ def _key_range(table: TableSchema, start: Key | None, end: Key | None
     from the index for compound keys too."""
     return lexicographic_range(_key_expressions(table), start, end)
 
+
+SESSION_SETTINGS = ("SET time_zone = '+00:00', sql_mode = CONCAT_WS(',', "
+                    "NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')")
+"""Every connection's session: UTC, and strict writes, so a value a target column cannot hold
+(a key longer than its VARCHAR) is refused, never cut or changed silently, whatever the
+server's own ``sql_mode`` (reads are not affected)."""
 
 _DATES = (LogicalType.DATE, LogicalType.TIMESTAMP, LogicalType.TIMESTAMP_TZ)
 
@@ -551,7 +557,7 @@ class _LiveSchemas:
             conn = self.conn
             # as connect opens one; over the settings, which python-mysql-replication adds to
             options = {**conn.settings, "database": conn.database, "charset": "utf8mb4",
-                       "autocommit": True, "init_command": "SET time_zone = '+00:00'"}
+                       "autocommit": True, "init_command": SESSION_SETTINGS}
             raw = open_connection(True, **options)
             self.side = MySqlConnection(raw, conn.settings, conn.database, conn.snapshot_status,
                                         conn.mariadb)
