@@ -109,8 +109,15 @@ def _reporter() -> Any:
         return LiveProgress()
 
     def report(progress: dict[str, Any]) -> None:
-        print(" | ".join(describe_progress(progress)), flush=True)
+        print(" | ".join(describe_progress(progress, PIPE_TABLES)), flush=True)
     return report
+
+
+PIPE_TABLES = 5
+"""Tables a plain progress line names one by one; past them it counts them by state, so a
+line stays short however many tables the sync captures."""
+STATUS_TABLES = 50
+"""Tables ``sdk status`` lists one by one unless ``--table`` or ``--all``."""
 
 
 def _sync_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -204,7 +211,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps({**progress, "skipped": skipped,
                           "owner": owner and {k: owner[k] for k in ("host", "pid", "since")}}))
         return 0
-    print("\n".join(describe_progress(progress)))
+    if args.table:
+        import fnmatch
+
+        progress = {**progress, "tables": {
+            n: t for n, t in progress.get("tables", {}).items()
+            if any(fnmatch.fnmatchcase(n, p.strip()) for p in args.table.split(","))}}
+    print("\n".join(describe_progress(
+        progress, None if args.all or args.table else STATUS_TABLES)))
     if source is not None:
         identity = ", ".join(f"{k}={v}" for k, v in sorted(source["identity"].items()))
         checked = "; checked: the same server, position held" if args.source else ""
@@ -391,6 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--checkpoint", default="sdk-checkpoint")
     status.add_argument("--source", help="the source's URL: also check that the checkpoint "
                         "can resume from it (the same server, its log position still there)")
+    status.add_argument("--table", metavar="PATTERNS", help="list only these tables (comma "
+                        "separated, * and ? as wildcards: 'shop.*')")
+    status.add_argument("--all", action="store_true", help=f"list every table (past "
+                        f"{STATUS_TABLES}, only those not streaming are listed, with a count "
+                        "by state)")
     status.add_argument("--json", action="store_true",
                         help="the report as JSON (the figures of sdk sync --metrics-port)")
     status.set_defaults(func=cmd_status)

@@ -18,7 +18,11 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from .algorithm.progress import phase_label, position_label, state_label
+from .algorithm.progress import phase_label, position_label, state_label, tables_to_show
+
+SHOWN_TABLES = 12
+"""Table rows the display draws at most; past them it counts the tables by state and draws
+the ones furthest from done."""
 
 
 def _eta(seconds: float | None) -> str:
@@ -74,7 +78,10 @@ class LiveProgress:
     def render(self, progress: Mapping[str, Any]) -> Group:
         """The display of one report."""
         cells: list[tuple[Any, ...]] = []
-        for name, table in sorted(progress.get("tables", {}).items()):
+        tables = progress.get("tables", {})
+        shown, counted = tables_to_show(tables, SHOWN_TABLES)
+        for name in shown:
+            table = tables[name]
             done, estimated = table["splits_done"], max(table["splits_estimated"], 1)
             state = state_label(table)
             rows = int(table["rows"])
@@ -100,6 +107,8 @@ class LiveProgress:
         for row in cells:
             grid.add_row(*row)
         lines: list[Any] = [grid]
+        if counted is not None:
+            lines.append(Text(counted, overflow="ellipsis", no_wrap=True))
         for request_id, request in progress.get("requests", {}).items():
             if request.get("state") == "refused":
                 lines.append(Text(f"snapshot request {request_id} of {request['table']} "

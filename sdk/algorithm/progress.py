@@ -6,18 +6,23 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..codec import dumps
-from ..types import FinishedSplit, TableId
+from ..types import FinishedSplit, SnapshotSplit, TableId
 from .state import Phase, SyncState
 
 
 def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | None = None,
-                head: Any = None, caught_up: bool | None = None) -> dict[str, Any]:
+                head: Any = None, caught_up: bool | None = None,
+                inflight: Sequence[SnapshotSplit] = ()) -> dict[str, Any]:
     """A JSON-ready progress report. ``previous`` (the last report) keeps the figures of tables
-    whose splits were already forgotten (pure-log phase) and the start time for rates."""
+    whose splits were already forgotten (pure-log phase) and the start time for rates.
+    ``inflight``: the splits handed out and not yet folded in: their tables are still being
+    read (a table whose last split is out is not done until that split is read)."""
+    out = Counter(split.table for split in inflight)
     now = time.time()
     previous = previous or {}
     tables: dict[str, dict[str, Any]] = dict(previous.get("tables", {}))
@@ -30,7 +35,8 @@ def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | No
         name = str(table)
         finished = state.finished.get(table, ())
         plan = state.plans.get(table)
-        if not finished and plan is None and name in tables and \
+        reading = out.get(table, 0)
+        if not finished and plan is None and not reading and name in tables and \
                 tables[name].get("state") != "dropped":
             tables[name] = {**tables[name], "snapshot_done": True,
                             "state": _table_state(state, table, True),
@@ -39,12 +45,14 @@ def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | No
         done = len(finished)
         rows = sum(f.rows for f in finished)
         if plan is not None:
-            estimate = max(done + 1, math.ceil(plan.approx_rows / split_size))
+            estimate = max(done + reading + 1, math.ceil(plan.approx_rows / split_size))
         else:
-            estimate = done
+            estimate = done + reading
+        snapshot_done = plan is None and not reading
+        waiting = plan is not None and not done and not reading
         tables[name] = {"splits_done": done, "splits_estimated": estimate, "rows": rows,
-                        "snapshot_done": plan is None,
-                        "state": _table_state(state, table, plan is None),
+                        "snapshot_done": snapshot_done,
+                        "state": _table_state(state, table, snapshot_done, waiting),
                         "schema_version": state.version(table)}
     started = previous.get("started_at", now)
     rows_total = sum(t["rows"] for t in tables.values())
@@ -65,19 +73,23 @@ def progress_of(state: SyncState, split_size: int, previous: dict[str, Any] | No
     return report
 
 
-TABLE_STATES = ("snapshotting", "snapshot done", "streaming", "re-snapshotting", "leaving",
-                "dropped")
-"""A table's state in a progress report: its snapshot is being read (in the log phase too,
-for a table added there), read (the log phase is still to start, or the sync stops there),
+TABLE_STATES = ("waiting", "snapshotting", "snapshot done", "streaming", "re-snapshotting",
+                "leaving", "dropped")
+"""A table's state in a progress report: no split of it handed out yet, its snapshot is being
+read (in the log phase too, for a table added there), read (the log phase is still to start,
+or the sync stops there),
 its changes are followed, it is read again while they are (a snapshot on demand), it leaves
 the capture at a log offset (gone from the source or the patterns), or it left."""
 
 
-def _table_state(state: SyncState, table: TableId, snapshot_done: bool) -> str:
+def _table_state(state: SyncState, table: TableId, snapshot_done: bool,
+                 waiting: bool = False) -> str:
     if table in state.leaving:
         return "leaving"
     if table in state.rereads:
         return "re-snapshotting"
+    if waiting:
+        return "waiting"
     if not snapshot_done:
         return "snapshotting"
     return "streaming" if state.phase is Phase.LOG else "snapshot done"
@@ -93,12 +105,19 @@ def with_staged(report: Mapping[str, Any], staged: Sequence[FinishedSplit]) -> d
             continue
         table["splits_done"] += 1
         table["rows"] += finished.rows
-        table["splits_estimated"] = max(table["splits_estimated"], table["splits_done"] + 1)
+        # the report counts the batch's splits in its estimate already
+        table["splits_estimated"] = max(table["splits_estimated"], table["splits_done"])
+        if table.get("state") == "waiting":
+            table["state"] = "snapshotting"
     now = time.time()
     rows = sum(t["rows"] for t in tables.values())
     elapsed = max(now - report.get("started_at", now), 1e-9)
     return {**report, "tables": tables, "rows": rows,
             "rows_per_second": round(rows / elapsed, 1), "updated_at": now}
+
+
+def _cut_name(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[:width - 3] + "..."
 
 
 def state_label(table: Mapping[str, Any]) -> str:
@@ -135,12 +154,45 @@ def phase_label(progress: Mapping[str, Any]) -> str:
     return f"{phase} (resuming)" if progress.get("resuming") else phase
 
 
-def describe_progress(progress: Mapping[str, Any]) -> list[str]:
-    """Progress as plain lines: per table splits, rows and state; then the log position."""
+QUIET_STATES = ("streaming", "snapshot done", "dropped")
+"""Table states with nothing to watch: a report with many tables counts them, and lists the
+others (:func:`tables_to_show`)."""
+
+
+def tables_to_show(tables: Mapping[str, Mapping[str, Any]], limit: int | None
+                   ) -> tuple[list[str], str | None]:
+    """The names of the tables a report shows one by one, and a line counting the tables by
+    state when not all are shown: all of them up to ``limit`` (None: no limit); past it, the
+    ``limit`` furthest from done of those being read, waiting or leaving."""
+    names = sorted(tables)
+    if limit is None or len(names) <= limit:
+        return names, None
+    busy = [n for n in names if tables[n].get("state") not in QUIET_STATES]
+
+    def done_share(name: str) -> float:
+        table = tables[name]
+        return float(table["splits_done"]) / max(int(table["splits_estimated"]), 1)
+
+    shown = sorted(sorted(busy, key=done_share)[:limit])
+    counts = Counter(str(tables[n].get("state") or "snapshot") for n in names)
+    by_state = ", ".join(f"{counts[state]:,} {state}" for state in sorted(counts))
+    more = f"; {len(names) - len(shown):,} not shown" if len(shown) < len(names) else ""
+    return shown, f"{len(names):,} tables: {by_state}{more} (sdk status --json lists them all)"
+
+
+def describe_progress(progress: Mapping[str, Any], limit: int | None = None) -> list[str]:
+    """Progress as plain lines: per table splits, rows and state (past ``limit`` tables, a
+    count by state and the few furthest from done: :func:`tables_to_show`); then the log
+    position."""
     lines = []
-    for name, table in sorted(progress.get("tables", {}).items()):
-        lines.append(f"{name}: {table['splits_done']}/{table['splits_estimated']} splits, "
-                     f"{table['rows']} rows, {state_label(table)}")
+    tables = progress.get("tables", {})
+    shown, counted = tables_to_show(tables, limit)
+    if counted is not None:
+        lines.append(counted)
+    for name in shown:
+        table = tables[name]
+        lines.append(f"{_cut_name(name)}: {table['splits_done']}/{table['splits_estimated']} "
+                      f"splits, {table['rows']} rows, {state_label(table)}")
     for request_id, request in progress.get("requests", {}).items():
         if request.get("state") == "refused":
             lines.append(f"snapshot request {request_id} of {request['table']} refused: "

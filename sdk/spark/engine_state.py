@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,8 +47,12 @@ so a micro-batch writes only the chunk its new splits land in: the bytes stored 
 flat however many splits a snapshot has finished (with them inline, a snapshot of n splits wrote
 O(n^2) bytes: 40 MiB for 2,000 splits, growing with the square)."""
 
-ChunkCache = dict[tuple[TableId, int], tuple[tuple[FinishedSplit, ...], str]]
-"""(table, chunk number) -> the chunk's splits and digest, as last stored by this process."""
+ChunkCache = dict[tuple[TableId, int], tuple[tuple[Any, ...], str]]
+"""(table, chunk number) -> the chunk's splits and digest, as last stored by this process;
+(:data:`SCHEMAS`, chunk number) -> the chunk's table schemas and digest."""
+
+SCHEMAS = TableId("", "\0schemas")
+"""The key of the chunks of table schemas in a :data:`ChunkCache` (no table is named so)."""
 
 
 @dataclass
@@ -76,7 +81,17 @@ class EngineState:
                     cache[(table, number)] = known
                 digests.append(known[1])
             finished.append(digests)
-        content = {"sync": self.sync.to_json(finished=False), "finished": finished,
+        schemas = list(self.sync.tables.values())
+        tables = []  # the schemas in chunks too: a log batch's state is then O(its changes)
+        for number, at in enumerate(range(0, len(schemas), CHUNK_SPLITS)):
+            part = tuple(schemas[at:at + CHUNK_SPLITS])
+            known = cache.get((SCHEMAS, number))
+            if known is None or known[0] != part:
+                known = (part, store.put_content([t.to_json() for t in part], "chunks"))
+                cache[(SCHEMAS, number)] = known
+            tables.append(known[1])
+        sync = {**self.sync.to_json(finished=False), "tables": []}
+        content = {"sync": sync, "finished": finished, "tables": tables,
                    "inflight": [s.to_json() for s in self.inflight],
                    "log_from": self.log_from.to_json() if self.log_from else None}
         digest = store.put_content(content, "content")
@@ -105,6 +120,9 @@ class EngineState:
                 sync["finished"] = [[split for digest in digests
                                      for split in _read_chunk(store, digest, file)]
                                     for digests in data["finished"]]
+            if "tables" in data:  # else: a state stored with its schemas inline
+                sync["tables"] = [schema for digest in data["tables"]
+                                  for schema in _read_chunk(store, digest, file)]
             return with_cut(store, name, cls(
                 SyncState.from_json(sync),
                 [SnapshotSplit.from_json(_split_of(s)) for s in data["inflight"]],
@@ -117,19 +135,21 @@ class EngineState:
     @staticmethod
     def chunks_of(store: StateStore, content: str) -> list[str]:
         """The chunks a stored content names (none for one with its splits inline)."""
-        data = store.read_json("content", f"{content}.json")
-        return [d for digests in (data or {}).get("finished", []) for d in digests]
+        data = store.read_json("content", f"{content}.json") or {}
+        return [*(d for digests in data.get("finished", []) for d in digests),
+                *data.get("tables", [])]
 
 
 def _read_chunk(store: StateStore, digest: str, named_by: tuple[str, ...]
                 ) -> list[dict[str, Any]]:
-    """The finished splits of chunk ``digest``, which the content file ``named_by`` names."""
+    """The finished splits or table schemas of chunk ``digest``, which the content file
+    ``named_by`` names."""
     file = ("chunks", f"{digest}.json")
     data = store.read_json(*file)
     if data is None:
         raise store.damaged(file, f"missing, and {'/'.join(named_by)} names it")
     if not isinstance(data, list):
-        raise store.damaged(file, "not a chunk of finished splits")
+        raise store.damaged(file, "not a chunk of finished splits or table schemas")
     return data
 
 
@@ -170,6 +190,39 @@ def stage_name(split: SnapshotSplit) -> str:
     return f"{digest}-{split.index}"
 
 
+PROGRESS_FILE = "progress.json"
+PROGRESS_TABLES = "progress-tables.json"
+"""The progress report is two files: the per-table figures, written only when they change
+(at thousands of tables, most batches change none of them), and the rest, every report."""
+
+
+def write_progress(store: StateStore, report: Mapping[str, Any],
+                   written: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """Write ``report``: its tables only when they differ from ``written`` (the tables this
+    writer wrote last, None when unknown); the tables written now or before."""
+    tables = report.get("tables", {})
+    if written is None or tables != written:
+        store.write_json(tables, PROGRESS_TABLES)
+    store.write_json({k: v for k, v in report.items() if k != "tables"}, PROGRESS_FILE)
+    return dict(tables)
+
+
+def read_progress(store: StateStore) -> dict[str, Any] | None:
+    """The progress report as :func:`write_progress` wrote it (or as one file, written by an
+    earlier version), None before the first; a damaged file is named."""
+    report = store.read_json(PROGRESS_FILE)
+    if report is None:
+        return None
+    if not isinstance(report, dict):
+        raise store.damaged((PROGRESS_FILE,), "not a progress report")
+    if "tables" not in report:
+        tables = store.read_json(PROGRESS_TABLES)
+        if tables is not None and not isinstance(tables, dict):
+            raise store.damaged((PROGRESS_TABLES,), "not the tables of a progress report")
+        report["tables"] = tables or {}
+    return report
+
+
 def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = None,
                   report: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The progress report with the splits of the newest batch it does not count yet (its
@@ -178,12 +231,10 @@ def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = Non
     ``seen`` keeps the staged splits read by earlier calls, so a caller polling reads each
     one once. ``report``: progress.json as the caller just read it (not read again)."""
     if report is None:
-        report = store.read_json("progress.json")
+        report = read_progress(store)
     names = [n for n in store.list_dir("states") if n.endswith(".json")]  # no temporary one
     if report is None or not names:
         return report
-    if not isinstance(report, dict):
-        raise store.damaged(("progress.json",), "not a progress report")
     newest = max(names).removesuffix(".json")
     if int(newest.split("-")[0]) <= report.get("counted", 1 << 62):
         return report
@@ -244,7 +295,7 @@ def readable_checkpoint(store: StateStore) -> EngineState | None:
     its content and chunks, the source's record, the progress report): a damaged or missing
     one raises :class:`CheckpointDamagedError` naming it and the way out, before anything
     reports on the checkpoint or adds to it. None for a new state directory."""
-    for file in (SOURCE_FILE, STREAM_FILE, "progress.json"):
+    for file in (SOURCE_FILE, STREAM_FILE, PROGRESS_FILE, PROGRESS_TABLES):
         data = store.read_json(file)
         if data is not None and not isinstance(data, dict):
             raise store.damaged((file,), "not a JSON object")

@@ -25,7 +25,7 @@ from typing import Any
 from ..algorithm.lineage import SOURCE_FILE, source_record
 from ..errors import ConfigurationError, LogMismatchError, SdkError
 from ..types import Capability, SnapshotSplit, TableId, TableSchema
-from .engine_state import EngineState, readable_checkpoint
+from .engine_state import PROGRESS_FILE, EngineState, readable_checkpoint
 from .statestore import StateStore
 
 REQUESTS = "requests"
@@ -219,7 +219,7 @@ def list_requests(state_dir: str) -> list[RequestStatus]:
     it served or refused (its progress report keeps 20), oldest first."""
     store = StateStore(state_dir, create=False)
     engine = _checkpoint(store, state_dir)
-    report = store.read_json("progress.json") or {}
+    report = store.read_json(PROGRESS_FILE) or {}  # its requests (not its tables)
     outcomes: dict[str, Any] = report.get("requests") or {}
     files = _request_files(store)
     served = {request_id: i for i, request_id in enumerate(engine.sync.served)}

@@ -68,10 +68,12 @@ from .engine_state import (
     EngineState,
     checkpointed,
     latest,
+    read_progress,
     stage_name,
     staged_schema_changes,
     staged_truncations,
     with_cut,
+    write_progress,
 )
 from .reads import (
     LogPartition,
@@ -311,6 +313,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """When this driver handed out the batch ending at each state (``time.time()``): the
         rate limits count from there."""
         self._source_checked = False
+        self._progress_tables: Mapping[str, Any] | None = None
+        """The per-table progress this driver wrote last (written again only when changed)."""
         self._applied: Offset | None = None
         """Where the last committed log batch ended (what was applied), once known."""
 
@@ -359,12 +363,14 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             del self._planned[next(iter(self._planned))]
         self._keep(name, engine)
         self._report(engine.sync, engine.seq - 1,  # its own splits are still to run
-                     self._applied if engine.log_from is not None else engine.sync.position)
+                     self._applied if engine.log_from is not None else engine.sync.position,
+                     engine.inflight)
         position = engine.sync.position
         return {"v": OFFSET_VERSION, "phase": engine.sync.phase.value, "state": name,
                 "position": dumps(position.to_json()) if position else None}
 
-    def _report(self, sync: SyncState, counted: int, applied: Offset | None) -> None:
+    def _report(self, sync: SyncState, counted: int, applied: Offset | None,
+                inflight: Sequence[SnapshotSplit] = ()) -> None:
         """Write the progress report that ``sdk status`` and :func:`progress` read: ``sync``
         counts the splits of the states up to number ``counted``; those of a later batch are
         counted as they are staged (:func:`.engine_state.live_progress`). Its log position
@@ -377,14 +383,15 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._target is not None and compare(head, self._target) > 0:
                 head = self._target  # Trigger.AvailableNow: caught up means at its target
             caught_up = applied is not None and compare(applied, head) >= 0
-        previous = self._progress or self.store.read_json("progress.json")
+        previous = self._progress or read_progress(self.store)
         self._progress = progress_of(replace(sync, position=applied), self.spec.options
-                                     .split_size, previous, head, caught_up)
+                                     .split_size, previous, head, caught_up, inflight)
         self._progress["counted"] = counted
         requests = {**(previous or {}).get("requests", {}), **self._outcomes}
         if requests:
             self._progress["requests"] = dict(list(requests.items())[-20:])  # the last ones
-        self.store.write_json(self._progress, "progress.json")
+        self._progress_tables = write_progress(self.store, self._progress,
+                                               self._progress_tables)
 
     def _report_caught_up(self, sync: SyncState, counted: int) -> None:
         """With no new batch: report again when the log head moved relative to what was

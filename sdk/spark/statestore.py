@@ -97,7 +97,7 @@ class StateStore:
         progress report, the owner's record, a request) what to do with it."""
         name = "/".join(parts)
         checkpoint = self.uri.removesuffix("/state")
-        if name == "progress.json":
+        if name in ("progress.json", "progress-tables.json"):
             way = "delete it (a sync writes its report again at its next batch)"
         elif name == "owner.json":
             way = "delete it once no sync runs with this checkpoint"

@@ -26,6 +26,7 @@ from ..spec import READER_OPTIONS, UNTIL, SourceSpec, checkpoint_paths, resolve
 from ..target import Target
 from ..types import FinishedSplit
 from .engine_state import (
+    PROGRESS_FILE,
     captured_tables,
     check_checkpoint_source,
     checkpointed,
@@ -333,13 +334,12 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
                 if lease.lost:  # another sync took the checkpoint over while this one stalled
                     query.stop()
                     raise lease.refusal()
-                progress = store.read_json("progress.json") or {}
+                progress = store.read_json(PROGRESS_FILE) or {}  # its tables: below
                 if query.lastProgress is not None:
                     retries.reset()  # a batch went through: the source is back
                 if time.monotonic() - last_report >= report_seconds and \
                         (report is not None or metrics is not None):
-                    current = with_applied(
-                        live_progress(store, staged, progress or None) or progress)
+                    current = with_applied(live_progress(store, staged) or progress)
                     if progress.get("updated_at", began) < began:  # the last run's report
                         current = {**{k: v for k, v in current.items()
                                       if k not in ("caught_up", "lag_seconds")},
