@@ -181,7 +181,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from .algorithm.progress import describe_progress
     from .failures import Exit
     from .spark import deadletter
-    from .spark.engine_state import live_progress, readable_checkpoint
+    from .spark.engine_state import APPLIED_FILE, live_progress, readable_checkpoint
     from .spark.statestore import StateStore
     from .spec import checkpoint_paths
 
@@ -206,9 +206,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             return int(Exit.REFUSED)
     dead = deadletter.read(store)
     skipped = deadletter.counts(dead)
+    applied = store.read_json(APPLIED_FILE) or {}
+    if "lag_seconds" in applied and "lag_seconds" not in progress:
+        progress = {**progress, "lag_seconds": applied["lag_seconds"]}
     if args.json:
         owner = store.read_json("owner.json")
-        print(json.dumps({**progress, "skipped": skipped,
+        print(json.dumps({**progress, "skipped": skipped, "last_run": applied or None,
                           "owner": owner and {k: owner[k] for k in ("host", "pid", "since")}}))
         return 0
     if args.table:

@@ -103,6 +103,11 @@ SOURCE_OPTIONS = OptionTable(
            "the most changes one log micro-batch reads (a backlog is caught up in batches of "
            "this size: progress, rate and lag show between them, and a crash reads one batch "
            "again, not the backlog)", "source"),
+    Option("log.batch.bytes", "log_batch_bytes", positive_int, 256 * 1024 * 1024,
+           "about the most bytes of changes one log micro-batch reads (estimated from the "
+           "values of a sample of its changes): a backlog of wide rows is cut into batches "
+           "of about this size, as `log.batch.changes` cuts one of narrow rows", "source",
+           (), "268435456 (256 MiB)"),
     Option("errors.mode", "errors_mode", choice("fail", "skip"), "fail",
            "what a change the sync cannot carry does (a value beyond what Spark or the target "
            "holds, a row the target refuses): `fail` stops with one line naming its table, "
@@ -212,6 +217,8 @@ class SourceSpec:
     """What a log batch does when a table's columns change (:data:`sdk.schema.POLICIES`)."""
     log_batch_changes: int = 100_000
     """The most changes one log batch reads; its task cuts the batch there."""
+    log_batch_bytes: int = 256 * 1024 * 1024
+    """About the most bytes of changes one log batch reads (``sdk.spark.reads.BatchSize``)."""
     errors_mode: str = "fail"
     """What a change the sync cannot carry does: stop (``fail``) or go to the dead-letter
     table (``skip``; see :mod:`sdk.spark.deadletter`)."""
@@ -287,6 +294,7 @@ def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None
         discovery_seconds=source["discovery_seconds"],
         schema_changes=source["schema_changes"], errors_mode=source["errors_mode"],
         log_batch_changes=source["log_batch_changes"],
+        log_batch_bytes=source["log_batch_bytes"],
         target=Target.of(source["target"], source["target_schema"])
         if source["target"] else None)
 

@@ -7,6 +7,7 @@ those samples: it fires during the catch-up and clears after."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import signal
@@ -131,3 +132,10 @@ def test_a_resumed_sync_far_behind_reports_its_catch_up_truthfully(
     assert said and not [n for n, caught_up in said if caught_up and n < BACKLOG], said
     with sqlite3.connect(mirror) as conn:
         assert conn.execute("SELECT count(*) FROM lagging").fetchone()[0] == BACKLOG + 1
+    # sdk status says the same as the metrics did last
+    capsys.readouterr()
+    assert main(["status", "--checkpoint", str(tmp_path / "ck"), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["caught_up"] is True and status["last_run"]["applied"] >= BACKLOG
+    assert status["lag_seconds"] < 2 and status["tables"]["public.lagging"]["state"] == \
+        "streaming"

@@ -235,3 +235,32 @@ def test_a_log_batch_past_its_limit_is_cut_and_the_next_reads_on(tmp_path: Path)
     assert [rows[(i,)][1] for i in range(9)] == [f"changed {i}" for i in range(9)]
     target.close()
     conn.close()
+
+
+def test_a_log_batch_past_its_bytes_is_cut_where_a_replay_cuts_it(tmp_path: Path) -> None:
+    """``log.batch.bytes`` of about 64 changes of 1,000-character rows: the batch is cut
+    where its estimate (every 64th change sampled) passes the limit, the same on a replay."""
+    from sdk.spark.reads import BatchSize, LogPartition, read_log
+
+    url = make_source(tmp_path, rows=300)
+    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+                    "target": f"sqlite:///{tmp_path}/target.db",
+                    "log.batch.bytes": str(100 * 1040)})
+    assert spec.target is not None
+    spec.target.create_tables(spec.tables)
+    table, dialect = spec.tables[0], get_dialect("sqlite")
+    conn = dialect.connect(spec.config)
+    start = dialect.current_offset(conn)
+    with sqlite3.connect(tmp_path / "src.db") as raw:
+        raw.executemany("UPDATE items SET name = ? WHERE id = ?",
+                        [("x" * 1000, i) for i in range(300)])
+    end = dialect.current_offset(conn)
+    store = StateStore(str(tmp_path / "state"))
+    name = EngineState(SyncState(Phase.LOG, {table.table: table}, position=end),
+                       log_from=start, seq=1).save(store)
+    applied = applied_of(list(read_log(spec, LogPartition(name))))["main.items"]
+    assert applied == 2 * BatchSize.EVERY - 1  # the estimate passes 104,000 at change 128
+    cut = EngineState.load(store, name).sync.position
+    assert applied_of(list(read_log(spec, LogPartition(name)))) == {"main.items": 0}
+    assert EngineState.load(store, name).sync.position == cut
+    conn.close()

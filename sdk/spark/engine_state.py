@@ -190,6 +190,11 @@ def stage_name(split: SnapshotSplit) -> str:
     return f"{digest}-{split.index}"
 
 
+APPLIED_FILE = "applied.json"
+"""What the running ``sdk sync`` last reported of what it applied (``sdk status`` shows it):
+changes applied and set aside by this run, and the lag then."""
+APPLIED_KEYS = ("applied", "skipped", "lag_seconds")
+
 PROGRESS_FILE = "progress.json"
 PROGRESS_TABLES = "progress-tables.json"
 """The progress report is two files: the per-table figures, written only when they change

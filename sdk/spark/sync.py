@@ -26,6 +26,8 @@ from ..spec import READER_OPTIONS, UNTIL, SourceSpec, checkpoint_paths, resolve
 from ..target import Target
 from ..types import FinishedSplit
 from .engine_state import (
+    APPLIED_FILE,
+    APPLIED_KEYS,
     PROGRESS_FILE,
     captured_tables,
     check_checkpoint_source,
@@ -346,6 +348,9 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
                                    "resuming": True}
                     if report is not None:
                         report(current)
+                    if mirror is not None and "resuming" not in current:
+                        store.write_json({k: current[k] for k in APPLIED_KEYS if k in current}
+                                         | {"updated_at": time.time()}, APPLIED_FILE)
                     if metrics is not None:
                         metrics.update(current)
                         metrics.retries = retries.count
