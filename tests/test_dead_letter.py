@@ -295,5 +295,6 @@ def test_a_key_longer_than_the_target_holds_is_refused_never_cut(
         with mysql_admin.cursor() as cur:
             cur.execute("SET GLOBAL sql_mode = %s", (mode,))
             cur.execute("DROP TABLE IF EXISTS sdk_test.long_keys")
+            cur.execute("DELETE FROM sdk_test._sdk_applied WHERE tbl = 'long_keys'")
         drop_capture(postgres_admin, "long_keys")
         postgres_admin.execute("DROP TABLE IF EXISTS long_keys")

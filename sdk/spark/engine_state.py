@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -327,7 +328,25 @@ def captured_tables(store: StateStore, staged: bool = False) -> list[TableSchema
 
 STREAM_FILE = "stream.json"
 """What a stream's output was when it started (``{"envelope": bool}``): a restart keeps it,
-however many tables it captures by then."""
+however many tables it captures by then; and the sync's id (``"sync"``, made at its first
+start), which its ledger ids begin with."""
+
+
+def start_stream(store: StateStore, envelope: bool) -> None:
+    """Record the stream's output and, once, a new id for the sync (:func:`ledger_prefix`)."""
+    started = store.read_json(STREAM_FILE) or {}
+    store.write_json({"envelope": envelope,
+                      "sync": started.get("sync") or uuid.uuid4().hex[:16]}, STREAM_FILE)
+
+
+def ledger_prefix(store: StateStore) -> str:
+    """What the ledger ids of the sync in ``store`` begin with: its id, so a new sync into a
+    target an earlier one wrote (its checkpoint deleted, the same tables and positions) never
+    finds its batches "applied" by the earlier one's ledger rows. Empty for a checkpoint
+    made before syncs had ids (its replays keep matching its ledger rows)."""
+    started = store.read_json(STREAM_FILE) or {}
+    sync = started.get("sync")
+    return f"{sync}:" if sync else ""
 
 
 def checkpointed(spec: SourceSpec) -> SourceSpec:

@@ -66,7 +66,8 @@ class Mirror:
                  envelope: bool | None = None, target_schema: str | None = None,
                  shuffle: bool = True,
                  more_tables: Callable[[], Iterable[TableSchema]] | None = None,
-                 own_tables: bool = False) -> None:
+                 own_tables: bool = False,
+                 ledger_prefix: Callable[[], str] | None = None) -> None:
         """``tables`` are the source tables; each is mirrored under the same name, in
         ``target_schema`` when given (else in the source's schema name). ``shuffle=False``
         applies each input partition as it is, for a stream straight from the ``cdc`` source,
@@ -75,7 +76,9 @@ class Mirror:
         ``more_tables`` is asked before each batch for tables the stream captures now (a
         table added to a running sync): they are mirrored too, their target tables created;
         ``own_tables``: the target tables are this sync's (resumed), altered to ``tables``
-        when a schema change left them behind."""
+        when a schema change left them behind. ``ledger_prefix`` gives what each batch's
+        ledger id begins with (the sync's id: another sync into the same target never takes
+        this one's batches for its own)."""
         self.target = Target.of(target_url, target_schema)
         self.tables = list(tables)
         self.more_tables = more_tables
@@ -83,6 +86,7 @@ class Mirror:
         self.shuffle = shuffle
         self.envelope = len(self.tables) > 1 if envelope is None else envelope
         self.tally = Tally()
+        self.ledger_prefix = ledger_prefix
         self.target.create_tables(self.tables, own=own_tables)
 
     def _learn_tables(self) -> None:
@@ -140,7 +144,8 @@ class Mirror:
             keys = [F.col("table"), F.col("key")] if self.envelope else \
                 [F.col(spark_name(k)) for k in self.tables[0].key]
             df = df.repartition(self.partitions, *keys)
-        applier = _PartitionApplier(self, batch_id, df.columns)
+        prefix = self.ledger_prefix() if self.ledger_prefix is not None else ""
+        applier = _PartitionApplier(self, f"{prefix}{batch_id}", df.columns)
         # mapInArrow resolves each column by name, which fails on dots and backquotes
         plain = df.toDF(*[f"c{i}" for i in range(len(df.columns))])
         self.tally(plain.mapInArrow(applier, REPORT_SCHEMA), batch_id)
@@ -177,7 +182,7 @@ class Tally:
 class _PartitionApplier:
     """Runs on executors: compact one partition's changes (Arrow batches) and apply them."""
 
-    def __init__(self, mirror: Mirror, batch_id: int, columns: Sequence[str]) -> None:
+    def __init__(self, mirror: Mirror, batch_id: str, columns: Sequence[str]) -> None:
         self.position = {name: i for i, name in enumerate(columns)}
         """Where each column of the batch is (the batches carry positional names)."""
         self.target = mirror.target

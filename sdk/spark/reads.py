@@ -40,6 +40,7 @@ from .engine_state import (
     SCHEMA_STAGE,
     TRUNCATED_STAGE,
     EngineState,
+    ledger_prefix,
     stage_name,
     staged_schema_changes,
     write_cut,
@@ -214,6 +215,7 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                     partition.paced_from)
     loader = Pipeline() if sink is not None else None
     dead = StateStore(spec.state_dir) if spec.state_dir else None
+    prefix = ledger_prefix(store) if store is not None else ""
     rejected: list[Rejects] = []  # each split's
     try:
         for split in partition.splits:
@@ -266,7 +268,7 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
                     yield from batches
                     continue
             assert sink is not None and loader is not None and partition.stage is not None
-            ledger_id = split_ledger_id(partition.stage, split)
+            ledger_id = prefix + split_ledger_id(partition.stage, split)
             if split.since is None and sink.loads:  # a first read: rows only, as read
                 # loaded while the next split is read (the split is staged already)
                 loader.submit(functools.partial(
@@ -400,12 +402,13 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
     held = number = 0
     rejected: list[Rejects] = []  # each chunk's
     mark = Rejects.mark()
+    prefix = ledger_prefix(shapes.store)
 
     current = dict(shapes.tables)  # the columns of the changes read since the last change
 
     def flush() -> None:
         nonlocal chunk, held, number, mark
-        events, ledger = chunk, f"{log_ledger_id(partition.state)}/{number}"
+        events, ledger = chunk, f"{prefix}{log_ledger_id(partition.state)}/{number}"
         schemas = dict(current)
         rejects = Rejects(spec.errors_mode, shapes.store)
         rejected.append(rejects)

@@ -63,7 +63,6 @@ from ..types import (
 from .arrow import REPORT_SPARK, TableBatcher, envelope_schema
 from .engine_state import (
     CUTS,
-    STREAM_FILE,
     ChunkCache,
     EngineState,
     checkpointed,
@@ -72,6 +71,7 @@ from .engine_state import (
     stage_name,
     staged_schema_changes,
     staged_truncations,
+    start_stream,
     with_cut,
     write_progress,
 )
@@ -434,7 +434,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @_passing_faults
     def initialOffset(self) -> dict[str, Any]:
         self._check_source(None)
-        self.store.write_json({"envelope": self.spec.envelope}, STREAM_FILE)
+        start_stream(self.store, self.spec.envelope)
         state = self.machine.start(self.conn, self.spec.tables)
         self._save_identities(self.spec.dialect_obj.table_identities(
             self.conn, [t.table for t in self.spec.tables]))

@@ -33,6 +33,7 @@ from .engine_state import (
     check_checkpoint_source,
     checkpointed,
     latest_name,
+    ledger_prefix,
     live_progress,
 )
 from .lease import CheckpointLease
@@ -249,7 +250,7 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
         mirror = Mirror(target, spec.tables, envelope=spec.envelope,
                         target_schema=target_schema, shuffle=False,
                         more_tables=lambda: captured_tables(store, not spec.envelope),
-                        own_tables=resumed)
+                        own_tables=resumed, ledger_prefix=lambda: ledger_prefix(store))
     change_log = ChangeLog(changes) if changes is not None else None
 
     def each_batch(df: Any, batch_id: int) -> None:
