@@ -190,6 +190,13 @@ def ledger_tables(tables: Sequence[TableSchema], existing: Collection[tuple[str,
         if (schema, LEDGER) not in existing:
             continue
         names = [t.name for t in found if t.schema == schema]
-        holding = set(held(schema, names))
+        holding: set[str | None] = set()
+        for at in range(0, len(names), HELD_PER_QUERY):
+            holding.update(held(schema, names[at:at + HELD_PER_QUERY]))
         out.update({t: True for t in found if t.schema == schema and t.name in holding})
     return out
+
+
+HELD_PER_QUERY = 200
+"""Table names one :meth:`Ledger.holding_sql` query probes at most: SQLite refuses a compound
+SELECT of more than 500 terms (a target of 1,000 tables could not resume)."""

@@ -321,8 +321,13 @@ def captured_tables(store: StateStore, staged: bool = False) -> list[TableSchema
     with the columns its batch's schema changes give them (:func:`with_staged_columns`)."""
     name = latest_name(store)
     pointer = store.read_json("states", f"{name}.json") if name else None
-    content = store.read_json("content", f"{pointer['content']}.json") if pointer else None
-    tables = [TableSchema.from_json(t) for t in content["sync"]["tables"]] if content else []
+    file = ("content", f"{pointer['content']}.json") if pointer else None
+    content = store.read_json(*file) if file else None
+    if content is None or file is None:
+        return []
+    found = content["sync"]["tables"] if "tables" not in content else \
+        [t for digest in content["tables"] for t in _read_chunk(store, digest, file)]
+    tables = [TableSchema.from_json(t) for t in found]
     return with_staged_columns(store, name, tables) if staged and name else tables
 
 

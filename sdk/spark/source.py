@@ -383,7 +383,11 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._target is not None and compare(head, self._target) > 0:
                 head = self._target  # Trigger.AvailableNow: caught up means at its target
             caught_up = applied is not None and compare(applied, head) >= 0
-        previous = self._progress or read_progress(self.store)
+        previous = self._progress
+        if previous is None:  # a new driver: the report on disk, its tables written already
+            previous = read_progress(self.store)
+            if previous is not None:
+                self._progress_tables = previous.get("tables")
         self._progress = progress_of(replace(sync, position=applied), self.spec.options
                                      .split_size, previous, head, caught_up, inflight)
         self._progress["counted"] = counted
