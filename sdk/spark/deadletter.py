@@ -177,11 +177,6 @@ class Rejects:
         self.store.write_bytes(_parquet(pa.Table.from_pylist(self.records, schema=SCHEMA)),
                                FOLDER, f"{_file_name(name)}.parquet")
 
-    def report(self) -> list[dict[str, Any]]:
-        return [{"table": str(t), "applied": 0, "committed": None, "skipped": n}
-                for t, n in self.skipped.items()]
-
-
 def _bad(values: Sequence[Any] | None) -> tuple[int, BadValue] | None:
     """The first bad value of ``values`` and its index, if any."""
     if values is None:
