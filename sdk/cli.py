@@ -80,11 +80,15 @@ def _checkpoint_check(dialect: Any, conn: Any, url: str, checkpoint: str) -> Any
     name = f"checkpoint {checkpoint} can resume here"
     store = StateStore(checkpoint_paths(checkpoint)[0], create=False)
     try:
-        position = check_checkpoint_source(store, dialect, conn, url, checkpoint)
+        position, moved = check_checkpoint_source(store, dialect, conn, url, checkpoint,
+                                                  follow=False)
     except (LogMismatchError, OffsetExpiredError) as exc:
         return Requirement(name, False, "", str(exc))
     detail = "no sync has run with it" if position is None else \
         "the same server, and its log holds the position the sync resumes from"
+    if moved:
+        detail = (f"another server of the checkpoint's source (a failover): it holds every "
+                  f"change the checkpoint read, and a sync goes on at {position}")
     return Requirement(name, True, detail)
 
 

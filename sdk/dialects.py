@@ -22,7 +22,7 @@ import importlib.util
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from importlib.metadata import entry_points
@@ -474,6 +474,15 @@ class Dialect:
     def check_offset(self, conn: Connection, offset: Offset) -> None:
         if self.implements("check_offset"):
             self._call("check_offset", conn=conn, offset=offset)
+
+    def locate_offset(self, conn: Connection, offset: Offset, source: Mapping[str, str]
+                      ) -> Offset | None:
+        """Where ``conn``'s server holds ``offset`` of the log of server ``source`` (its
+        identity); None when the offset carries nothing to find it by (see the hook; callers
+        check ``implements``)."""
+        result: Offset | None = self._call("locate_offset", conn=conn, offset=offset,
+                                           source=source)
+        return result
 
     def connection_security(self, conn: Connection) -> list[ConnectionSecurity]:
         if not self.implements("connection_security"):

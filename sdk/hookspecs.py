@@ -32,7 +32,7 @@ Rules for every hook:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -345,6 +345,26 @@ def check_offset(conn: Connection, offset: Offset) -> None:
     Called at every start of a resumed sync with the position it resumes from, and by
     ``sdk check --checkpoint``. A position past ``current_offset`` the engine refuses by
     itself, at every start and poll. Optional: without it only that check is made.
+    """
+
+
+@optional
+def locate_offset(conn: Connection, offset: Offset, source: Mapping[str, str]
+                  ) -> Offset | None:
+    """Return where this server's log holds the point ``offset`` names in the log of another
+    server of its replication topology (the primary before a failover, whose
+    ``server_identity`` was ``source``): the position of the first change that came after
+    ``offset`` there, found by what the offset carries across servers (a MariaDB GTID
+    position, ...).
+
+    Called when a resumed sync finds another server than its checkpoint's (its
+    ``server_identity`` changed) or a position the server's log does not hold, for every
+    position the checkpoint keeps; the sync then goes on from the new server without a new
+    snapshot. Return None when the offset carries nothing to find it by (the engine uses the
+    nearest one below it that does, and reads the changes between again). Raise
+    :class:`sdk.errors.LogMismatchError` when this server lacks changes logged before
+    ``offset`` (a lossy failover), naming them, or when it is not a server of ``source``'s
+    topology as far as the dialect can tell. Optional: without it such a sync stops.
     """
 
 

@@ -45,11 +45,13 @@ from sdk.sql import lexicographic_range, with_condition
 from . import _arrow, _target, _tls, _visibility
 from ._binlog import CONNECTION_LOST, read_changes
 from ._connect import open_connection
+from ._lineage import _quoted, _text, refuse_unlisted
 from ._lineage import check_offset as check_offset
-from ._lineage import refuse_unlisted
+from ._lineage import locate_offset as locate_offset
 from ._lineage import server_identity as server_identity
 from ._offsets import (
     NAME,
+    MariadbGtidState,
     canonical_mariadb_gtid,
     gtid_of,
     make_offset,
@@ -642,11 +644,55 @@ def compare_offset(a: Offset, b: Offset) -> int:
 def begin_snapshot(conn: MySqlConnection) -> SnapshotView | None:
     if not conn.snapshot_status:
         return None
+    base = _quiet_end(conn) if conn.mariadb else None
     conn.query("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     conn.in_view = True
-    # no GTID here: it would cost a BINLOG_GTID_POS scan per split under writes, and a split's
-    # watermark is never where a user resumes after a failover
-    return SnapshotView(make_offset(*_snapshot_position(conn)))
+    file, pos = _snapshot_position(conn)
+    # the GTID position lets a failover find the watermark on a replica; BINLOG_GTID_POS
+    # would scan the file under writes, so it is the end's read before, plus the transactions
+    # logged since, when that is cheap (else None: the engine places it by another one)
+    return SnapshotView(make_offset(file, pos, 0, _gtid_after(conn, base, file, pos)))
+
+
+def _quiet_end(conn: MySqlConnection, tries: int = 3) -> tuple[str, int, str] | None:
+    """MariaDB's binlog end and its GTID position, when two status reads around
+    ``@@gtid_binlog_pos`` agree (no transaction logged between) within ``tries``."""
+    for _ in range(tries):
+        before = _status_row(conn)
+        ((position,),) = conn.query("SELECT @@GLOBAL.gtid_binlog_pos")
+        after = _status_row(conn)
+        if (before[0], int(before[1])) == (after[0], int(after[1])):
+            text = position.decode() if isinstance(position, bytes) else str(position or "")
+            return str(before[0]), int(before[1]), canonical_mariadb_gtid(text)
+    return None
+
+
+GTID_EVENTS_READ = 100  # binlog events read to carry a GTID position forward, at most
+
+
+def _gtid_after(conn: MySqlConnection, base: tuple[str, int, str] | None, file: str,
+                pos: int) -> str | None:
+    """The GTID position at ``file:pos``, from ``base`` (an earlier point of the same file
+    and its position) and the GTIDs of the transactions logged between; None when that is
+    not cheap to know (another file, too many events, no privilege)."""
+    if base is None or base[0] != file or base[1] > pos:
+        return None
+    if base[1] == pos:
+        return base[2]
+    try:
+        rows = conn.query(f"SHOW BINLOG EVENTS IN '{_quoted(file)}' FROM {int(base[1])} "
+                          f"LIMIT {GTID_EVENTS_READ}")
+    except Exception:  # no privilege, or the file rotated away: not known cheaply
+        return None
+    state = MariadbGtidState(base[2])
+    for row in rows:
+        at, kind, info = int(row[1]), _text(row[2]), _text(row[5])
+        if at >= pos:
+            return state.text if at == pos else None
+        if kind == "Gtid":
+            gtid = info.rsplit(" ", 1)[-1]
+            state.add(int(gtid.split("-", 1)[0]), gtid)
+    return None
 
 
 @hookimpl

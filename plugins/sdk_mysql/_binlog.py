@@ -189,17 +189,19 @@ class _Dump:
     read, as the library does; one that cannot be reopened raises the driver's error."""
 
     def __init__(self, settings: dict[str, Any], file: str, pos: int, follow: bool,
-                 heartbeat_seconds: float) -> None:
+                 heartbeat_seconds: float, mariadb_gtid: str | None = None) -> None:
         from pymysqlreplication import BinLogStreamReader
 
         self.reader = BinLogStreamReader(
             connection_settings=settings, server_id=random.randint(1 << 20, (1 << 31) - 1),
             log_file=file, log_pos=pos, resume_stream=True, blocking=follow,
             slave_heartbeat=heartbeat_seconds if follow else None,
-            pymysql_wrapper=open_connection, enable_logging=False)
+            pymysql_wrapper=self._open, enable_logging=False,
+            auto_position=mariadb_gtid, is_mariadb=mariadb_gtid is not None)
         self.file, self.pos = file, pos  # the end of the last event read
         self.checksum = 0
         self.mariadb = False
+        self.server_id: int | None = None  # the first connection's, which a reopened one keeps
         self._read: Any = None
 
     def _connect(self) -> None:
@@ -210,6 +212,31 @@ class _Dump:
         connection = reader._stream_connection
         self.mariadb = "MariaDB" in connection.get_server_info()
         self._read = connection._read_packet
+
+    def _open(self, **settings: Any) -> Any:
+        """A connection of the library's (the stream's and its control one), checked to reach
+        the server the first one did."""
+        connection = open_connection(**settings)
+        try:
+            with connection.cursor() as cur:
+                cur.execute("SELECT @@server_id AS id")
+                row = cur.fetchone()
+            self._check_server(int(row["id"] if isinstance(row, dict) else row[0]))
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _check_server(self, server_id: int) -> None:
+        """A reopened connection must reach the server the first one did: the same position
+        on another one (a failover behind one host name) names something else."""
+        if self.server_id is None:
+            self.server_id = server_id
+        elif server_id != self.server_id:
+            raise RetriableError(
+                f"the binlog connection reopened on another server (server_id {server_id}, "
+                f"was {self.server_id}): a failover; the sync restarts from its checkpoint "
+                "to follow it")
 
     def packets(self) -> Iterator[bytes]:
         """Each event packet (the OK byte, the header, the body and the checksum); ends at the
@@ -234,6 +261,35 @@ class _Dump:
 
     def close(self) -> None:
         self.reader.close()
+
+
+def locate_mariadb_gtid(settings: dict[str, Any], gtid: str
+                        ) -> tuple[str, int, str | None]:
+    """Where the server's binlog holds the first transaction after MariaDB GTID position
+    ``gtid``: its file, position and GTID (None: none yet, the position is the binlog's end).
+    A non-blocking binlog dump from that position, as a replica connects, read to its first
+    transaction; the fake ``Gtid_list`` the server sends first carries where it begins. In
+    GTID strict mode: a server whose binlog does not hold each GTID of ``gtid`` exactly
+    (another server's history, a replica built from a later dump) raises the driver's
+    error 1236."""
+    dump = _Dump(settings, "", 4, False, 0.0, mariadb_gtid=gtid)
+    file, pos = "", 0
+    try:
+        for data in dump.packets():
+            _, kind, server_id, size, log_pos, _ = _HEADER.unpack_from(data)
+            body = data[_HEADER_SIZE:len(data) - dump.checksum]
+            if kind == ROTATE:
+                file, pos = body[8:].decode(), int.from_bytes(body[:8], "little")
+                continue
+            if kind == MARIADB_GTID:
+                domain = int.from_bytes(body[8:12], "little")
+                seq = int.from_bytes(body[:8], "little")
+                return file, log_pos - size, f"{domain}-{server_id}-{seq}"
+            if log_pos:
+                pos = log_pos
+    finally:
+        dump.close()
+    return file, pos, None
 
 
 CONNECTION_LOST = {2003, 2006, 2013}

@@ -12,11 +12,13 @@ must come after the GTID position the offset recorded.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sdk import LogMismatchError, Offset, OffsetExpiredError, hookimpl
 
-from ._offsets import gtid_of, parts
+from ._binlog import locate_mariadb_gtid
+from ._offsets import MariadbGtidState, gtid_of, make_offset, parts
 
 if TYPE_CHECKING:
     from . import MySqlConnection
@@ -30,14 +32,16 @@ WAY_BACK = ("start a new sync with a new --checkpoint directory (a new snapshot)
 @hookimpl
 def server_identity(conn: MySqlConnection) -> dict[str, str]:
     """MySQL's ``server_uuid``; MariaDB's data directory's creation time, where this user may
-    see the privilege table (else nothing)."""
+    see the privilege table, and its ``server_id`` (unique within a replication topology)."""
     if not conn.mariadb:
         ((uuid,),) = conn.query("SELECT @@GLOBAL.server_uuid")
         return {"server_uuid": _text(uuid)}
-    rows = conn.query("SELECT MIN(CREATE_TIME) FROM information_schema.TABLES WHERE "
-                      "TABLE_SCHEMA = 'mysql' AND TABLE_NAME IN ('global_priv', 'user')")
-    created = rows[0][0] if rows else None
-    return {"datadir_created": str(created)} if created is not None else {}
+    rows = conn.query("SELECT MIN(CREATE_TIME), @@GLOBAL.server_id FROM information_schema."
+                      "TABLES WHERE TABLE_SCHEMA = 'mysql' AND TABLE_NAME IN ('global_priv', "
+                      "'user')")
+    created, server_id = rows[0] if rows else (None, None)
+    identity = {"server_id": str(server_id)} if server_id is not None else {}
+    return {"datadir_created": str(created), **identity} if created is not None else identity
 
 
 @hookimpl
@@ -71,6 +75,86 @@ def check_offset(conn: MySqlConnection, offset: Offset) -> None:
     gtid = gtid_of(offset)
     if conn.mariadb and gtid and rows:
         _check_gtid_order(file, pos, gtid, _text(rows[0][5]))
+
+
+@hookimpl
+def locate_offset(conn: MySqlConnection, offset: Offset, source: Mapping[str, str]
+                  ) -> Offset | None:
+    """The offset's place in this server's binlog, found by the MariaDB GTID position it
+    carries: where a replica reading from that position would begin (see
+    ``_binlog.locate_mariadb_gtid``). A server lacking transactions of that position (a
+    replica promoted before it had them all) is refused, naming them, as is one with the
+    ``server_id`` of the ``source`` (no replica shares its primary's): another server whose
+    GTIDs merely look the same. None for an offset without a GTID position."""
+    import pymysql
+
+    n = parts(offset)[2]
+    gtid = gtid_of(offset)
+    if not conn.mariadb:
+        raise LogMismatchError(
+            "following a failover by GTID is implemented for MariaDB only (MySQL's GTID sets "
+            f"are not followed along the binlog yet); {WAY_BACK}")
+    if gtid is None:
+        return None  # a split's watermark taken under writes: the engine places it
+    ((server_id,),) = conn.query("SELECT @@GLOBAL.server_id")
+    if source.get("server_id") == str(server_id):
+        raise LogMismatchError(
+            f"this server is not a replica of the one the checkpoint followed: both have "
+            f"server_id {server_id}, which a replication topology never shares, and its "
+            f"binlog is another history whatever its GTIDs; {WAY_BACK}")
+    try:
+        found_file, found_pos, first = locate_mariadb_gtid(conn.settings, gtid)
+    except pymysql.err.OperationalError as exc:
+        if exc.args and exc.args[0] == 1236:
+            raise LogMismatchError(_lost(conn, gtid, str(exc.args[-1]), None)) from None
+        raise
+    ((now,),) = conn.query("SELECT @@GLOBAL.gtid_binlog_pos")
+    missing = _missing(gtid, _text(now or ""), first)
+    if missing:
+        raise LogMismatchError(_lost(conn, gtid, "", missing))
+    return make_offset(found_file, found_pos, n, gtid)
+
+
+def _missing(recorded: str, now: str, first: str | None) -> list[str]:
+    """The transactions after GTID position ``recorded`` a server at ``now`` lacks, by domain:
+    those the checkpoint read (``now`` is behind ``recorded``), and those between ``recorded``
+    and ``first``, the first transaction after it in the server's binlog (a binlog that
+    begins later)."""
+    have = MariadbGtidState(now).domains
+    missing = []
+    for domain, gtid in MariadbGtidState(recorded).domains.items():
+        seq = int(gtid.rsplit("-", 1)[1])
+        held = int(have[domain].rsplit("-", 1)[1]) if domain in have else 0
+        if held < seq:
+            missing.append(_span(domain, held + 1, seq))
+    if first is not None and not missing:
+        domain, _, seq = (int(part) for part in first.split("-"))
+        at = MariadbGtidState(recorded).domains.get(domain)
+        if at is not None and seq > int(at.rsplit("-", 1)[1]) + 1:
+            missing.append(_span(domain, int(at.rsplit("-", 1)[1]) + 1, seq - 1))
+    return missing
+
+
+def _span(domain: int, first: int, last: int) -> str:
+    return f"{domain}-*-{first}" if first == last else f"{domain}-*-{first} to {domain}-*-{last}"
+
+
+def _lost(conn: MySqlConnection, recorded: str, reason: str, missing: list[str] | None
+          ) -> str:
+    """The refusal of a server whose binlog cannot go on from GTID position ``recorded``:
+    the transactions it lacks, and the ways back."""
+    ((now,),) = conn.query("SELECT @@GLOBAL.gtid_binlog_pos")
+    now = _text(now or "") or "nothing"
+    if missing is None:
+        missing = _missing(recorded, now, None)
+    lacks = f"its binlog (at {now}) lacks {', '.join(missing)}" if missing else \
+        f"its binlog (at {now}) does not hold those transactions"
+    because = f" ({reason})" if reason else ""
+    return (f"this server's binlog cannot go on from the checkpoint's GTID position "
+            f"{recorded}: {lacks}{because}. Either they were lost in the failover (a replica "
+            f"promoted before it had them: apply them here from the old primary's binlog, "
+            f"mariadb-binlog --start-position ..., and run again), or this server is not a "
+            f"replica of the one the checkpoint followed; {WAY_BACK}")
 
 
 def refuse_unlisted(file: str, listed: list[str]) -> None:

@@ -11,13 +11,17 @@ that the position is not past it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..dialects import Dialect
 from ..errors import LogMismatchError
 from ..types import Connection, Offset
 from .state import Phase, SyncState
+
+log = logging.getLogger(__name__)
 
 SOURCE_FILE = "source.json"
 """In a sync's state directory: the dialect, identity and masked URL of its source."""
@@ -56,6 +60,58 @@ def check_same_source(recorded: Mapping[str, Any], now: Mapping[str, Any],
             f"{now.get('url')} is not the server checkpoint {checkpoint} follows ({changes}; "
             f"recorded from {recorded.get('url')}): its log positions mean nothing here "
             f"(another server, a failover or a restored backup); {NEW_SYNC}")
+
+
+def another_source(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+    """Whether ``now`` is another server of the same dialect than ``recorded`` (both
+    :func:`source_record` results): a recorded identity value differs."""
+    old: Mapping[str, str] = recorded.get("identity") or {}
+    new: Mapping[str, str] = now.get("identity") or {}
+    return recorded.get("dialect") == now.get("dialect") and \
+        any(str(old[k]) != str(new.get(k)) for k in old)
+
+
+def relocate(dialect: Dialect, conn: Connection, offsets: Iterable[Offset],
+             source: Mapping[str, str], since: Offset | None = None) -> dict[Offset, Offset]:
+    """Each of ``offsets``, positions in the log of the server whose identity was ``source``
+    (the primary before a failover), as the dialect's ``locate_offset`` finds it in
+    ``conn``'s server's log.
+
+    An offset it cannot find by itself (it returns None) takes the place of the greatest
+    offset found at or below it: the changes between are read again, which leaves a mirror
+    as it was. That needs a found offset above it too, so that the server is known to hold
+    every change up to it; else :class:`LogMismatchError`. A lossy failover raises the
+    dialect's :class:`LogMismatchError`, naming the changes the server lacks, except for an
+    offset below ``since`` (where every later read starts: nothing is read from below it),
+    which then takes ``since``'s place."""
+    compare = dialect.compare_offset
+    found: dict[Offset, Offset] = {}
+    blind: list[Offset] = []
+    behind: list[Offset] = []
+    for offset in sorted(set(offsets), key=functools.cmp_to_key(compare), reverse=True):
+        try:
+            place = dialect.locate_offset(conn, offset, source)
+        except LogMismatchError:
+            if since is None or compare(offset, since) >= 0:
+                raise
+            behind.append(offset)
+            continue
+        if place is None:
+            blind.append(offset)
+        else:
+            found[offset] = place
+    for offset in blind:
+        below = [o for o in found if compare(o, offset) <= 0]
+        if not below or not any(compare(o, offset) >= 0 for o in found):
+            raise LogMismatchError(
+                f"the checkpoint's log position {_text(offset)} cannot be found in this "
+                f"server's log (it carries nothing to find it by, and no position the "
+                f"checkpoint keeps around it does): {NEW_SYNC}")
+        found[offset] = found[max(below, key=functools.cmp_to_key(compare))]
+    if behind:
+        assert since is not None
+        found.update(dict.fromkeys(behind, found[since]))
+    return found
 
 
 def resume_position(state: SyncState, dialect: Dialect) -> Offset | None:

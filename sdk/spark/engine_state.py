@@ -9,17 +9,21 @@ read states without a Spark session).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..algorithm import SyncState
 from ..algorithm.lineage import (
     SOURCE_FILE,
+    another_source,
     check_position,
     check_same_source,
+    relocate,
     resume_position,
     source_record,
 )
@@ -395,17 +399,143 @@ def checkpointed(spec: SourceSpec) -> SourceSpec:
     return replace(spec, tables=tables)
 
 
-def check_checkpoint_source(store: StateStore, dialect: Dialect, conn: Connection, url: str,
-                            checkpoint: str) -> Offset | None:
-    """Check that ``conn``'s server is the source the checkpoint in ``store`` follows and that
-    its log holds the position the sync resumes from (:mod:`sdk.algorithm.lineage`); that
-    position, or None for a checkpoint with none yet. A checkpoint written before sources were
-    recorded has no record: only its position is checked."""
-    engine = readable_checkpoint(store)
+def _state_files(store: StateStore) -> Iterator[tuple[str, ...]]:
+    """Every file the states ``store`` keeps refer to, where a log position may be: their
+    contents and chunks, their cuts and their batches' stages (not what the next garbage
+    collection drops: no sync reads from there again)."""
+    for file in store.list_dir("states"):
+        pointer = store.read_json("states", file) if file.endswith(".json") else None
+        if not isinstance(pointer, dict):
+            continue
+        name = file.removesuffix(".json")
+        yield "content", f"{pointer['content']}.json"
+        for digest in EngineState.chunks_of(store, pointer["content"]):
+            yield "chunks", f"{digest}.json"
+        if store.exists(CUTS, file):
+            yield CUTS, file
+        for stage in store.list_dir("batches", name):
+            if stage.endswith(".json"):
+                yield "batches", name, stage
+
+
+def _offsets_in(data: Any, dialect: str) -> Iterator[dict[str, Any]]:
+    """The offsets (``Offset.to_json`` forms) of ``dialect`` anywhere in JSON ``data``."""
+    if isinstance(data, dict):
+        if data.keys() == {"dialect", "position"} and data["dialect"] == dialect:
+            yield data
+            return
+        for value in data.values():
+            yield from _offsets_in(value, dialect)
+    elif isinstance(data, list):
+        for value in data:
+            yield from _offsets_in(value, dialect)
+
+
+def _replaced(data: Any, places: Mapping[str, Any]) -> Any:
+    """``data`` with each offset in ``places`` (by its canonical text) replaced."""
+    if isinstance(data, dict):
+        if data.keys() == {"dialect", "position"}:
+            return places.get(dumps(data), data)
+        return {k: _replaced(v, places) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_replaced(v, places) for v in data]
+    return data
+
+
+def follow_failover(store: StateStore, dialect: Dialect, conn: Connection,
+                    recorded: Mapping[str, Any], now: Mapping[str, Any], write: bool = True
+                    ) -> dict[Offset, Offset]:
+    """Move the checkpoint in ``store`` onto ``conn``'s server, another server of the source's
+    replication topology than the ``recorded`` one (a failover): every log position it keeps
+    becomes its place in the new server's log (:func:`sdk.algorithm.lineage.relocate`), then
+    the new server is recorded, with the old one in its ``followed`` history. Rewriting is
+    idempotent (a position is found by what it carries across servers), so a sync stopped
+    halfway does it again. Returns where each position moved; ``write`` False: only that
+    (``sdk check``)."""
+    files = list(dict.fromkeys(_state_files(store)))
+    contents = {parts: store.read_json(*parts) for parts in files}
+    offsets = {dumps(o): Offset.from_json(o) for data in contents.values()
+               for o in _offsets_in(data, dialect.name)}
+    places = relocate(dialect, conn, offsets.values(), recorded.get("identity") or {},
+                      _reads_from(store, dialect))
+    if not write:
+        return places
+    by_text = {text: places[offset].to_json() for text, offset in offsets.items()}
+    for parts, data in contents.items():
+        moved = _replaced(data, by_text)
+        if moved != data:
+            store.write_json(moved, *parts)
+    history = [*recorded.get("followed", []),
+               {"identity": recorded.get("identity"), "url": recorded.get("url"),
+                "until": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "positions": {text: by_text[text] for text in list(by_text)[:1000]}}]
+    store.write_json({**now, "followed": history}, SOURCE_FILE)
+    latest = max(places.values(), key=_sort_key(dialect)) if places else None
+    log.warning("followed a failover: %s is another server than %s, which the checkpoint "
+                "followed; %d log positions found in its log by what they carry (the "
+                "latest: %s); going on from there without a new snapshot", now.get("url"),
+                recorded.get("url"), len(offsets), latest)
+    return places
+
+
+def _reads_from(store: StateStore, dialect: Dialect) -> Offset | None:
+    """The lowest log position a sync on ``store`` can read from again: the resume position
+    of the state of the last batch Spark committed, as ``sdk sync``'s Spark checkpoint beside
+    the state directory records it (None when there is none: a query of the user's own)."""
+    base, _, leaf = store.uri.rstrip("/").rpartition("/")
+    if leaf != "state":
+        return None
+    spark = StateStore(f"{base}/checkpoint", create=False)
+    batches = [int(n) for n in spark.list_dir("commits") if n.isdigit()]
+    if not batches:
+        return None
+    text = spark.read_bytes("offsets", str(max(batches)))
+    try:
+        name = json.loads(text.decode().splitlines()[2])["state"] if text else None
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
+    if not isinstance(name, str) or store.read_json("states", f"{name}.json") is None:
+        return None
+    return resume_position(EngineState.load(store, name).sync, dialect)
+
+
+def _sort_key(dialect: Dialect) -> Any:
+    import functools
+
+    return functools.cmp_to_key(dialect.compare_offset)
+
+
+def follow_or_check_source(store: StateStore, dialect: Dialect, conn: Connection, url: str,
+                           checkpoint: str, write: bool = True
+                           ) -> dict[Offset, Offset] | None:
+    """At a resumed sync's start: when ``conn``'s server is another one than the checkpoint's
+    (a failover) and the dialect can find positions across servers, move the checkpoint onto
+    it (:func:`follow_failover`; ``write`` False: only find where) and return where its
+    positions went; else raise when it is another server, return None when it is the same."""
     recorded = store.read_json(SOURCE_FILE)
-    if recorded is not None:
-        check_same_source(recorded, source_record(dialect, conn, url), checkpoint)
+    if recorded is None:
+        return None
+    now = source_record(dialect, conn, url)
+    if another_source(recorded, now) and dialect.implements("locate_offset"):
+        return follow_failover(store, dialect, conn, recorded, now, write)
+    check_same_source(recorded, now, checkpoint)
+    return None
+
+
+def check_checkpoint_source(store: StateStore, dialect: Dialect, conn: Connection, url: str,
+                            checkpoint: str, follow: bool = True
+                            ) -> tuple[Offset | None, bool]:
+    """Check that ``conn``'s server is the source the checkpoint in ``store`` follows, or
+    another server of its topology the checkpoint can move onto (a failover: moved when
+    ``follow``), and that its log holds the position the sync resumes from
+    (:mod:`sdk.algorithm.lineage`). Returns that position (None for a checkpoint with none
+    yet) and whether it is another server's. A checkpoint written before sources were
+    recorded has no record: only its position is checked."""
+    places = follow_or_check_source(store, dialect, conn, url, checkpoint, write=follow)
+    engine = readable_checkpoint(store)
     position = resume_position(engine.sync, dialect) if engine is not None else None
+    if position is not None and places is not None and not follow:
+        position = places.get(position, position)
     if position is not None:
         check_position(dialect, conn, position, url)
-    return position
+    return position, places is not None

@@ -41,7 +41,6 @@ from ..algorithm.lineage import (
     SOURCE_FILE,
     check_not_past_head,
     check_position,
-    check_same_source,
     resume_position,
     source_record,
 )
@@ -66,6 +65,7 @@ from .engine_state import (
     ChunkCache,
     EngineState,
     checkpointed,
+    follow_or_check_source,
     latest,
     read_progress,
     stage_name,
@@ -418,18 +418,22 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"phase": report["phase"], "rows": int(report["rows"]), "tables": tables,
                 "caught_up": bool(report.get("caught_up", False))}
 
-    def _check_source(self, sync: SyncState | None) -> None:
-        """Once per driver: the source is the server this state directory follows (recorded
-        at its first start) and its log holds the position ``sync`` resumes from."""
+    def _check_source(self, name: str | None) -> None:
+        """Once per driver, before it reads a state: the source is the server this state
+        directory follows (recorded at its first start), or another server of its topology
+        the checkpoint then moves onto (a failover, see
+        :func:`.engine_state.follow_or_check_source`), and its log holds the position the
+        state ``name`` resumes from."""
         if self._source_checked:
             return
         dialect, url = self.spec.dialect_obj, self.spec.config.masked_url
-        now = source_record(dialect, self.conn, url)
-        recorded = self.store.read_json(SOURCE_FILE)
-        if recorded is None:
-            self.store.write_json(now, SOURCE_FILE)
-        else:
-            check_same_source(recorded, now, self.spec.state_dir or "")
+        if self.store.read_json(SOURCE_FILE) is None:
+            self.store.write_json(source_record(dialect, self.conn, url), SOURCE_FILE)
+        elif follow_or_check_source(self.store, dialect, self.conn, url,
+                                    self.spec.state_dir or "") is not None:
+            self._states.clear()  # loaded before the positions moved
+            self._chunks = {}
+        sync = self._load(name).sync if name is not None else None
         position = resume_position(sync, dialect) if sync is not None else None
         if position is not None:
             check_position(dialect, self.conn, position, url)
@@ -478,9 +482,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @_passing_faults
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Fold the last batch's splits in, then ask the phase machine for the next batch."""
+        self._check_source(start["state"])
         engine = self._load(start["state"])
         sync = engine.sync
-        self._check_source(sync)
         self._applied = sync.position  # the batch ending at start has committed
         if engine.inflight:
             sync = self.machine.fold(sync, self._staged(start["state"], engine))
@@ -702,6 +706,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         if start == end:
             return []
+        self._check_source(start["state"])  # a restart replays its last batch first
         engine = self._load(end["state"])
         # the rate limits count from the batch's hand-out (so Spark's task start-up too)
         planned = self._planned.get(end["state"], time.time())

@@ -170,8 +170,10 @@ def _prepare(source: str, target: str | None, tables: str, checkpoint: str, unti
 
 def _check_resumed_source(source: str, state_dir: str, checkpoint: str) -> None:
     """For a resumed sync, before anything touches the source (its capture prepared, a slot
-    made): the source is the server the checkpoint follows and its log holds the position
-    the sync resumes from (:func:`.engine_state.check_checkpoint_source`)."""
+    made): the source is the server the checkpoint follows, or another one of its topology
+    holding every change the checkpoint read (a failover, followed once the sync owns the
+    checkpoint), and its log holds the position the sync resumes from
+    (:func:`.engine_state.check_checkpoint_source`)."""
     store = StateStore(state_dir, create=False)
     if store.read_json(SOURCE_FILE) is None and latest_name(store) is None:
         return
@@ -179,7 +181,8 @@ def _check_resumed_source(source: str, state_dir: str, checkpoint: str) -> None:
     conn = dialect.connect(config)
     try:
         with dialect.passing_faults():
-            check_checkpoint_source(store, dialect, conn, config.masked_url, checkpoint)
+            check_checkpoint_source(store, dialect, conn, config.masked_url, checkpoint,
+                                    follow=False)
     finally:
         conn.close()
 
