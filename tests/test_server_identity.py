@@ -120,6 +120,10 @@ def _two(start: Callable[[Path], S]) -> Iterator[tuple[S, S]]:
     try:
         first = start(root / "a")
         with stopping(first):
+            # made in another second: MariaDB's identity is its data directory's creation
+            # time, to the second (two servers alike in it and in server_id are told apart
+            # only by their binlogs)
+            time.sleep(1.1)
             second = start(root / "b")
             with stopping(second):
                 yield first, second

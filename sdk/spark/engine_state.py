@@ -30,7 +30,7 @@ from ..algorithm.lineage import (
 from ..algorithm.progress import with_staged
 from ..codec import dumps
 from ..dialects import Dialect
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, RetriableError
 from ..spec import SourceSpec
 from ..types import (
     Connection,
@@ -520,6 +520,22 @@ def follow_or_check_source(store: StateStore, dialect: Dialect, conn: Connection
         return follow_failover(store, dialect, conn, recorded, now, write)
     check_same_source(recorded, now, checkpoint)
     return None
+
+
+def check_task_source(store: StateStore, dialect: Dialect, conn: Connection) -> None:
+    """In a task, on its own connection: the server is the one the checkpoint follows. One
+    that is not (a failover behind the same host name since the driver checked) raises
+    :class:`RetriableError`: the sync restarts, and its driver follows the failover or
+    stops. Costs the dialect's ``server_identity`` query."""
+    recorded = store.read_json(SOURCE_FILE)
+    if recorded is None:
+        return
+    now = {"dialect": dialect.name, "identity": dialect.server_identity(conn)}
+    if another_source(recorded, now):
+        raise RetriableError(
+            f"the source is another server than the one the checkpoint follows (was "
+            f"{recorded.get('identity')}, is {now['identity']}): a failover under a running "
+            "sync; it restarts from its checkpoint to follow it")
 
 
 def check_checkpoint_source(store: StateStore, dialect: Dialect, conn: Connection, url: str,

@@ -40,6 +40,7 @@ from .engine_state import (
     SCHEMA_STAGE,
     TRUNCATED_STAGE,
     EngineState,
+    check_task_source,
     ledger_prefix,
     stage_name,
     staged_schema_changes,
@@ -238,6 +239,8 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
             else:
                 if conn is None:
                     conn = dialect.connect(spec.config)
+                    if spec.state_dir:
+                        check_task_source(StateStore(spec.state_dir), dialect, conn)
                 with doing(f"reading {_split_text(split)}", dialect.is_retriable,
                            split.table):
                     mark = rejects.mark()
@@ -589,6 +592,11 @@ def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes,
     left = spec.log_batch_changes  # changes this batch may still read
     size = BatchSize(spec.log_batch_bytes)
     conn = dialect.connect(spec.config)
+    try:
+        check_task_source(shapes.store, dialect, conn)
+    except BaseException:
+        conn.close()
+        raise
     stream = dialect.stream_log(conn, list(engine.sync.tables.values()), engine.log_from,
                                 engine.sync.position)
     try:
