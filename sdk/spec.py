@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -269,10 +269,11 @@ def parse_options(options: Mapping[str, str]) -> ParsedOptions:
     return ParsedOptions(dialect, config, source["tables"], sync_options, source)
 
 
-def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None
-            ) -> SourceSpec:
-    """Parse the reader options, discover the tables, check and prepare the source; with
-    ``schemas`` (the tables resolved from the same options just before), only the first."""
+def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None,
+            before_prepare: BeforePrepare | None = None) -> SourceSpec:
+    """Parse the reader options, discover the tables, check and prepare the source (calling
+    ``before_prepare`` first); with ``schemas`` (the tables resolved from the same options
+    just before), only the first."""
     parsed = parse_options(options)
     dialect, config = parsed.dialect, parsed.config
     if parsed.source["errors_mode"] == "skip" and not parsed.source["state_dir"]:
@@ -281,7 +282,7 @@ def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None
     if schemas is None:
         with dialect.passing_faults():
             schemas = discover(dialect, config, parsed.tables, parsed.options,
-                               parsed.source["advice"] == "log")
+                               parsed.source["advice"] == "log", before_prepare)
     source = parsed.source
     return SourceSpec(
         dialect=dialect.name, config=config, tables=schemas, options=parsed.options,
@@ -336,8 +337,14 @@ def _refuse_unreadable(dialect: Dialect, conn: Connection, patterns: list[str],
                 f"SELECT on {table}; as an administrator: {check.fix}")
 
 
+BeforePrepare = Callable[[Dialect, Connection, list[TableSchema]], None]
+"""Called with the chosen tables just before their capture is prepared (a resumed sync
+records there what preparing may undo)."""
+
+
 def discover(dialect: Dialect, config: ConnectionConfig, patterns: str,
-             sync_options: SyncOptions, advise: bool = True) -> list[TableSchema]:
+             sync_options: SyncOptions, advise: bool = True,
+             before_prepare: BeforePrepare | None = None) -> list[TableSchema]:
     """The chosen tables' schemas, their capture prepared and the source's preflight passed
     (its advice logged when ``advise``). Keys are chosen before capture is prepared, so a
     table without one changes nothing."""
@@ -345,6 +352,8 @@ def discover(dialect: Dialect, config: ConnectionConfig, patterns: str,
     try:
         chosen = chosen_tables(dialect, conn, config, patterns)
         schemas = [choose_key(dialect.describe_table(conn, t), sync_options) for t in chosen]
+        if before_prepare is not None:
+            before_prepare(dialect, conn, schemas)
         _prepare(dialect, conn, config, schemas, advise)
     finally:
         conn.close()

@@ -276,16 +276,22 @@ def table_identities(conn: PgConnection, tables: Sequence[TableId]) -> dict[Tabl
     pgoutput says nothing when a partition is detached, attached or dropped, nor of a
     TRUNCATE of a partition alone (published through the root), and each changes them. (So
     does a rewrite that keeps the rows, ``VACUUM FULL`` or ``CLUSTER`` of a partition: the
-    table is then read again for nothing.)"""
+    table is then read again for nothing.) A table the sync's publication does not publish
+    (taken out of it) gets ``:unpublished`` after it: pgoutput sends nothing of its changes
+    meanwhile, so putting it back is not enough."""
     return {TableId(schema, name): token for schema, name, token in conn.query(
         "SELECT n.nspname, c.relname, c.oid::text || CASE WHEN c.relkind = 'p' THEN '/' || "
         "coalesce((SELECT md5(string_agg(p.relid::oid::text || ':' || pc.relfilenode::text, "
         "',' ORDER BY p.relid::oid)) FROM pg_partition_tree(c.oid::regclass) p JOIN pg_class "
-        "pc ON pc.oid = p.relid WHERE p.isleaf), '') ELSE '' END "
+        "pc ON pc.oid = p.relid WHERE p.isleaf), '') ELSE '' END || CASE WHEN EXISTS ("
+        "SELECT 1 FROM pg_publication_tables pt JOIN pg_namespace pn ON pn.nspname = "
+        "pt.schemaname JOIN pg_class pc ON pc.relnamespace = pn.oid AND pc.relname = "
+        "pt.tablename WHERE pt.pubname = %s AND (pc.oid = c.oid OR pc.oid IN (SELECT relid "
+        "FROM pg_partition_tree(c.oid::regclass)))) THEN '' ELSE ':unpublished' END "
         "FROM unnest(%s::text[], %s::text[]) "
         "AS w(s, t) JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON "
         "c.relnamespace = n.oid AND c.relname = w.t AND c.relkind IN ('r', 'p')",
-        ([t.schema for t in tables], [t.name for t in tables]))}
+        (conn.publication, [t.schema for t in tables], [t.name for t in tables]))}
 
 
 @hookimpl

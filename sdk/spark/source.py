@@ -46,9 +46,10 @@ from ..algorithm.lineage import (
 )
 from ..algorithm.progress import progress_of
 from ..codec import dumps
+from ..dialects import Dialect
 from ..errors import ConfigurationError
 from ..schema import diff
-from ..spec import SourceSpec, TableWatch, resolve
+from ..spec import BeforePrepare, SourceSpec, TableWatch, resolve
 from ..target import Target, has_rows
 from ..types import (
     Capability,
@@ -98,6 +99,67 @@ _fold_truncations`)."""
 IDENTITIES_FILE = "identities.json"
 """Per captured table, the incarnation token (``table_identities``) the sync holds it at."""
 
+PENDING_FILE = "rereads-pending.json"
+"""Per captured table whose token changed, the token met, until the state holds its read."""
+
+
+def identities(store: StateStore) -> dict[TableId, str]:
+    """The incarnation token recorded of each captured table (:data:`IDENTITIES_FILE`)."""
+    return {TableId(schema, name): token
+            for schema, name, token in store.read_json(IDENTITIES_FILE) or []}
+
+
+def pending_rereads(store: StateStore) -> dict[TableId, tuple[str, str | None]]:
+    """The tables met with another token whose read the state does not hold yet: the token
+    met, and the one the table had once its capture was prepared again (None: not yet)."""
+    return {TableId(schema, name): (met, after)
+            for schema, name, met, after in store.read_json(PENDING_FILE) or []}
+
+
+def _write_pending(store: StateStore, pending: dict[TableId, tuple[str, str | None]]) -> None:
+    store.write_json([[t.schema, t.name, *v] for t, v in
+                      sorted(pending.items(), key=lambda i: str(i[0]))], PENDING_FILE)
+
+
+def add_pending_rereads(store: StateStore, met: Mapping[TableId, tuple[str, str | None]],
+                        keep: bool = False) -> None:
+    """Record ``met`` tables (their token met and after); ``keep``: not over a table's
+    pending read."""
+    pending = pending_rereads(store)
+    new = {t: v for t, v in met.items() if pending.get(t) != v and not
+           (keep and t in pending)}
+    if new:
+        _write_pending(store, {**pending, **new})
+
+
+def drop_pending_rereads(store: StateStore, tables: Sequence[TableId]) -> None:
+    """Forget the pending reads of ``tables``: the state holds them."""
+    pending = pending_rereads(store)
+    if any(t in pending for t in tables):
+        _write_pending(store, {t: v for t, v in pending.items() if t not in tables})
+
+
+def noting_changed_tables(state_dir: str | None) -> BeforePrepare | None:
+    """What a sync on ``state_dir`` calls before its capture is prepared: the tables whose
+    token changed while it was stopped are recorded (:func:`note_changed_tables`)."""
+    if not state_dir:
+        return None
+    return functools.partial(note_changed_tables, state_dir)
+
+
+def note_changed_tables(state_dir: str, dialect: Dialect, conn: Connection,
+                        schemas: Sequence[TableSchema]) -> None:
+    """Before a resumed sync prepares its capture (which may undo what changed a table's
+    token: a table put back into its publication): record each captured table whose token
+    is not the one the sync holds, so that its driver reads it again."""
+    store = StateStore(state_dir)
+    recorded = identities(store)
+    if not recorded or not dialect.implements("table_identities"):
+        return
+    now = dialect.table_identities(conn, [s.table for s in schemas if s.table in recorded])
+    add_pending_rereads(store, {t: (v, None) for t, v in now.items() if recorded[t] != v},
+                        keep=True)
+
 OFFSET_VERSION = 1
 
 
@@ -122,7 +184,9 @@ class CdcDataSource(DataSource):
         if spec is None:
             schemas = resolved_tables(self.options)
             self._prepared = schemas is not None
-            spec = checkpointed(resolve(dict(self.options), schemas))
+            state_dir = {k.lower(): v for k, v in self.options.items()}.get("statedir")
+            spec = checkpointed(resolve(dict(self.options), schemas,
+                                        noting_changed_tables(state_dir)))
             self._resolved = spec
         return spec
 
@@ -529,20 +593,30 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             sync = self._follow_recreated(sync, found.identities)
         return sync
 
-    def _follow_recreated(self, sync: SyncState, identities: dict[TableId, str]) -> SyncState:
+    def _follow_recreated(self, sync: SyncState, tokens: dict[TableId, str]) -> SyncState:
         """``sync`` with each captured table whose incarnation token changed (dropped and
-        created again under its name, while the log flowed or the sync was stopped) read
-        again whole, its capture prepared again first: the read deletes the mirror's rows
-        the new table does not hold and brings those the log may lack. The token first seen
-        of a table is recorded in ``identities.json``, and taken as the table's once the state
-        holds the read of the new one (request ``recreated/<token>/<table>``), so a batch
-        planned again plans the read again."""
+        created again under its name, taken out of what captures it, while the log flowed or
+        the sync was stopped) read again whole, its capture prepared again first: the read
+        deletes the mirror's rows the new table does not hold and brings those the log may
+        lack. A change met is recorded in :data:`PENDING_FILE` before the capture is
+        prepared again (which may undo what changed the token: a table put back into its
+        publication), and the token the table then has is taken as its own in
+        ``identities.json`` once the state holds the read (request
+        ``recreated/<token met>/<table>``), so a batch planned again plans the read again."""
         assert self._watch is not None
-        recorded = self._identities()
+        recorded = identities(self.store)
+        pending = pending_rereads(self.store)
         seen: dict[TableId, str] = {}
-        for table, identity in identities.items():
-            request = f"recreated/{identity}/{table}"
-            if recorded.get(table) in (None, identity) or request in sync.served:
+        for table, identity in tokens.items():
+            met, after = pending.get(table, (None, None))
+            if met is not None and f"recreated/{met}/{table}" in sync.served:
+                drop_pending_rereads(self.store, [table])  # its read is held: the token
+                recorded[table] = seen[table] = after or identity  # after it is the table's
+                met = None
+            if met is None and recorded.get(table) not in (None, identity):
+                met = identity
+            request = f"recreated/{met}/{table}"
+            if met is None or request in sync.served:
                 seen[table] = identity
                 continue
             if table in sync.plans or table in sync.finished or table in sync.leaving:
@@ -557,22 +631,21 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"({found.describe()}): the sync cannot read it "
                     "again as the table it captured. Take a new snapshot (restart with a new "
                     "--checkpoint directory)")
+            add_pending_rereads(self.store, {table: (met, None)})
             self._watch.prepare_again(self.conn, sync.tables[table])
+            after = self.spec.dialect_obj.table_identities(self.conn, [table]).get(table)
+            add_pending_rereads(self.store, {table: (met, after)})
             sync = self.machine.reread(self.conn, sync, table, None, request)
-            log.warning("table %s was dropped and created again, or rows left or joined it "
-                        "outside the log (a partition truncated, attached, detached or "
-                        "dropped): it is read again whole (request %s)", table, request)
+            log.warning("table %s was dropped and created again, taken out of what captures "
+                        "it (a publication), or rows left or joined it outside the log (a "
+                        "partition truncated, attached, detached or dropped): it is read "
+                        "again whole (request %s)", table, request)
         self._save_identities(seen)
         return sync
 
-    def _identities(self) -> dict[TableId, str]:
-        """The incarnation token recorded of each captured table (:data:`IDENTITIES_FILE`)."""
-        return {TableId(schema, name): token
-                for schema, name, token in self.store.read_json(IDENTITIES_FILE) or []}
-
     def _save_identities(self, tokens: dict[TableId, str]) -> None:
         """Record ``tokens`` over those recorded (written only when one is new)."""
-        recorded = self._identities()
+        recorded = identities(self.store)
         if all(recorded.get(t) == v for t, v in tokens.items()):
             return
         recorded.update(tokens)

@@ -39,7 +39,7 @@ from .engine_state import (
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
 from .session import DEFAULT_MASTER, EarlySession, spark_session
-from .source import check_target, save_resolved
+from .source import check_target, noting_changed_tables, save_resolved
 from .statestore import StateStore
 
 RETRY_SECONDS = 300.0
@@ -159,7 +159,7 @@ def _prepare(source: str, target: str | None, tables: str, checkpoint: str, unti
         if target_schema is not None:
             reader_options["targetSchema"] = target_schema
     _check_resumed_source(source, state_dir, checkpoint)
-    resolved = resolve(reader_options)
+    resolved = resolve(reader_options, before_prepare=noting_changed_tables(state_dir))
     # the advice was logged just now: the query's own resolve (in a Python worker) keeps quiet
     advice = READER_OPTIONS.find("preflight.advice")
     reader_options = {k: v for k, v in reader_options.items()
