@@ -388,6 +388,8 @@ def begin_snapshot(conn: Connection, token: str | None) -> SnapshotView | None:
     ``token`` from an earlier view, join that view instead (a PostgreSQL exported snapshot);
     return None if the token is no longer valid. With ``end_snapshot``: capability
     ``atomic_snapshot``. Without them each split is read between two ``current_offset`` calls.
+    It must work before ``prepare_capture`` ran: a batch read and a stream that snapshots and
+    stops read no log, so the engine prepares no capture for them (no slot left behind).
     """
 
 

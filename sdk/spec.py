@@ -18,6 +18,7 @@ from typing import Any
 from .algorithm import SyncOptions, choose_key
 from .algorithm.machine import splits_per_batch
 from .algorithm.options import OPTIONS as ALGORITHM_OPTIONS
+from .algorithm.options import StartupMode
 from .config import ConnectionConfig
 from .dialects import Dialect, default_manager, get_dialect
 from .errors import ConfigurationError, PreflightError
@@ -25,7 +26,7 @@ from .options import Option, OptionTable, boolean, choice, positive_int, text
 from .schema import POLICIES
 from .tables import named_table, parse_patterns, select_tables
 from .target import Target
-from .types import Connection, Offset, TableId, TableSchema
+from .types import Capability, Connection, Offset, TableId, TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -270,19 +271,21 @@ def parse_options(options: Mapping[str, str]) -> ParsedOptions:
 
 
 def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None,
-            before_prepare: BeforePrepare | None = None) -> SourceSpec:
+            before_prepare: BeforePrepare | None = None, prepare: bool = True) -> SourceSpec:
     """Parse the reader options, discover the tables, check and prepare the source (calling
-    ``before_prepare`` first); with ``schemas`` (the tables resolved from the same options
-    just before), only the first."""
+    ``before_prepare`` first; not without ``prepare``: :func:`prepare_source` does it later);
+    with ``schemas`` (the tables resolved from the same options just before), only the
+    first."""
     parsed = parse_options(options)
     dialect, config = parsed.dialect, parsed.config
     if parsed.source["errors_mode"] == "skip" and not parsed.source["state_dir"]:
         raise ConfigurationError("errors.mode=skip needs option stateDir: the changes set "
                                  "aside are kept there (its dead-letter folder)")
     if schemas is None:
+        prepare = prepare and needs_capture(dialect, parsed.options)
         with dialect.passing_faults():
             schemas = discover(dialect, config, parsed.tables, parsed.options,
-                               parsed.source["advice"] == "log", before_prepare)
+                               parsed.source["advice"] == "log", before_prepare, prepare)
     source = parsed.source
     return SourceSpec(
         dialect=dialect.name, config=config, tables=schemas, options=parsed.options,
@@ -344,17 +347,19 @@ records there what preparing may undo)."""
 
 def discover(dialect: Dialect, config: ConnectionConfig, patterns: str,
              sync_options: SyncOptions, advise: bool = True,
-             before_prepare: BeforePrepare | None = None) -> list[TableSchema]:
+             before_prepare: BeforePrepare | None = None, prepare: bool = True
+             ) -> list[TableSchema]:
     """The chosen tables' schemas, their capture prepared and the source's preflight passed
-    (its advice logged when ``advise``). Keys are chosen before capture is prepared, so a
-    table without one changes nothing."""
+    (its advice logged when ``advise``; neither without ``prepare``). Keys are chosen before
+    capture is prepared, so a table without one changes nothing."""
     conn = dialect.connect(config)
     try:
         chosen = chosen_tables(dialect, conn, config, patterns)
         schemas = [choose_key(dialect.describe_table(conn, t), sync_options) for t in chosen]
-        if before_prepare is not None:
-            before_prepare(dialect, conn, schemas)
-        _prepare(dialect, conn, config, schemas, advise)
+        if prepare:
+            if before_prepare is not None:
+                before_prepare(dialect, conn, schemas)
+            _prepare(dialect, conn, config, schemas, advise)
     finally:
         conn.close()
     return schemas
@@ -363,6 +368,29 @@ def discover(dialect: Dialect, config: ConnectionConfig, patterns: str,
 ADVICE_SHOWN = 3
 """Preflight advice logged in full when a sync starts; the rest (one per table, often) is
 counted, and ``sdk check`` lists it all."""
+
+
+def needs_capture(dialect: Dialect, options: SyncOptions) -> bool:
+    """Whether a stream under ``options`` reads the log, and so needs its capture prepared:
+    not one that snapshots and stops (``startup.mode=snapshot``) in consistent views, whose
+    splits read no log (a slot made for it would pin the WAL for good)."""
+    return not (options.startup_mode is StartupMode.SNAPSHOT and options.atomic_snapshot
+                and dialect.has(Capability.ATOMIC_SNAPSHOT))
+
+
+def prepare_source(spec: SourceSpec, before_prepare: BeforePrepare | None = None) -> None:
+    """Prepare the capture of ``spec``'s tables (resolved without) and pass the source's
+    preflight, its advice logged."""
+    dialect = spec.dialect_obj
+    conn = dialect.connect(spec.config)
+    try:
+        with dialect.passing_faults():
+            tables = list(spec.tables)
+            if before_prepare is not None:
+                before_prepare(dialect, conn, tables)
+            _prepare(dialect, conn, spec.config, tables)
+    finally:
+        conn.close()
 
 
 def _prepare(dialect: Dialect, conn: Connection, config: ConnectionConfig,

@@ -108,3 +108,39 @@ def test_sync_restarts_when_the_source_drops_out(spark: Any, postgres_admin: Any
                                "pg_replication_slots WHERE slot_name = %s", (slot,))
         postgres_admin.execute(f'DROP PUBLICATION IF EXISTS "{publication}"')
         postgres_admin.execute(f'DROP TABLE IF EXISTS "{name}"')
+
+
+def test_a_batch_read_leaves_no_slot_and_no_publication(spark: Any, postgres_admin: Any,
+                                                         postgres_url: str,
+                                                         tmp_path: Path) -> None:
+    """``spark.read`` reads each split in a consistent view of its own and no log: the slot
+    a stream needs would pin the WAL for good, so none is made (nor a publication). Nor
+    for a stream that snapshots and stops (``startup.mode=snapshot``)."""
+    tag = uuid.uuid4().hex[:10]
+    name, slot, publication = f"t_{tag}", f"sdk_s_{tag}", f"sdk_p_{tag}"
+    postgres_admin.execute(f'CREATE TABLE "{name}" (id int PRIMARY KEY, v text)')
+    postgres_admin.execute(f"INSERT INTO \"{name}\" SELECT g, 'v' || g "
+                           "FROM generate_series(1, 500) g")
+    try:
+        url = with_query(postgres_url, slot=slot, publication=publication)
+        frame = spark.read.format("cdc").option("url", url) \
+            .option("tables", f"public.{name}").load()
+        assert frame.count() == 500
+        stream = spark.readStream.format("cdc").option("url", url) \
+            .option("tables", f"public.{name}").option("startup.mode", "snapshot") \
+            .option("stateDir", str(tmp_path / "state")).load()
+        query = stream.writeStream.format("memory").queryName(f"q_{tag}") \
+            .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True) \
+            .start()
+        query.awaitTermination(120)
+        assert spark.sql(f"SELECT count(*) FROM q_{tag}").first()[0] == 500
+        assert not postgres_admin.execute("SELECT 1 FROM pg_replication_slots WHERE "
+                                          "slot_name = %s", (slot,)).fetchall()
+        assert not postgres_admin.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
+                                          (publication,)).fetchall()
+    finally:
+        for statement in (f"SELECT pg_drop_replication_slot('{slot}') FROM "
+                          f"pg_replication_slots WHERE slot_name = '{slot}'",
+                          f'DROP PUBLICATION IF EXISTS "{publication}"',
+                          f'DROP TABLE "{name}"'):
+            postgres_admin.execute(statement)

@@ -206,6 +206,11 @@ def next_boundary(conn: sqlite3.Connection, table: TableSchema, start: Key | Non
 
 @hookimpl
 def current_offset(conn: sqlite3.Connection) -> Offset:
+    """The change log's next sequence number; 1 before capture made it (a batch read, which
+    prepares no capture, reads its splits in views at that offset)."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'"
+                        ).fetchone():
+        return Offset(NAME, seq=1)
     row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (CHANGES,)).fetchone()
     return Offset(NAME, seq=(row[0] if row else 0) + 1)
 

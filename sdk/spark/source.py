@@ -49,7 +49,14 @@ from ..codec import dumps
 from ..dialects import Dialect
 from ..errors import ConfigurationError
 from ..schema import diff
-from ..spec import BeforePrepare, SourceSpec, TableWatch, resolve
+from ..spec import (
+    BeforePrepare,
+    SourceSpec,
+    TableWatch,
+    needs_capture,
+    prepare_source,
+    resolve,
+)
 from ..target import Target, has_rows
 from ..types import (
     Capability,
@@ -180,15 +187,21 @@ class CdcDataSource(DataSource):
         return "cdc"
 
     def _spec(self) -> SourceSpec:
+        """The resolved tables; their capture is prepared once a stream is asked for (a
+        batch read, which reads no log, leaves nothing behind: no slot pins the WAL)."""
         spec = getattr(self, "_resolved", None)
         if spec is None:
             schemas = resolved_tables(self.options)
-            self._prepared = schemas is not None
-            state_dir = {k.lower(): v for k, v in self.options.items()}.get("statedir")
-            spec = checkpointed(resolve(dict(self.options), schemas,
-                                        noting_changed_tables(state_dir)))
+            self._prepared = schemas is not None  # by sdk sync, before the query
+            spec = checkpointed(resolve(dict(self.options), schemas, prepare=False))
             self._resolved = spec
         return spec
+
+    def _prepare(self, spec: SourceSpec) -> None:
+        if not getattr(self, "_prepared", False) and \
+                needs_capture(spec.dialect_obj, spec.options):
+            prepare_source(spec, noting_changed_tables(spec.state_dir))
+            self._prepared = True
 
     def schema(self) -> StructType:
         return spark_schema(self._spec())
@@ -198,6 +211,10 @@ class CdcDataSource(DataSource):
         if spec.target is not None:
             raise ConfigurationError("option target applies a stream's batches exactly once: "
                                      "use spark.readStream (with a stateDir), not spark.read")
+        if not (spec.options.atomic_snapshot and
+                spec.dialect_obj.has(Capability.ATOMIC_SNAPSHOT)):
+            self._prepare(spec)  # splits read between watermarks read the log between
+            # (else no capture: a batch read reads no log)
         return CdcBatchReader(spec)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -209,6 +226,7 @@ class CdcDataSource(DataSource):
         if spec.target is not None and not getattr(self, "_prepared", False):
             check_target(spec, spec.target)  # a restart: what the target lost is read again
             spec.target.create_tables(spec.tables)  # sdk sync made them before it started
+        self._prepare(spec)
         return CdcStreamReader(spec)
 
 
