@@ -55,6 +55,7 @@ from sdk.sql import row_range, with_condition
 from . import _arrow, _capture, _snapshot, _target, _tls
 from ._connection import PgConnection, q, qp, qualified
 from ._lineage import check_offset as check_offset
+from ._lineage import locate_offset as locate_offset
 from ._lineage import server_identity as server_identity
 from ._offsets import NAME, compare, lsn_int, lsn_text, make_offset, parts
 from ._stream import check_slot, read_changes
@@ -89,6 +90,8 @@ def dialect_info() -> DialectInfo:
             ("wait_seconds", "how long a watermark waits for older transactions (default 60)"),
             ("host", "a host or socket directory, overriding the URL's"),
             ("connect_timeout", "seconds to wait for a connection (default 10)"),
+            ("failover_slot", "true (default): on PostgreSQL 17+ the slot is made with "
+                              "failover, for a standby to keep in step; false: not"),
             ("target_session_attrs", "of a URL naming several hosts: which one to use "
                                      "(libpq's; default read-write, the primary)"),
             *((name, f"libpq's {name} (default {default})")
@@ -144,9 +147,14 @@ def connect(config: ConnectionConfig) -> PgConnection:
             raise RetriableError(f"cannot connect to {config.masked_url}: {message}") from None
         raise ConfigurationError(f"cannot connect to {config.masked_url}: {message}") from None
     register_wide_temporals(raw.adapters)
+    failover = config.options.get("failover_slot", "true").lower()
+    if failover not in ("true", "false"):
+        raw.close()
+        raise ConfigurationError(f"failover_slot takes true or false, not {failover!r}")
     return PgConnection(raw, config.options.get("slot", "sdk_slot"),
                         config.options.get("publication", "sdk_pub"),
-                        float(config.options.get("wait_seconds", "60")), connect_args=args)
+                        float(config.options.get("wait_seconds", "60")), connect_args=args,
+                        failover_slot=failover == "true")
 
 
 @hookimpl
@@ -192,6 +200,7 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
                     "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf()",
                     required=False),
     ]
+    checks.extend(_slot_requirements(conn, bool(mine)))
     pub = _capture.publication(conn)
     partitioned = False
     every = _capture.captured_all(conn, tables)
@@ -230,6 +239,41 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
     return checks
 
 
+def _slot_requirements(conn: PgConnection, made: bool) -> list[Requirement]:
+    """Advice on the slot: the WAL it holds back, and on PostgreSQL 17+ with a standby
+    streaming, whether a failover would find it there (a failover slot, and the primary
+    keeping logical decoding behind the standby)."""
+    checks = []
+    failover = None
+    if made:
+        version_17 = conn.raw.info.server_version >= 170000
+        ((status, held, failover),) = conn.query(
+            "SELECT wal_status, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, "
+            + ("failover" if version_17 else "NULL") +
+            " FROM pg_replication_slots WHERE slot_name = %s", (conn.slot,))
+        checks.append(Requirement(
+            f"slot {conn.slot} holds back little WAL", status in ("reserved", "extended") and
+            (held or 0) < 1 << 30, f"it holds {held or 0} bytes of WAL (wal_status {status})",
+            "resume the sync, or drop the slot of a sync given up (SELECT "
+            f"pg_drop_replication_slot('{conn.slot}'))", required=False))
+    if conn.raw.info.server_version < 170000 or not conn.query(
+            "SELECT 1 FROM pg_stat_replication WHERE state = 'streaming' LIMIT 1"):
+        return checks
+    if made:
+        checks.append(Requirement(
+            f"slot {conn.slot} is a failover slot", bool(failover),
+            "a standby promoted would not have it: the sync could not go on there",
+            f"ALTER_REPLICATION_SLOT {conn.slot} (FAILOVER true) on a replication "
+            "connection (psql \"dbname=... replication=database\")", required=False))
+    ((standby_slots,),) = conn.query("SHOW synchronized_standby_slots")
+    checks.append(Requirement(
+        "synchronized_standby_slots names the standbys' slots", bool(standby_slots),
+        "a standby streams, but logical decoding may run ahead of it: a failover could lose "
+        "transactions the sync already read", "ALTER SYSTEM SET synchronized_standby_slots = "
+        "'<the standby's physical slot>'; SELECT pg_reload_conf()", required=False))
+    return checks
+
+
 @hookimpl
 def prepare_capture(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
     """Create the publication (or add missing tables) and the slot, when allowed to. A chosen
@@ -243,8 +287,12 @@ def prepare_capture(conn: PgConnection, tables: Sequence[TableSchema]) -> None:
     if any(not r.ok and r.required for r in preflight(conn, [t.table for t in tables])):
         return  # refused: the engine's preflight lists the fixes
     if not conn.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (conn.slot,)):
+        # PostgreSQL 17+: a failover slot, which a standby keeps in step (see _lineage)
+        failover = conn.failover_slot and conn.raw.info.server_version >= 170000
         with contextlib.suppress(psycopg.errors.DuplicateObject):
-            conn.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
+            conn.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, "
+                       "false, true)" if failover else
+                       "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
                        (conn.slot,))
 
 

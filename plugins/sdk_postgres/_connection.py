@@ -32,6 +32,8 @@ class PgConnection:
     """The replication connection whose exported snapshot this connection's view uses, when
     this connection created the view: it must stay open and idle until ``end_snapshot``."""
     in_view: bool = False
+    failover_slot: bool = True
+    """URL option ``failover_slot``: make the slot a failover slot where the server can."""
 
     def query(self, sql: str, args: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         cur = self.raw.execute(sql, args)
