@@ -118,14 +118,29 @@ def test_a_batch_read_leaves_no_slot_and_no_publication(spark: Any, postgres_adm
     for a stream that snapshots and stops (``startup.mode=snapshot``)."""
     tag = uuid.uuid4().hex[:10]
     name, slot, publication = f"t_{tag}", f"sdk_s_{tag}", f"sdk_p_{tag}"
+    import psycopg
+
     postgres_admin.execute(f'CREATE TABLE "{name}" (id int PRIMARY KEY, v text)')
     postgres_admin.execute(f"INSERT INTO \"{name}\" SELECT g, 'v' || g "
                            "FROM generate_series(1, 500) g")
+    stop = threading.Event()
+
+    def write() -> None:  # each split's view is consistent without a slot to backfill from
+        with psycopg.connect(postgres_admin.info.dsn, autocommit=True) as w:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                w.execute(f'UPDATE "{name}" SET v = %s WHERE id = %s', (f"w{i}", i % 500 + 1))
+
+    writer = threading.Thread(target=write)
+    writer.start()
     try:
         url = with_query(postgres_url, slot=slot, publication=publication)
         frame = spark.read.format("cdc").option("url", url) \
-            .option("tables", f"public.{name}").load()
+            .option("tables", f"public.{name}").option("snapshot.split.size", "50").load()
         assert frame.count() == 500
+        stop.set()
+        writer.join()
         stream = spark.readStream.format("cdc").option("url", url) \
             .option("tables", f"public.{name}").option("startup.mode", "snapshot") \
             .option("stateDir", str(tmp_path / "state")).load()
@@ -139,6 +154,8 @@ def test_a_batch_read_leaves_no_slot_and_no_publication(spark: Any, postgres_adm
         assert not postgres_admin.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
                                           (publication,)).fetchall()
     finally:
+        stop.set()
+        writer.join()
         for statement in (f"SELECT pg_drop_replication_slot('{slot}') FROM "
                           f"pg_replication_slots WHERE slot_name = '{slot}'",
                           f'DROP PUBLICATION IF EXISTS "{publication}"',

@@ -122,10 +122,12 @@ def _import(conn: PgConnection, name: str) -> bool:
 
 
 def _slot_serves(conn: PgConnection, lsn: int) -> bool:
-    """Whether the sync's slot exists and can still decode from ``lsn``."""
+    """Whether the sync's slot can still decode from ``lsn``, or there is none: a read that
+    follows no log (a batch read; a stream makes its slot before its first view, and one
+    dropped under it is found when the stream reads it)."""
     rows = conn.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                       "WHERE slot_name = %s", (conn.slot,))
-    return bool(rows) and rows[0][0] is not None and lsn_int(rows[0][0]) <= lsn
+    return not rows or (rows[0][0] is not None and lsn_int(rows[0][0]) <= lsn)
 
 
 def begin(conn: PgConnection, token: str | None) -> SnapshotView | None:
