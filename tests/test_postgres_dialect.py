@@ -632,19 +632,24 @@ def test_a_token_is_valid_while_its_owner_holds_the_view(pg: Dialect, capture: A
     assert _temporary_slots(postgres_admin) == []
 
 
-def test_no_view_without_the_sync_slot(pg: Dialect, capture: Any, postgres_url: str,
-                                       postgres_admin: Any) -> None:
-    """A view's changes are read from the sync's slot: without it, begin_snapshot declines
-    (the engine falls back to watermarks) and leaves no temporary slot behind."""
+def test_a_view_without_the_sync_slot_stands_alone(pg: Dialect, capture: Any,
+                                                   postgres_url: str,
+                                                   postgres_admin: Any) -> None:
+    """With no slot of the sync's at all (a batch read makes none: it reads no log), the view
+    is given, exact as ever, and ending it leaves no temporary slot behind."""
     _, make = capture
     make("CREATE TABLE {name} (id int PRIMARY KEY)")
-    lone = pg.connect(ConnectionConfig.from_url(
-        with_query(postgres_url, slot=f"sdk_none_{uuid.uuid4().hex[:8]}")))
+    slot = f"sdk_none_{uuid.uuid4().hex[:8]}"
+    lone = pg.connect(ConnectionConfig.from_url(with_query(postgres_url, slot=slot)))
     try:
-        assert pg.begin_snapshot(lone, None) is None
+        view = pg.begin_snapshot(lone, None)
+        assert view is not None
+        pg.end_snapshot(lone)
     finally:
         lone.close()
     assert _temporary_slots(postgres_admin) == []
+    assert not postgres_admin.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
+                                      (slot,)).fetchall()
 
 
 # --- TOAST, TRUNCATE, heartbeats -------------------------------------------------------------
