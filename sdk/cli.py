@@ -199,10 +199,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     source = store.read_json(SOURCE_FILE)
     if args.source:
         from .dialects import connect
+        from .spark.engine_state import captured_tables
 
         dialect, conn, config = connect(args.source)
         try:
             check = _checkpoint_check(dialect, conn, config.masked_url, args.checkpoint)
+            # what the source says of the capture now (the WAL a slot holds back, ...)
+            advice = [r for r in dialect.preflight(conn, [t.table for t in
+                                                          captured_tables(store)])
+                      if not r.ok] if check.ok else []
         finally:
             conn.close()
         if not check.ok:
@@ -228,8 +233,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         progress, None if args.all or args.table else STATUS_TABLES)))
     if source is not None:
         identity = ", ".join(f"{k}={v}" for k, v in sorted(source["identity"].items()))
-        checked = "; checked: the same server, position held" if args.source else ""
+        checked = f"; checked: {check.detail}" if args.source else ""
         print(f"source: {source['url']} ({identity or 'no identity recorded'}){checked}")
+        for old in source.get("followed", []):
+            print(f"  followed a failover from {old.get('url')} at {old.get('until')}")
+    if args.source:
+        for item in advice:
+            print(f"  [{'MISSING' if item.required else 'WARN'}] {item.name}: {item.detail}")
     for line in _skipped_lines(dead, skipped, args.checkpoint,
                                store.path(deadletter.FOLDER)):
         print(line)

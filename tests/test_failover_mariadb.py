@@ -162,7 +162,10 @@ def test_the_sync_follows_a_switchover_in_its_log_phase(
     assert main(_sync(replica.url(), mirror, checkpoint)) == 0
     assert "caught up" in capfd.readouterr().out
     assert _mirror(mirror) == _table(replica)
+    capfd.readouterr()
     assert main(["status", "--checkpoint", str(checkpoint), "--source", replica.url()]) == 0
+    out = capfd.readouterr().out
+    assert f"followed a failover from mysql://sdk_cdc:***@127.0.0.1:{primary.port}" in out
 
 
 def test_a_replica_promoted_before_it_had_every_transaction_read_is_refused(

@@ -166,7 +166,8 @@ def test_mariadb_resumed_against_another_server_is_refused(
                  "--tables", "sdk_test.items"]) == 1
     assert "is not a replica" in capsys.readouterr().out
     assert main(["status", "--checkpoint", str(checkpoint), "--source", first.url()]) == 0
-    assert "checked: the same server, position held" in capsys.readouterr().out
+    assert "checked: the same server, and its log holds the position" in \
+        capsys.readouterr().out
 
 
 @pytest.mark.mysql
