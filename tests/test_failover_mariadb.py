@@ -7,9 +7,15 @@ naming them. Real servers of the test's own: a primary and a replica built as fr
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,5 +223,59 @@ def test_a_url_naming_both_servers_follows_the_primary(
     _writes(replica, 8, 40)
     assert main(_sync(url, mirror, checkpoint)) == 0
     assert _mirror(mirror) == _table(replica)
+    source = json.loads((checkpoint / "state" / "source.json").read_text())
+    assert source["identity"]["server_id"] == "2"
+
+
+def test_a_switchover_while_the_snapshot_runs_goes_on_from_the_splits_read(
+        spark: Any, topology: tuple[MariaDb, MariaDb], tmp_path: Path) -> None:
+    """The sync is stopped in the middle of its snapshot (SIGKILL) while a writer runs on the
+    primary; then the switchover; resumed against the new primary it reads only the splits
+    left (their watermarks found there by GTID) and ends equal to it."""
+    primary, replica = topology
+    primary.execute("INSERT INTO sdk_test.items SELECT seq, seq FROM sdk_test.seq_1000_to_20999")
+    _caught_up(primary, replica)
+    mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
+    args = [*_sync(primary.url(), mirror, checkpoint)[:-2], "--until", "never",
+            "--option", "snapshot.split.size=500", "--option",
+            "snapshot.rows-per-second=2000"]  # about 10 s: stopped in the middle surely
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    stop = threading.Event()
+    def write() -> None:
+        for i in range(10**6):
+            if stop.is_set():
+                return
+            _writes(primary, 100 + i, 5)
+
+    writer = threading.Thread(target=write)
+    process = subprocess.Popen([sys.executable, "-m", "sdk.cli", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, env=env,
+                               start_new_session=True)
+    writer.start()
+    done = 0
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            found = re.search(r"(\d+)/(\d+) splits", line)
+            if found and int(found.group(1)) >= int(found.group(2)):
+                break  # too late: fails below, rather than wait for ever
+            if found and int(found.group(1)) >= 10:
+                done = int(found.group(1))
+                break
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        stop.set()
+        writer.join()
+    assert done, "the snapshot ended before it could be stopped in the middle"
+    _switch_over(primary, replica)
+    _writes(replica, 9, 40)
+    resumed = subprocess.run([sys.executable, "-m", "sdk.cli",
+                              *_sync(replica.url(), mirror, checkpoint)],
+                             capture_output=True, text=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _mirror(mirror) == _table(replica)
+    first = re.search(r"(\d+)/(\d+) splits", resumed.stdout)
+    assert first is not None and int(first.group(1)) >= done, resumed.stdout[:500]
     source = json.loads((checkpoint / "state" / "source.json").read_text())
     assert source["identity"]["server_id"] == "2"
