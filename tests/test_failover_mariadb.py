@@ -26,7 +26,7 @@ from helpers.instances import MariaDb, server_dir, start_mariadb, stopping
 
 from sdk.cli import main
 
-pytestmark = [pytest.mark.mysql, pytest.mark.spark]
+pytestmark = [pytest.mark.mysql, pytest.mark.spark, pytest.mark.slow]
 
 ROWS = 200
 

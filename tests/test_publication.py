@@ -22,7 +22,7 @@ from helpers.instances import Postgres, pg15_available, server_dir, start_postgr
 
 from sdk.cli import main
 
-pytestmark = [pytest.mark.postgres, pytest.mark.spark,
+pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow,
               pytest.mark.skipif(not pg15_available(), reason="needs PostgreSQL 15 binaries "
                                  "(/usr/lib/postgresql/15/bin)")]
 
