@@ -7,9 +7,15 @@ test's own: a PostgreSQL 18 primary and a streaming standby (the embedded-postgr
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +23,7 @@ from typing import Any
 import pytest
 from helpers.instances import (
     Postgres,
+    advance_slot,
     pg18_available,
     server_dir,
     start_postgres18,
@@ -147,3 +154,64 @@ def test_a_slot_the_standby_does_not_have_is_refused_naming_the_settings(
     assert "does not exist on this server, which took over" in line
     assert "sync_replication_slots" in line
     assert not standby.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'sdk_slot'")
+
+
+def test_a_switchover_while_the_snapshot_runs_goes_on_from_the_splits_read(
+        spark: Any, topology: tuple[Postgres, Postgres], tmp_path: Path) -> None:
+    """The sync is stopped in the middle of its snapshot (SIGKILL) while a writer runs; then
+    the switchover; resumed against the promoted standby it reads only the splits left and
+    ends equal to it. The slot does not move before the log phase, and a standby keeps one
+    that never moved since its writes went on temporary (PostgreSQL's guard against a slot
+    needing rows it removed): so the slot is made, and seen in step on the standby, before
+    the snapshot starts (docs/dialects/postgres.md)."""
+    primary, standby = topology
+    primary.execute("INSERT INTO items SELECT i, i FROM generate_series(1000, 20999) i",
+                    "ANALYZE items")  # the splits estimated from the statistics
+    primary.query("SELECT pg_create_logical_replication_slot('sdk_slot', 'pgoutput', false, "
+                  "false, true)")
+    wait_slot_synced(standby, "sdk_slot", lsn=advance_slot(primary, "sdk_slot"))
+    mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
+    args = [*_sync(primary.url(), mirror, checkpoint)[:-2], "--until", "never",
+            "--option", "snapshot.split.size=500", "--option",
+            "snapshot.rows-per-second=2000"]  # about 10 s: stopped in the middle surely
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    stop = threading.Event()
+
+    def write() -> None:
+        for i in range(10**6):
+            if stop.is_set():
+                return
+            _writes(primary, 100 + i, 5)
+
+    writer = threading.Thread(target=write)
+    process = subprocess.Popen([sys.executable, "-m", "sdk.cli", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, env=env,
+                               start_new_session=True)
+    writer.start()
+    done = 0
+    seen = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            seen.append(line)
+            found = re.search(r"(\d+)/(\d+) splits", line)
+            if found and int(found.group(1)) >= int(found.group(2)):
+                break  # too late: fails below, rather than wait for ever
+            if found and int(found.group(1)) >= 10:
+                done = int(found.group(1))
+                break
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        stop.set()
+        writer.join()
+    assert done, f"the snapshot ended before it could be stopped in the middle: {seen[-5:]}"
+    _switch_over(primary, standby)
+    _writes(standby, 9, 40)
+    resumed = subprocess.run([sys.executable, "-m", "sdk.cli",
+                              *_sync(standby.url(), mirror, checkpoint)],
+                             capture_output=True, text=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _mirror(mirror) == _table(standby)
+    first = re.search(r"(\d+)/(\d+) splits", resumed.stdout)
+    assert first is not None and int(first.group(1)) >= done, resumed.stdout[:500]
