@@ -317,3 +317,53 @@ def _mirror_or_none(path: Path) -> dict[int, int]:
         return _mirror(path, "items")
     except sqlite3.OperationalError:  # the table is not made yet
         return {}
+
+
+class _Topology:
+    """A dialect's two hooks ``relocate`` calls, over offsets ``Offset("t", at=N, key=K)``:
+    an offset with a key is found at ``at + 1000`` on the new server, unless its key is in
+    ``lost`` (refused); one without a key cannot be found (None)."""
+
+    def __init__(self, lost: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        self.lost = lost
+
+    def locate_offset(self, conn: Any, offset: Offset, source: Any) -> Offset | None:
+        key = offset.get("key")
+        if key is None:
+            return None
+        if key in self.lost:
+            raise LogMismatchError(f"lacks {key}")
+        return Offset("t", {"at": int(offset["at"]) + 1000, "key": key})
+
+    @staticmethod
+    def compare_offset(a: Offset, b: Offset) -> int:
+        return (int(a["at"]) > int(b["at"])) - (int(a["at"]) < int(b["at"]))
+
+
+def _at(at: int, key: str | None = None) -> Offset:
+    return Offset("t", {"at": at, **({"key": key} if key else {})})
+
+
+def test_relocate_places_offsets_without_a_key_by_the_nearest_found_below() -> None:
+    from sdk.algorithm.lineage import relocate
+
+    found = relocate(_Topology(), None, [_at(1, "a"), _at(5), _at(9, "b")], {})  # type: ignore[arg-type]
+    assert found == {_at(1, "a"): _at(1001, "a"), _at(5): _at(1001, "a"),
+                     _at(9, "b"): _at(1009, "b")}
+    # nothing found above it: the server may lack what came before it
+    with pytest.raises(LogMismatchError, match="cannot be found"):
+        relocate(_Topology(), None, [_at(1, "a"), _at(5)], {})  # type: ignore[arg-type]
+    with pytest.raises(LogMismatchError, match="cannot be found"):
+        relocate(_Topology(), None, [_at(5), _at(9, "b")], {})  # type: ignore[arg-type]
+
+
+def test_relocate_refuses_a_lost_offset_unless_no_read_starts_below_it() -> None:
+    from sdk.algorithm.lineage import relocate
+
+    offsets = [_at(1, "old"), _at(5, "a"), _at(9, "b")]
+    with pytest.raises(LogMismatchError, match="lacks old"):
+        relocate(_Topology({"old"}), None, offsets, {})  # type: ignore[arg-type]
+    found = relocate(_Topology({"old"}), None, offsets, {}, since=_at(5, "a"))  # type: ignore[arg-type]
+    assert found[_at(1, "old")] == found[_at(5, "a")] == _at(1005, "a")
+    with pytest.raises(LogMismatchError, match="lacks b"):  # at or past where reads start
+        relocate(_Topology({"b"}), None, offsets, {}, since=_at(5, "a"))  # type: ignore[arg-type]

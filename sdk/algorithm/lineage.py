@@ -110,7 +110,12 @@ def relocate(dialect: Dialect, conn: Connection, offsets: Iterable[Offset],
         found[offset] = found[max(below, key=functools.cmp_to_key(compare))]
     if behind:
         assert since is not None
-        found.update(dict.fromkeys(behind, found[since]))
+        place = found.get(since) or dialect.locate_offset(conn, since, source)
+        if place is None:
+            raise LogMismatchError(
+                f"the checkpoint's log position {_text(since)} cannot be found in this "
+                f"server's log (it carries nothing to find it by): {NEW_SYNC}")
+        found.update(dict.fromkeys(behind, place))
     return found
 
 

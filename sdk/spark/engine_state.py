@@ -465,12 +465,12 @@ def follow_failover(store: StateStore, dialect: Dialect, conn: Connection,
         moved = _replaced(data, by_text)
         if moved != data:
             store.write_json(moved, *parts)
-    history = [*recorded.get("followed", []),
+    latest = max(places.values(), key=_sort_key(dialect)) if places else None
+    history = [*recorded.get("followed", []),  # small: every task reads this file
                {"identity": recorded.get("identity"), "url": recorded.get("url"),
                 "until": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "positions": {text: by_text[text] for text in list(by_text)[:1000]}}]
+                "positions": len(offsets), "latest": latest.to_json() if latest else None}]
     store.write_json({**now, "followed": history}, SOURCE_FILE)
-    latest = max(places.values(), key=_sort_key(dialect)) if places else None
     log.warning("followed a failover: %s is another server than %s, which the checkpoint "
                 "followed; %d log positions found in its log by what they carry (the "
                 "latest: %s); going on from there without a new snapshot", now.get("url"),
