@@ -48,6 +48,10 @@ it with SIGTERM and runs it again on the new primary. Once it reports caught up 
 waits ``--switchover-wait`` seconds at most for the replica (the slot on the standby); a
 PostgreSQL standby whose slot is still not synced then is promoted anyway, a failover with the
 slot not in step (``--switchover-wait 5`` during the snapshot shows what the sync does then).
+The slot the sync makes moves only in the log phase, and a standby keeps it temporary until
+then: a PostgreSQL switchover begun in the snapshot completes only after the snapshot, unless
+``--pg-slot ahead`` makes the slot, moves it once and waits for it on the standby before the
+sync starts (docs/dialects/postgres.md, 'A failover during the initial snapshot').
 
 Prints, for each: the switchover's seconds and how the slot stood, where the sync was at the
 promotion, the seconds from the switchover's start to the sync's lag back under 5 s and to its
@@ -442,8 +446,8 @@ class PostgresPair:
 
     kind = "postgres"
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path, slot_ahead: bool = False) -> None:
+        self.root, self.slot_ahead = root, slot_ahead
         self.servers: list[Any] = []
 
     def start(self, table: str, rows: int, slot: str) -> None:
@@ -456,6 +460,13 @@ class PostgresPair:
         self.other = inst.start_standby18(self.current, self.root / "standby")
         self.servers.append(self.other)
         self.first = self.current
+        if self.slot_ahead:  # docs/dialects/postgres.md, 'A failover during the initial
+            # snapshot': the failover slot made, moved once and in step on the standby before
+            # the sync starts (it uses the slot it finds)
+            self.current.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', "
+                               "false, false, true)", (slot,))
+            inst.advance_slot(self.current, slot)
+            inst.wait_slot_synced(self.other, slot, seconds=120)
 
     def source_url(self, slot: str) -> str:
         """The current primary's: the primary's, then the promoted standby's."""
@@ -663,7 +674,7 @@ class FailoverCase(Case):
 
 
 def failover(name: str, at: str, rows: int, split_size: int, settle: float, seed: int,
-             restart: str, slot_wait: float) -> bool:
+             restart: str, slot_wait: float, slot_ahead: bool = False) -> bool:
     """One switchover (``at``: ``snapshot`` or ``log``) under a running sync on a new
     topology; ``restart``: ``self`` (the running sync follows by itself: MariaDB) or
     ``rerun`` (SIGTERM, then a new run on the new primary). Prints the figures; True when the
@@ -673,7 +684,7 @@ def failover(name: str, at: str, rows: int, split_size: int, settle: float, seed
     root = Path(inst.server_dir())
     work = Path(tempfile.mkdtemp(prefix=f"sdk-chaos-{name}-{at}-"))
     pair: MariaDbPair | PostgresPair = MariaDbPair(root) if name.startswith("mysql") else \
-        PostgresPair(root)
+        PostgresPair(root, slot_ahead)
     case = FailoverCase(name, rows, work, pair, split_size)
     stop, counts = threading.Event(), Counter[str]()
     writer = threading.Thread(target=case.write, args=(stop, counts, seed))
@@ -757,7 +768,7 @@ def failover(name: str, at: str, rows: int, split_size: int, settle: float, seed
         shutil.rmtree(root, ignore_errors=True)
     where = "in the snapshot" if at == "snapshot" else "in the log phase"
     head = f"{name} (switchover {where}, restart {restart}, {rows:,} rows, splits of " \
-           f"{split_size:,})"
+           f"{split_size:,}{', slot made ahead' if slot_ahead else ''})"
     if outcome is None:
         print(f"{head}: FAILED after the switchover ({figures.get('switchover', 0):.1f} s: "
               f"{figures.get('note')}; progress before it: {figures.get('before')!r}; at the "
@@ -787,7 +798,7 @@ def failover(name: str, at: str, rows: int, split_size: int, settle: float, seed
     if at == "snapshot" and ("phase snapshot" not in figures["at_promotion"] or not reread):
         print("  NOTE: the switchover began in the snapshot but the sync moved to the new "
               "primary only after the snapshot ended (the switchover's wait lasted until the "
-              "log phase)")
+              "log phase; --pg-slot ahead avoids it)")
     print(f"  before: {done}/{estimated} splits, {figures['before'].rsplit(' | ', 1)[-1]}")
     print(f"  first after the switchover: {resumed[0]}/{resumed[1]} splits, "
           f"{figures['first'].rsplit(' | ', 1)[-1]}")
@@ -829,6 +840,10 @@ def main() -> None:
                         help="failover cases: seconds the switchover waits for the replica "
                         "caught up (mysql) or the slot synced on the standby (pg); pg then "
                         "promotes anyway: a failover with the slot not in step")
+    parser.add_argument("--pg-slot", choices=("sync", "ahead"), default="sync",
+                        help="pg-failover: the sync makes its slot (sync), or it is made, "
+                        "moved once and in step on the standby before the sync starts, as "
+                        "docs/dialects/postgres.md says for a failover during the snapshot")
     parser.add_argument("--restart", choices=("self", "rerun"), default=None,
                         help="failover cases: after the switchover the running sync follows "
                         "by itself (self: mysql-failover's default) or is stopped and run "
@@ -844,7 +859,8 @@ def main() -> None:
                 restart = "rerun" if name == "pg-failover" else options.restart or "self"
                 failed |= not failover(name, at, options.rows, options.split_size or
                                        max(1000, options.rows // 50), options.settle,
-                                       options.seed, restart, options.switchover_wait)
+                                       options.seed, restart, options.switchover_wait,
+                                       options.pg_slot == "ahead")
             continue
         work = Path(tempfile.mkdtemp(prefix=f"sdk-chaos-{name}-"))
         case = Case(name, options.rows, work)
