@@ -93,6 +93,9 @@ class MySqlConnection:
     out_of_range: str = "error"  # a target's values MySQL cannot hold: error or null
     zero_dates: str = "error"  # a source's dates Python cannot hold: BadValue (error) or None
     closes_window: bool = False  # upstream MySQL with GTIDs: heads wait for flushed commits
+    gtid_mark: tuple[str, int, str] | None = None
+    """MariaDB: the last binlog position this connection knows the GTID position of (a
+    split's watermark), from which the next one's is carried forward."""
     _binlogs: list[str] = field(default_factory=list)
 
     def cursor(self) -> Any:
@@ -679,14 +682,18 @@ def compare_offset(a: Offset, b: Offset) -> int:
 def begin_snapshot(conn: MySqlConnection) -> SnapshotView | None:
     if not conn.snapshot_status:
         return None
-    base = _quiet_end(conn) if conn.mariadb else None
+    base = (_quiet_end(conn) or conn.gtid_mark) if conn.mariadb else None
     conn.query("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     conn.in_view = True
     file, pos = _snapshot_position(conn)
     # the GTID position lets a failover find the watermark on a replica; BINLOG_GTID_POS
-    # would scan the file under writes, so it is the end's read before, plus the transactions
-    # logged since, when that is cheap (else None: the engine places it by another one)
-    return SnapshotView(make_offset(file, pos, 0, _gtid_after(conn, base, file, pos)))
+    # would scan the file under writes, so it is the end's read before (or the last
+    # watermark's), plus the transactions logged since, when that is cheap (else None: the
+    # engine places it by another one)
+    gtid = _gtid_after(conn, base, file, pos)
+    if gtid is not None:
+        conn.gtid_mark = (file, pos, gtid)
+    return SnapshotView(make_offset(file, pos, 0, gtid))
 
 
 def _quiet_end(conn: MySqlConnection, tries: int = 3) -> tuple[str, int, str] | None:
@@ -702,7 +709,7 @@ def _quiet_end(conn: MySqlConnection, tries: int = 3) -> tuple[str, int, str] | 
     return None
 
 
-GTID_EVENTS_READ = 100  # binlog events read to carry a GTID position forward, at most
+GTID_EVENTS_READ = 1000  # binlog events read to carry a GTID position forward, at most
 
 
 def _gtid_after(conn: MySqlConnection, base: tuple[str, int, str] | None, file: str,

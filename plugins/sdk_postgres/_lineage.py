@@ -83,7 +83,9 @@ def locate_offset(conn: PgConnection, offset: Offset, source: Mapping[str, str])
             f"replication slot {conn.slot!r} does not exist on this server, which took over "
             f"from the one the checkpoint followed: it was not kept in step with the old "
             f"primary's, so the changes since the checkpoint cannot be read here. "
-            f"{FAILOVER_SLOTS}. Now: {WAY_BACK}")
+            f"{FAILOVER_SLOTS}; and a slot that has not moved since writes went on (a sync "
+            f"still in its first snapshot) stays temporary on the standby until the log "
+            f"phase moves it (docs/dialects/postgres.md: make it ahead). Now: {WAY_BACK}")
     lsn = parts(offset)[0]
     if replay is not None and lsn > lsn_int(str(replay)):
         raise LogMismatchError(
