@@ -215,3 +215,37 @@ def test_a_switchover_while_the_snapshot_runs_goes_on_from_the_splits_read(
     assert _mirror(mirror) == _table(standby)
     first = re.search(r"(\d+)/(\d+) splits", resumed.stdout)
     assert first is not None and int(first.group(1)) >= done, resumed.stdout[:500]
+
+
+def test_a_standby_promoted_behind_what_the_sync_read_is_refused(
+        spark: Any, topology: tuple[Postgres, Postgres], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``synchronized_standby_slots`` the sync may read WAL the standby never got: the
+    standby stopped, the primary writes and the sync applies it, the primary is lost and the
+    standby promoted. Going on would leave those rows in the mirror though the new primary
+    never had them: refused, naming the LSNs."""
+    primary, standby = topology
+    primary.execute("ALTER SYSTEM SET synchronized_standby_slots = ''",
+                    "SELECT pg_reload_conf()")
+    mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
+    assert main(_sync(primary.url(), mirror, checkpoint)) == 0
+    _writes(primary, 6, 10)  # replicated
+    primary.query("SELECT pg_log_standby_snapshot()")
+    assert main(_sync(primary.url(), mirror, checkpoint)) == 0
+    confirmed = primary.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                              "WHERE slot_name = 'sdk_slot'")[0][0]
+    wait_slot_synced(standby, "sdk_slot", lsn=confirmed)
+    standby.stop("fast")  # the standby falls behind
+    primary.execute("INSERT INTO items VALUES (5000, 1)")
+    assert main(_sync(primary.url(), mirror, checkpoint)) == 0
+    assert _mirror(mirror)[5000] == 1
+    primary.stop("immediate")  # lost
+    standby.start()
+    standby.promote()
+    capsys.readouterr()
+    assert main(_sync(standby.url(), mirror, checkpoint)) == 3
+    out, err = capsys.readouterr()
+    assert "caught up" not in out
+    (line,) = [line for line in err.splitlines() if line.startswith("sdk: error:")]
+    assert "but this server was promoted at" in line, line
+    assert "synchronized_standby_slots" in line
