@@ -3,7 +3,7 @@
 A table is cut as readers ask for work, never all at once: the planner keeps one cursor per
 table (the next split's start), so it holds no split list, and the open-ended last split is cut
 only when handed out: a table that grew during a long snapshot gets more splits, not one giant
-tail (pain point 1 of research/anchors-cdc.md).
+tail (a split list fixed at the start leaves every row added since in its last split).
 
 Two ways to cut: a single integer key whose values are dense enough ((max - min + 1) / rows
 within the even-distribution bounds) is cut arithmetically from MIN/MAX with no query per
