@@ -3,15 +3,13 @@ replication slot. A worked example of a change-table dialect on the generic SQL 
 
 Each captured table gets an AFTER ROW trigger that appends the row's images (``to_jsonb``) to
 ``sdk_capture.changes`` in the writer's own transaction; the change's ``id`` (a sequence) is
-the offset. Sequence numbers are taken when a row is written but become visible when its
-transaction commits, so the highest visible ``id`` is not a safe offset: a transaction still
-open may hold a lower one. ``current_offset`` reads the highest visible ``id``, then waits until
-every transaction that had an id at that moment has ended (the fence below); every change below
-the offset is then visible, and none can appear there later.
+the offset. An id is taken when a row is written but seen when its transaction commits, so the
+highest visible ``id`` is not a safe offset (an open transaction may hold a lower one):
+``current_offset`` reads it, then waits until every transaction holding an id then has ended
+(the fence below): every change below the offset is then visible, and none can appear later.
 
-What it costs the writers: one extra INSERT per changed row, in their transaction (the trigger
-runs as the capture user, so writers need no rights on the change table); the change table
-grows until ``acknowledge_offset`` deletes what a sync has committed.
+Writers pay one extra INSERT per changed row, in their transaction (the trigger runs as the
+capture user); the change table grows until ``acknowledge_offset`` deletes what was committed.
 """
 
 from __future__ import annotations
@@ -83,8 +81,10 @@ class PgTrigger(SqlDialect):
                 host=config.host or "127.0.0.1", port=config.port or 5432, user=config.user,
                 password=config.password, dbname=config.database, autocommit=True,
                 options="-c TimeZone=UTC")
-        except psycopg.OperationalError as exc:
-            raise RetriableError(f"cannot connect to {config.masked_url}: {exc}") from None
+        except psycopg.OperationalError as exc:  # no answer: retry; a login refused: fix it
+            kind = RetriableError if "refused" in str(exc) or "timeout" in str(exc) else \
+                ConfigurationError
+            raise kind(f"cannot connect to {config.masked_url}: {exc}") from None
         set_json_loads(partial(json.loads, parse_float=Decimal), conn)
         return conn
 

@@ -52,6 +52,11 @@ class PgTriggerHarness(Harness):
     def end_session(self, conn: Any) -> None:
         self.execute(f"SELECT pg_terminate_backend({conn.info.backend_pid})")
 
+    def refused_login_url(self) -> str:
+        """A role that does not exist (test servers trust loopback: a wrong password logs in)."""
+        scheme, _, rest = (self.url or "").partition("://")
+        return f"{scheme}://sdk_kit_nobody:pw-4x@{rest.rsplit('@', 1)[-1]}"
+
     def golden_columns(self) -> list[GoldenColumn]:
         return [GoldenColumn(sql_type, literals) for sql_type, literals in GOLDEN.items()]
 
