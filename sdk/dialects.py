@@ -5,7 +5,8 @@ checks each against :mod:`sdk.hookspecs`, and hands out :class:`Dialect` facades
 the hooks of its own plugin only, directly (no fan-out to other dialects, no per-call pluggy
 dispatch: ``compare_offset`` runs once per change event). A dialect's capabilities are the ones
 its optional hooks give (:data:`sdk.hookspecs.CAPABILITY_HOOKS`) and the ones it declares in
-``dialect_info`` (``before_images``, which no hook shows; older plugins declare the rest too).
+``dialect_info`` (``before_images``, ``schema_changes`` and ``filtered_reads``, which no hook
+shows; older plugins declare the rest too).
 
 Operator switches:
 

@@ -439,8 +439,9 @@ class Capability(StrEnum):
     """Optional abilities of a dialect (the conformance kit tests each one it has).
 
     A dialect has a capability when it implements the optional hooks that give it (marked in
-    :mod:`sdk.hookspecs`); only ``before_images``, which no hook shows, is declared in
-    :class:`DialectInfo`. Declaring the others too is accepted (older plugins do).
+    :mod:`sdk.hookspecs`); ``before_images``, ``schema_changes`` and ``filtered_reads``, which no
+    hook shows, are declared in :class:`DialectInfo`. Declaring the others too is accepted
+    (older plugins do).
     """
 
     ATOMIC_SNAPSHOT = "atomic_snapshot"
