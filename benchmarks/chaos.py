@@ -374,7 +374,7 @@ class MariaDbPair:
         self.first, self.second = self.current, self.other
         self.current.execute("CREATE USER 'repl'@'%' IDENTIFIED BY 'repl'",
                              "GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%'")
-        ((position,),) = self._query(self.current, "SELECT @@GLOBAL.gtid_binlog_pos")
+        ((position,),) = self.current.query("SELECT @@GLOBAL.gtid_binlog_pos")
         self.other.execute("STOP SLAVE", f"SET GLOBAL gtid_slave_pos = '{position}'",
                            f"CHANGE MASTER TO master_host = '127.0.0.1', "
                            f"master_port = {self.current.port}, master_user = 'repl', "
@@ -387,19 +387,9 @@ class MariaDbPair:
         conn.close()
         self._caught_up()
 
-    @staticmethod
-    def _query(server: Any, sql: str) -> list[tuple[Any, ...]]:
-        conn = server.admin()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql)
-                return list(cur.fetchall())
-        finally:
-            conn.close()
-
     def _caught_up(self, wait: float = 120) -> None:
-        ((position,),) = self._query(self.current, "SELECT @@GLOBAL.gtid_binlog_pos")
-        ((waited,),) = self._query(self.other, f"SELECT MASTER_GTID_WAIT('{position}', {wait})")
+        ((position,),) = self.current.query("SELECT @@GLOBAL.gtid_binlog_pos")
+        ((waited,),) = self.other.query(f"SELECT MASTER_GTID_WAIT('{position}', {wait})")
         if waited != 0:
             raise SystemExit(f"the replica did not reach the primary's {position} in {wait} s")
 

@@ -71,6 +71,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _checkpoint_check(dialect: Any, conn: Any, url: str, checkpoint: str) -> Any:
     """Whether ``conn``'s server is the source ``checkpoint`` follows and its log still holds
     the position the sync resumes from, as a line of ``sdk check``."""
+    from .algorithm.progress import position_label
+    from .codec import dumps
     from .errors import LogMismatchError, OffsetExpiredError
     from .spark.engine_state import check_checkpoint_source
     from .spark.statestore import StateStore
@@ -80,15 +82,15 @@ def _checkpoint_check(dialect: Any, conn: Any, url: str, checkpoint: str) -> Any
     name = f"checkpoint {checkpoint} can resume here"
     store = StateStore(checkpoint_paths(checkpoint)[0], create=False)
     try:
-        position, moved = check_checkpoint_source(store, dialect, conn, url, checkpoint,
-                                                  follow=False)
+        position, moved = check_checkpoint_source(store, dialect, conn, url, checkpoint)
     except (LogMismatchError, OffsetExpiredError) as exc:
         return Requirement(name, False, "", str(exc))
     detail = "no sync has run with it" if position is None else \
         "the same server, and its log holds the position the sync resumes from"
-    if moved:
+    if moved and position is not None:
         detail = (f"another server of the checkpoint's source (a failover): it holds every "
-                  f"change the checkpoint read, and a sync goes on at {position}")
+                  f"change the checkpoint read, and a sync goes on at "
+                  f"{position_label(dumps(position.to_json()))}")
     return Requirement(name, True, detail)
 
 

@@ -358,10 +358,10 @@ def locate_offset(conn: Connection, offset: Offset, source: Mapping[str, str]
     position, ...).
 
     Called when a resumed sync finds another server than its checkpoint's (its
-    ``server_identity`` changed) or a position the server's log does not hold, for every
-    position the checkpoint keeps; the sync then goes on from the new server without a new
-    snapshot. Return None when the offset carries nothing to find it by (the engine uses the
-    nearest one below it that does, and reads the changes between again). Raise
+    ``server_identity`` changed), for every position the checkpoint keeps; the sync then goes
+    on from the new server without a new snapshot. Return None when the offset carries
+    nothing to find it by (the engine uses the nearest one below it that does, and reads the
+    changes between again). Raise
     :class:`sdk.errors.LogMismatchError` when this server lacks changes logged before
     ``offset`` (a lossy failover), naming them, or when it is not a server of ``source``'s
     topology as far as the dialect can tell. Optional: without it such a sync stops.

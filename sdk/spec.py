@@ -370,17 +370,20 @@ ADVICE_SHOWN = 3
 counted, and ``sdk check`` lists it all."""
 
 
-def needs_capture(dialect: Dialect, options: SyncOptions) -> bool:
-    """Whether a stream under ``options`` reads the log, and so needs its capture prepared:
-    not one that snapshots and stops (``startup.mode=snapshot``) in consistent views, whose
-    splits read no log (a slot made for it would pin the WAL for good)."""
-    return not (options.startup_mode is StartupMode.SNAPSHOT and options.atomic_snapshot
+def needs_capture(dialect: Dialect, options: SyncOptions, snapshot_only: bool = False) -> bool:
+    """Whether a read under ``options`` reads the log, and so needs its capture prepared: not
+    one that snapshots and stops (a batch read, ``snapshot_only``, or ``startup.mode=
+    snapshot``) in consistent views, whose splits read no log (a slot made for it would pin
+    the WAL for good)."""
+    snapshot_only = snapshot_only or options.startup_mode is StartupMode.SNAPSHOT
+    return not (snapshot_only and options.atomic_snapshot
                 and dialect.has(Capability.ATOMIC_SNAPSHOT))
 
 
-def prepare_source(spec: SourceSpec, before_prepare: BeforePrepare | None = None) -> None:
+def prepare_source(spec: SourceSpec, before_prepare: BeforePrepare | None = None,
+                   advise: bool = True) -> None:
     """Prepare the capture of ``spec``'s tables (resolved without) and pass the source's
-    preflight, its advice logged."""
+    preflight, its advice logged when ``advise``."""
     dialect = spec.dialect_obj
     conn = dialect.connect(spec.config)
     try:
@@ -388,7 +391,7 @@ def prepare_source(spec: SourceSpec, before_prepare: BeforePrepare | None = None
             tables = list(spec.tables)
             if before_prepare is not None:
                 before_prepare(dialect, conn, tables)
-            _prepare(dialect, conn, spec.config, tables)
+            _prepare(dialect, conn, spec.config, tables, advise)
     finally:
         conn.close()
 

@@ -7,21 +7,16 @@ naming them. Real servers of the test's own: a primary and a replica built as fr
 from __future__ import annotations
 
 import json
-import os
 import random
-import re
 import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.cli import SPLITS, run_cli, stop_mid_snapshot
 from helpers.instances import MariaDb, server_dir, start_mariadb, stopping
 
 from sdk.cli import main
@@ -31,23 +26,13 @@ pytestmark = [pytest.mark.mysql, pytest.mark.spark, pytest.mark.slow]
 ROWS = 200
 
 
-def _query(server: MariaDb, sql: str) -> list[tuple[Any, ...]]:
-    conn = server.admin()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
 def _replicate(primary: MariaDb, replica: MariaDb) -> None:
     """Make ``replica`` a GTID replica of ``primary`` from a copy of its table (as from a
     dump at the primary's current GTID position)."""
     primary.execute("CREATE USER IF NOT EXISTS 'repl'@'%' IDENTIFIED BY 'repl'",
                     "GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%'")
-    rows = _query(primary, "SELECT id, v FROM sdk_test.items")
-    ((position,),) = _query(primary, "SELECT @@GLOBAL.gtid_binlog_pos")
+    rows = primary.query("SELECT id, v FROM sdk_test.items")
+    ((position,),) = primary.query("SELECT @@GLOBAL.gtid_binlog_pos")
     values = ",".join(f"({i}, {v})" for i, v in rows)
     replica.execute("CREATE TABLE sdk_test.items (id INT PRIMARY KEY, v INT)",
                     f"INSERT INTO sdk_test.items VALUES {values}",
@@ -59,8 +44,8 @@ def _replicate(primary: MariaDb, replica: MariaDb) -> None:
 
 
 def _caught_up(primary: MariaDb, replica: MariaDb) -> None:
-    ((position,),) = _query(primary, "SELECT @@GLOBAL.gtid_binlog_pos")
-    ((waited,),) = _query(replica, f"SELECT MASTER_GTID_WAIT('{position}', 30)")
+    ((position,),) = primary.query("SELECT @@GLOBAL.gtid_binlog_pos")
+    ((waited,),) = replica.query(f"SELECT MASTER_GTID_WAIT('{position}', 30)")
     assert waited == 0, "the replica did not catch up"
 
 
@@ -112,7 +97,7 @@ def _writes(server: MariaDb, seed: int, count: int) -> None:
 
 
 def _table(server: MariaDb) -> dict[int, int]:
-    return dict(_query(server, "SELECT id, v FROM sdk_test.items"))
+    return dict(server.query("SELECT id, v FROM sdk_test.items"))
 
 
 def _mirror(path: Path) -> dict[int, int]:
@@ -149,7 +134,7 @@ def test_the_sync_follows_a_switchover_in_its_log_phase(
     _writes(primary, 2, 60)  # read by no sync before the switchover
     _switch_over(primary, replica)
     _writes(replica, 3, 60)  # the new primary's own
-    files = [r[0] for r in _query(replica, "SHOW BINARY LOGS")]
+    files = [r[0] for r in replica.query("SHOW BINARY LOGS")]
     assert files == ["mysql-bin.000001"], files
     capfd.readouterr()
 
@@ -186,7 +171,7 @@ def test_a_replica_promoted_before_it_had_every_transaction_read_is_refused(
     _writes(primary, 5, 20)
     _caught_up(primary, replica)
     replica.execute("STOP SLAVE")
-    ((held,),) = _query(replica, "SELECT @@GLOBAL.gtid_slave_pos")
+    ((held,),) = replica.query("SELECT @@GLOBAL.gtid_slave_pos")
     seq = int(str(held).rsplit("-", 1)[1])
     primary.execute("UPDATE sdk_test.items SET v = v + 100 WHERE id < 10",
                     "INSERT INTO sdk_test.items VALUES (5000, 1)")
@@ -239,43 +224,14 @@ def test_a_switchover_while_the_snapshot_runs_goes_on_from_the_splits_read(
     args = [*_sync(primary.url(), mirror, checkpoint)[:-2], "--until", "never",
             "--option", "snapshot.split.size=500", "--option",
             "snapshot.rows-per-second=2000"]  # about 10 s: stopped in the middle surely
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    stop = threading.Event()
-    def write() -> None:
-        for i in range(10**6):
-            if stop.is_set():
-                return
-            _writes(primary, 100 + i, 5)
-
-    writer = threading.Thread(target=write)
-    process = subprocess.Popen([sys.executable, "-m", "sdk.cli", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True, env=env,
-                               start_new_session=True)
-    writer.start()
-    done = 0
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            found = re.search(r"(\d+)/(\d+) splits", line)
-            if found and int(found.group(1)) >= int(found.group(2)):
-                break  # too late: fails below, rather than wait for ever
-            if found and int(found.group(1)) >= 10:
-                done = int(found.group(1))
-                break
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        stop.set()
-        writer.join()
+    done = stop_mid_snapshot(args, lambda round: _writes(primary, 100 + round, 5))
     assert done, "the snapshot ended before it could be stopped in the middle"
     _switch_over(primary, replica)
     _writes(replica, 9, 40)
-    resumed = subprocess.run([sys.executable, "-m", "sdk.cli",
-                              *_sync(replica.url(), mirror, checkpoint)],
-                             capture_output=True, text=True, env=env, timeout=600)
+    resumed = run_cli(_sync(replica.url(), mirror, checkpoint))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _mirror(mirror) == _table(replica)
-    first = re.search(r"(\d+)/(\d+) splits", resumed.stdout)
+    first = SPLITS.search(resumed.stdout)
     assert first is not None and int(first.group(1)) >= done, resumed.stdout[:500]
     source = json.loads((checkpoint / "state" / "source.json").read_text())
     assert source["identity"]["server_id"] == "2"

@@ -7,20 +7,15 @@ test's own: a PostgreSQL 18 primary and a streaming standby (the embedded-postgr
 from __future__ import annotations
 
 import json
-import os
 import random
-import re
 import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.cli import SPLITS, run_cli, stop_mid_snapshot
 from helpers.instances import (
     Postgres,
     advance_slot,
@@ -174,46 +169,14 @@ def test_a_switchover_while_the_snapshot_runs_goes_on_from_the_splits_read(
     args = [*_sync(primary.url(), mirror, checkpoint)[:-2], "--until", "never",
             "--option", "snapshot.split.size=500", "--option",
             "snapshot.rows-per-second=2000"]  # about 10 s: stopped in the middle surely
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    stop = threading.Event()
-
-    def write() -> None:
-        for i in range(10**6):
-            if stop.is_set():
-                return
-            _writes(primary, 100 + i, 5)
-
-    writer = threading.Thread(target=write)
-    process = subprocess.Popen([sys.executable, "-m", "sdk.cli", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True, env=env,
-                               start_new_session=True)
-    writer.start()
-    done = 0
-    seen = []
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            seen.append(line)
-            found = re.search(r"(\d+)/(\d+) splits", line)
-            if found and int(found.group(1)) >= int(found.group(2)):
-                break  # too late: fails below, rather than wait for ever
-            if found and int(found.group(1)) >= 10:
-                done = int(found.group(1))
-                break
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        stop.set()
-        writer.join()
-    assert done, f"the snapshot ended before it could be stopped in the middle: {seen[-5:]}"
+    done = stop_mid_snapshot(args, lambda round: _writes(primary, 100 + round, 5))
+    assert done, "the snapshot ended before it could be stopped in the middle"
     _switch_over(primary, standby)
     _writes(standby, 9, 40)
-    resumed = subprocess.run([sys.executable, "-m", "sdk.cli",
-                              *_sync(standby.url(), mirror, checkpoint)],
-                             capture_output=True, text=True, env=env, timeout=600)
+    resumed = run_cli(_sync(standby.url(), mirror, checkpoint))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _mirror(mirror) == _table(standby)
-    first = re.search(r"(\d+)/(\d+) splits", resumed.stdout)
+    first = SPLITS.search(resumed.stdout)
     assert first is not None and int(first.group(1)) >= done, resumed.stdout[:500]
 
 

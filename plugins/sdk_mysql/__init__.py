@@ -721,10 +721,12 @@ def _gtid_after(conn: MySqlConnection, base: tuple[str, int, str] | None, file: 
         return None
     if base[1] == pos:
         return base[2]
+    import pymysql
+
     try:
         rows = conn.query(f"SHOW BINLOG EVENTS IN '{_quoted(file)}' FROM {int(base[1])} "
                           f"LIMIT {GTID_EVENTS_READ}")
-    except Exception:  # no privilege, or the file rotated away: not known cheaply
+    except pymysql.err.MySQLError:  # no privilege, or the file purged: not known cheaply
         return None
     state = MariadbGtidState(base[2])
     for row in rows:

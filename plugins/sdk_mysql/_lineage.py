@@ -121,18 +121,22 @@ def _missing(recorded: str, now: str, first: str | None) -> list[str]:
     and ``first``, the first transaction after it in the server's binlog (a binlog that
     begins later)."""
     have = MariadbGtidState(now).domains
+    read = MariadbGtidState(recorded).domains
     missing = []
-    for domain, gtid in MariadbGtidState(recorded).domains.items():
-        seq = int(gtid.rsplit("-", 1)[1])
-        held = int(have[domain].rsplit("-", 1)[1]) if domain in have else 0
-        if held < seq:
-            missing.append(_span(domain, held + 1, seq))
+    for domain, gtid in read.items():
+        held = _seq(have[domain]) if domain in have else 0
+        if held < _seq(gtid):
+            missing.append(_span(domain, held + 1, _seq(gtid)))
     if first is not None and not missing:
-        domain, _, seq = (int(part) for part in first.split("-"))
-        at = MariadbGtidState(recorded).domains.get(domain)
-        if at is not None and seq > int(at.rsplit("-", 1)[1]) + 1:
-            missing.append(_span(domain, int(at.rsplit("-", 1)[1]) + 1, seq - 1))
+        domain = int(first.split("-", 1)[0])
+        if domain in read and _seq(first) > _seq(read[domain]) + 1:
+            missing.append(_span(domain, _seq(read[domain]) + 1, _seq(first) - 1))
     return missing
+
+
+def _seq(gtid: str) -> int:
+    """The sequence number of MariaDB GTID ``domain-server-seq``."""
+    return int(gtid.rsplit("-", 1)[1])
 
 
 def _span(domain: int, first: int, last: int) -> str:

@@ -12,7 +12,6 @@ that the position is not past it.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,8 +19,6 @@ from ..dialects import Dialect
 from ..errors import LogMismatchError
 from ..types import Connection, Offset
 from .state import Phase, SyncState
-
-log = logging.getLogger(__name__)
 
 SOURCE_FILE = "source.json"
 """In a sync's state directory: the dialect, identity and masked URL of its source."""

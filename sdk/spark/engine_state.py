@@ -8,6 +8,7 @@ read states without a Spark session).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -27,7 +28,7 @@ from ..algorithm.lineage import (
     resume_position,
     source_record,
 )
-from ..algorithm.progress import with_staged
+from ..algorithm.progress import position_label, with_staged
 from ..codec import dumps
 from ..dialects import Dialect
 from ..errors import ConfigurationError, RetriableError
@@ -465,7 +466,8 @@ def follow_failover(store: StateStore, dialect: Dialect, conn: Connection,
         moved = _replaced(data, by_text)
         if moved != data:
             store.write_json(moved, *parts)
-    latest = max(places.values(), key=_sort_key(dialect)) if places else None
+    latest = max(places.values(), key=functools.cmp_to_key(dialect.compare_offset)) \
+        if places else None
     history = [*recorded.get("followed", []),  # small: every task reads this file
                {"identity": recorded.get("identity"), "url": recorded.get("url"),
                 "until": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -474,7 +476,8 @@ def follow_failover(store: StateStore, dialect: Dialect, conn: Connection,
     log.warning("followed a failover: %s is another server than %s, which the checkpoint "
                 "followed; %d log positions found in its log by what they carry (the "
                 "latest: %s); going on from there without a new snapshot", now.get("url"),
-                recorded.get("url"), len(offsets), latest)
+                recorded.get("url"), len(offsets),
+                position_label(dumps(latest.to_json())) if latest else "none")
     return places
 
 
@@ -497,12 +500,6 @@ def _reads_from(store: StateStore, dialect: Dialect) -> Offset | None:
     if not isinstance(name, str) or store.read_json("states", f"{name}.json") is None:
         return None
     return resume_position(EngineState.load(store, name).sync, dialect)
-
-
-def _sort_key(dialect: Dialect) -> Any:
-    import functools
-
-    return functools.cmp_to_key(dialect.compare_offset)
 
 
 def follow_or_check_source(store: StateStore, dialect: Dialect, conn: Connection, url: str,
@@ -539,18 +536,17 @@ def check_task_source(store: StateStore, dialect: Dialect, conn: Connection) -> 
 
 
 def check_checkpoint_source(store: StateStore, dialect: Dialect, conn: Connection, url: str,
-                            checkpoint: str, follow: bool = True
-                            ) -> tuple[Offset | None, bool]:
-    """Check that ``conn``'s server is the source the checkpoint in ``store`` follows, or
-    another server of its topology the checkpoint can move onto (a failover: moved when
-    ``follow``), and that its log holds the position the sync resumes from
-    (:mod:`sdk.algorithm.lineage`). Returns that position (None for a checkpoint with none
-    yet) and whether it is another server's. A checkpoint written before sources were
-    recorded has no record: only its position is checked."""
-    places = follow_or_check_source(store, dialect, conn, url, checkpoint, write=follow)
+                            checkpoint: str) -> tuple[Offset | None, bool]:
+    """Check, changing nothing, that ``conn``'s server is the source the checkpoint in
+    ``store`` follows, or another server of its topology the checkpoint can move onto (a
+    failover; the sync's driver moves it), and that its log holds the position the sync
+    resumes from (:mod:`sdk.algorithm.lineage`). Returns that position, on this server
+    (None for a checkpoint with none yet), and whether it is another server's. A checkpoint
+    written before sources were recorded has no record: only its position is checked."""
+    places = follow_or_check_source(store, dialect, conn, url, checkpoint, write=False)
     engine = readable_checkpoint(store)
     position = resume_position(engine.sync, dialect) if engine is not None else None
-    if position is not None and places is not None and not follow:
+    if position is not None and places is not None:
         position = places.get(position, position)
     if position is not None:
         check_position(dialect, conn, position, url)

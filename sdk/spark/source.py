@@ -54,6 +54,7 @@ from ..spec import (
     SourceSpec,
     TableWatch,
     needs_capture,
+    parse_options,
     prepare_source,
     resolve,
 )
@@ -197,10 +198,12 @@ class CdcDataSource(DataSource):
             self._resolved = spec
         return spec
 
-    def _prepare(self, spec: SourceSpec) -> None:
+    def _prepare(self, spec: SourceSpec, snapshot_only: bool = False) -> None:
+        """Prepare the source's capture, once, when the read needs it (:func:`needs_capture`)."""
         if not getattr(self, "_prepared", False) and \
-                needs_capture(spec.dialect_obj, spec.options):
-            prepare_source(spec, noting_changed_tables(spec.state_dir))
+                needs_capture(spec.dialect_obj, spec.options, snapshot_only):
+            advise = parse_options(self.options).source["advice"] == "log"
+            prepare_source(spec, noting_changed_tables(spec.state_dir), advise)
             self._prepared = True
 
     def schema(self) -> StructType:
@@ -211,10 +214,7 @@ class CdcDataSource(DataSource):
         if spec.target is not None:
             raise ConfigurationError("option target applies a stream's batches exactly once: "
                                      "use spark.readStream (with a stateDir), not spark.read")
-        if not (spec.options.atomic_snapshot and
-                spec.dialect_obj.has(Capability.ATOMIC_SNAPSHOT)):
-            self._prepare(spec)  # splits read between watermarks read the log between
-            # (else no capture: a batch read reads no log)
+        self._prepare(spec, snapshot_only=True)  # none in consistent views: no log read
         return CdcBatchReader(spec)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

@@ -181,8 +181,7 @@ def _check_resumed_source(source: str, state_dir: str, checkpoint: str) -> None:
     conn = dialect.connect(config)
     try:
         with dialect.passing_faults():
-            check_checkpoint_source(store, dialect, conn, config.masked_url, checkpoint,
-                                    follow=False)
+            check_checkpoint_source(store, dialect, conn, config.masked_url, checkpoint)
     finally:
         conn.close()
 

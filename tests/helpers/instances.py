@@ -90,6 +90,16 @@ class MariaDb:
         finally:
             conn.close()
 
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of ``sql``, run as root."""
+        conn = self.admin()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return list(cur.fetchall())
+        finally:
+            conn.close()
+
     def url(self, user: str = "sdk_cdc", password: str = "sdk_cdc", database: str = "sdk_test",
             query: str = "") -> str:
         return f"mysql://{user}:{password}@127.0.0.1:{self.port}/{database}{query}"
