@@ -155,10 +155,9 @@ def _lost(conn: MySqlConnection, recorded: str, reason: str, missing: list[str] 
         f"its binlog (at {now}) does not hold those transactions"
     because = f" ({reason})" if reason else ""
     return (f"this server's binlog cannot go on from the checkpoint's GTID position "
-            f"{recorded}: {lacks}{because}. Either they were lost in the failover (a replica "
-            f"promoted before it had them: apply them here from the old primary's binlog, "
-            f"mariadb-binlog --start-position ..., and run again), or this server is not a "
-            f"replica of the one the checkpoint followed; {WAY_BACK}")
+            f"{recorded}: {lacks}{because}, which the sync read and applied. Apply them here "
+            f"from the binlog of the server the checkpoint followed (mariadb-binlog "
+            f"--start-position ...) and run again, or {WAY_BACK}")
 
 
 def refuse_unlisted(file: str, listed: list[str]) -> None:
