@@ -36,7 +36,7 @@ def run_until(args: list[str], moment: Callable[[str], bool] | None, log: list[s
     """Run ``sdk`` with ``args``; SIGKILL its process group at the first progress line for
     which ``moment`` is true (None: let it finish). Returns the seconds it ran."""
     started = time.monotonic()
-    process = subprocess.Popen([sys.executable, "-m", "sdk.cli", *args],
+    process = subprocess.Popen([sys.executable, "-m", "sdk.app.cli", *args],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                start_new_session=True)
     assert process.stdout is not None

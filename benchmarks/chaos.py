@@ -88,7 +88,7 @@ import pyarrow.dataset as ds
 from _servers import MYSQL, MYSQL_ADMIN, PG, PG_ADMIN, fill_mariadb
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
-from sdk.dialects import default_manager
+from sdk.dialect.manager import default_manager
 
 
 def restart_mariadb() -> None:
@@ -308,7 +308,7 @@ class Case:
 def run(args: list[str], phase: str | None, delay: float, log: list[str]) -> str:
     """Run ``sdk``; SIGKILL it ``delay`` seconds after its first progress line in ``phase``
     (``snapshot`` or ``log``; None: let it end). Returns the phase of its last progress line."""
-    process = subprocess.Popen([sys.executable, "-m", "sdk.cli", *args],
+    process = subprocess.Popen([sys.executable, "-m", "sdk.app.cli", *args],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                start_new_session=True)
     assert process.stdout is not None
@@ -525,7 +525,7 @@ class SyncProcess:
         self.stderr = stderr
         self.mark = stderr.stat().st_size if stderr.exists() else 0
         with stderr.open("a") as err:
-            self.process = subprocess.Popen([sys.executable, "-m", "sdk.cli", *args],
+            self.process = subprocess.Popen([sys.executable, "-m", "sdk.app.cli", *args],
                                             stdout=subprocess.PIPE, stderr=err, text=True,
                                             start_new_session=True)
         self.started = time.monotonic()

@@ -589,7 +589,7 @@ def sdk_command() -> list[str]:
     if found.exists():
         return [str(found)]
     which = shutil.which("sdk")
-    return [which] if which else [sys.executable, "-m", "sdk.cli"]
+    return [which] if which else [sys.executable, "-m", "sdk.app.cli"]
 
 
 @dataclass

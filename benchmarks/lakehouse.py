@@ -34,7 +34,7 @@ from _servers import MYSQL, MYSQL_ADMIN, fill_mariadb
 from e2e_sync import read_progress, sdk_command
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
-from sdk.dialects import default_manager
+from sdk.dialect.manager import default_manager
 
 
 def run_sync(table: str, target: list[str], checkpoint: Path, options: list[str]

@@ -14,7 +14,7 @@ workers), the bytes the resume wrote under ``<checkpoint>/state`` (files new or 
 longest line the sync printed to a pipe, the steady state's CPU seconds per minute and state
 bytes per log batch; then the ratios between consecutive N (nothing should grow faster than
 N), and where the state bytes went, file by file. The issue's targets at 3,000 tables: a pipe
-line under 1 KB, the resume's state write under 50 KB. The sync runs as ``python -m sdk.cli
+line under 1 KB, the resume's state write under 50 KB. The sync runs as ``python -m sdk.app.cli
 sync`` with stdout a pipe (not a terminal); its stderr goes to a file named if it fails (a
 failed step is reported, the next N still runs). The target is a SQLite file (default) or a
 PostgreSQL of the benchmark's own. Timings on a busy machine are noisy: the CPU figures less
@@ -273,7 +273,7 @@ def sync(url: str, target: str, work: Path, until: str, log: Path,
     With ``steady`` (seconds, start): once the sync reports caught up, ``start()`` the changes
     and measure the tree's CPU for that long, then SIGTERM. :class:`SyncFailedError` when it
     fails."""
-    command = [sys.executable, "-m", "sdk.cli", "sync", "--source", url, "--target", target,
+    command = [sys.executable, "-m", "sdk.app.cli", "sync", "--source", url, "--target", target,
                "--checkpoint", str(work / "ck"), "--until", until]
     run = Run()
     caught_up = threading.Event()

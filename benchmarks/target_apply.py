@@ -44,7 +44,7 @@ from sdk import (
     TableSchema,
     get_dialect,
 )
-from sdk.tableformat import arrow_rows
+from sdk.dialect.tableformat import arrow_rows
 
 L = LogicalType
 COLUMNS = (

@@ -1,12 +1,12 @@
 """sdk: a plugin-based change-data-capture SDK on Apache Spark.
 
 Dialect plugin authors import everything they need from here: ``hookimpl``, the data types
-and the errors. The contract itself is :mod:`sdk.hookspecs`.
+and the errors. The contract itself is :mod:`sdk.dialect.hookspecs`.
 """
 
-from .config import ConnectionConfig
-from .dialects import Dialect, DialectManager, connect, get_dialect
-from .errors import (
+from . import _moved
+from .dialect.config import ConnectionConfig
+from .dialect.errors import (
     ConfigurationError,
     DataError,
     DialectNotFoundError,
@@ -21,8 +21,9 @@ from .errors import (
     SdkError,
     SyncError,
 )
-from .hookspecs import hookimpl
-from .types import (
+from .dialect.hookspecs import hookimpl
+from .dialect.manager import Dialect, DialectManager, connect, get_dialect
+from .dialect.types import (
     BadValue,
     Capability,
     ChangeEvent,
@@ -47,6 +48,8 @@ from .types import (
     TableStats,
     TableTruncated,
 )
+
+_moved.install()
 
 __version__ = "0.1.0"
 

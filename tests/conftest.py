@@ -14,7 +14,7 @@ import pytest
 from helpers.servers import MYSQL_ADMIN_URL, MYSQL_URL, POSTGRES_ADMIN_URL, POSTGRES_URL
 
 from sdk import Dialect, TableSchema, get_dialect
-from sdk.config import ConnectionConfig
+from sdk.dialect.config import ConnectionConfig
 
 pytest_plugins = ["pytester"]  # the conformance kit's own tests run it on broken dialects
 
@@ -97,7 +97,7 @@ def _embedded_postgres() -> tuple[str, str]:
 
     import psycopg
 
-    from sdk.demo import start_postgres
+    from sdk.app.demo import start_postgres
 
     uri = start_postgres(Path(tempfile.gettempdir()) / "sdk-test-pgdata")
     socket = uri.split("?host=", 1)[1]

@@ -25,7 +25,7 @@ from sim import (
 
 from sdk import ChangeEvent, FinishedSplit, Key
 from sdk.algorithm import Phase, SyncOptions, SyncRunner, SyncState, log_filter
-from sdk.types import Offset, SnapshotSplit
+from sdk.dialect.types import Offset, SnapshotSplit
 
 
 def _write(db: MemoryDatabase, rng: random.Random, space: int) -> None:

@@ -52,7 +52,7 @@ from sdk.algorithm import (
     log_filter,
     read_split,
 )
-from sdk.codec import dumps
+from sdk.dialect.codec import dumps
 
 KEY_SPACE = 40
 

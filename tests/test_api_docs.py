@@ -16,7 +16,8 @@ def test_the_api_reference_builds_without_warnings(tmp_path: Path) -> None:
          str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stdout + build.stderr
     page = (tmp_path / "index.html").read_text()
-    for name in ("sdk.types.DialectInfo", "sdk.types.ChangeEvent", "sdk.types.Requirement",
-                 "sdk.sql.row_range", "sdk.sqlbase.SqlDialect", "sdk.testing.harness.Harness",
-                 "sdk.errors.OffsetExpiredError"):
+    for name in ("sdk.dialect.types.DialectInfo", "sdk.dialect.types.ChangeEvent",
+                 "sdk.dialect.types.Requirement", "sdk.dialect.sql.row_range",
+                 "sdk.dialect.sqlbase.SqlDialect", "sdk.testing.harness.Harness",
+                 "sdk.dialect.errors.OffsetExpiredError"):
         assert f'id="{name}"' in page, name

@@ -1,5 +1,5 @@
-"""The shared applied-batch ledger (``sdk.apply.Ledger``): its SQL in each target's style, and a
-replayed batch applied once, through a recording cursor and through a real SQLite database."""
+"""The shared applied-batch ledger (``sdk.dialect.apply.Ledger``): its SQL in each target's style,
+and a replayed batch applied once, through a recording cursor and through a real SQLite database."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sdk import ChangeEvent, Column, LogicalType, Offset, Op, TableId, TableSchema
-from sdk.apply import LEDGER, Ledger
+from sdk.dialect.apply import LEDGER, Ledger
 from sdk_mysql import _target as mysql_target
 from sdk_postgres import _target as postgres_target
 
@@ -117,7 +117,7 @@ def test_a_target_of_600_tables_is_checked_in_queries_sqlite_takes(tmp_path: Any
     import sqlite3
 
     from sdk import Column, LogicalType, TableId, TableSchema
-    from sdk.target import Target
+    from sdk.job.target import Target
 
     db = tmp_path / "t.db"
     tables = [TableSchema(TableId("main", f"t{i}"), (Column("id", LogicalType.INT64,

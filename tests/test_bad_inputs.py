@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from sdk import ConfigurationError, ConnectionConfig
-from sdk.cli import main
+from sdk.app.cli import main
 
 PASSWORD = "S3cret-pw-" + secrets.token_hex(4)
 
@@ -23,7 +23,7 @@ RUN_WITHOUT = """
 import sys
 for name in sys.argv[1].split(","):
     sys.modules[name] = None  # as if not installed: import fails, find_spec gives None
-from sdk.cli import main
+from sdk.app.cli import main
 print("dialects exit", main(["dialects"]), flush=True)
 print("check exit", main(["check", "--source", sys.argv[2]]), flush=True)
 """

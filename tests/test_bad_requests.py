@@ -16,9 +16,10 @@ import pytest
 from sdk.algorithm import SyncState
 from sdk.algorithm.lineage import SOURCE_FILE, source_record
 from sdk.algorithm.state import Phase
-from sdk.cli import main
-from sdk.dialects import connect
-from sdk.errors import ConfigurationError
+from sdk.app.cli import main
+from sdk.dialect.errors import ConfigurationError
+from sdk.dialect.manager import connect
+from sdk.dialect.types import TableId
 from sdk.spark.engine_state import EngineState, latest
 from sdk.spark.requests import (
     SnapshotRequest,
@@ -30,7 +31,6 @@ from sdk.spark.requests import (
     write_request,
 )
 from sdk.spark.statestore import StateStore
-from sdk.types import TableId
 
 DAMAGED = re.compile(r"sdk: error: checkpoint (\S+): file (\S+) is damaged \((.+)\): (.+)\n")
 WAY_OUT = ("restore {ck} from a backup, or start a new sync with a new --checkpoint directory "

@@ -1,5 +1,5 @@
-"""Set-based apply (#18): a batch's net changes (``sdk.apply.net_changes``) end as the changes
-applied one by one, and the PostgreSQL (staging tables, ``COPY``) and MySQL (multi-row
+"""Set-based apply (#18): a batch's net changes (``sdk.dialect.apply.net_changes``) end as the
+changes applied one by one, and the PostgreSQL (staging tables, ``COPY``) and MySQL (multi-row
 statements) targets write batches past their thresholds exactly, with key moves, deletes, awkward
 names and edge values, and a replay changes nothing."""
 
@@ -27,9 +27,9 @@ from sdk import (
     TableSchema,
     get_dialect,
 )
-from sdk.apply import net_changes
-from sdk.tableformat import arrow_rows
-from sdk.temporal import WideTemporal
+from sdk.dialect.apply import net_changes
+from sdk.dialect.tableformat import arrow_rows
+from sdk.dialect.temporal import WideTemporal
 from sdk_mysql import _target as mysql_target
 from sdk_postgres import _target as pg_apply
 
@@ -65,7 +65,7 @@ def one_by_one(state: Model, events: list[ChangeEvent]) -> Model:
 def applied_as_events(dialect: Any, conn: Any, table: TableSchema, data: Any) -> bool:
     """A split's Arrow rows given to ``apply_changes`` as ``r`` events of the values
     ``python_values`` makes of them (what ``load_snapshot`` must store alike), as batch s/0."""
-    from sdk.arrow import python_values
+    from sdk.dialect.arrow import python_values
 
     values = zip(*[python_values(data.column(i), c.type) for i, c in enumerate(table.columns)],
                  strict=True)

@@ -24,7 +24,7 @@ import pytest
 from helpers.servers import drop_capture
 from test_metrics import samples
 
-from sdk.cli import main
+from sdk.app.cli import main
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 
@@ -82,7 +82,7 @@ def test_a_resumed_sync_far_behind_reports_its_catch_up_truthfully(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     sync = subprocess.Popen(
-        [sys.executable, "-m", "sdk.cli", *args, "--until", "never", "--metrics-port",
+        [sys.executable, "-m", "sdk.app.cli", *args, "--until", "never", "--metrics-port",
          str(port), "--option", "log.batch.changes=20000",
          # paced, so the catch-up spans several of the sync's 2 s reports on any machine
          "--option", "log.changes-per-second=20000"],

@@ -14,11 +14,11 @@ from test_spark_engine import make_source
 
 from sdk import ConnectionConfig, get_dialect
 from sdk.algorithm import Phase, PhaseMachine, SyncState
-from sdk.errors import ConfigurationError
+from sdk.dialect.errors import ConfigurationError
+from sdk.job.spec import resolve
 from sdk.spark.engine_state import EngineState
 from sdk.spark.reads import SplitPartition, read_splits
 from sdk.spark.statestore import StateStore
-from sdk.spec import resolve
 from sdk_sqlite import read_target
 
 pytestmark = pytest.mark.spark
@@ -82,8 +82,8 @@ def test_a_log_batch_is_applied_in_chunks_once(tmp_path: Path,
     """A chained log batch holds one chunk of changes at a time; a replay (the same bounded
     range, cut into the same chunks) writes nothing."""
     from sdk import ChangeEvent, Offset
+    from sdk.job.target import Applier
     from sdk.spark import reads
-    from sdk.target import Applier
 
     url = make_source(tmp_path, rows=10)
     target_url = f"sqlite:///{tmp_path}/target.db"
@@ -128,7 +128,7 @@ def test_the_writer_thread_applies_in_order_and_raises_a_failure_at_the_next_ste
     import threading
     import time
 
-    from sdk.target import Pipeline
+    from sdk.job.target import Pipeline
 
     done: list[int] = []
     running = threading.Semaphore(1)
@@ -162,7 +162,7 @@ def test_first_reads_are_loaded_on_the_writer_thread_in_order(tmp_path: Path,
     reports, and a failed load fails the task."""
     import threading
 
-    from sdk.target import Applier
+    from sdk.job.target import Applier
 
     url = make_source(tmp_path, rows=500)
     spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),

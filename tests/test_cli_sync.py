@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sdk import ConnectionConfig, get_dialect
-from sdk.cli import main
+from sdk.app.cli import main
 from sdk_sqlite import read_target
 
 pytestmark = pytest.mark.spark
@@ -88,7 +88,7 @@ def test_a_sync_whose_checks_fail_ends_at_once_with_its_output(tmp_path: Path) -
         conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
     marker = uuid.uuid4().hex
     process = subprocess.Popen(
-        [sys.executable, "-m", "sdk.cli", "sync", "--source", f"sqlite:///{source}",
+        [sys.executable, "-m", "sdk.app.cli", "sync", "--source", f"sqlite:///{source}",
          "--tables", "nosuch", "--target", f"sqlite:///{tmp_path}/mirror.db",
          "--checkpoint", str(tmp_path / "ck")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "SDK_MARK": marker})
@@ -263,7 +263,7 @@ def test_a_second_signal_stops_the_sync_in_the_middle_of_a_batch(tmp_path: Path)
                          ((i, f"row {i} " + "x" * 40) for i in range(600_000)))
     src, dst = f"sqlite:///{source}", f"sqlite:///{tmp_path}/mirror.db"
     checkpoint = tmp_path / "ck"
-    args = [sys.executable, "-m", "sdk.cli", "sync", "--source", src, "--target", dst,
+    args = [sys.executable, "-m", "sdk.app.cli", "sync", "--source", src, "--target", dst,
             "--checkpoint", str(checkpoint), "--until", "snapshot", "--master", "local[2]",
             "--option", "snapshot.split.size=2000"]
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -307,7 +307,7 @@ def test_sigterm_to_the_process_group_stops_the_sync_cleanly(tmp_path: Path) -> 
         conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
         conn.executemany("INSERT INTO t VALUES (?, ?)", ((i, "x") for i in range(1000)))
     process = subprocess.Popen(
-        [sys.executable, "-m", "sdk.cli", "sync", "--source", f"sqlite:///{source}",
+        [sys.executable, "-m", "sdk.app.cli", "sync", "--source", f"sqlite:///{source}",
          "--target", f"sqlite:///{tmp_path}/mirror.db", "--checkpoint", str(tmp_path / "ck"),
          "--until", "never"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
@@ -340,8 +340,8 @@ def test_the_live_display_fits_the_terminal_and_keeps_what_follows_a_finished_sy
     import re
     import sys
 
-    from sdk.cli import _reporter
-    from sdk.display import LiveProgress
+    from sdk.app.cli import _reporter
+    from sdk.app.display import LiveProgress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -374,7 +374,7 @@ def test_the_live_display_fits_the_terminal_and_keeps_what_follows_a_finished_sy
 def test_off_a_terminal_each_report_is_one_plain_line(monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]
                                                       ) -> None:
-    from sdk.cli import _reporter
+    from sdk.app.cli import _reporter
 
     report = _reporter()
     report({"phase": "snapshot", "rows": 10, "rows_per_second": 2.0, "tables": {

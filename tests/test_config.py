@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sdk import ConfigurationError, ConnectionConfig
-from sdk.config import mask_url
+from sdk.dialect.config import mask_url
 
 
 def test_parses_a_server_url() -> None:

@@ -102,11 +102,11 @@ def test_a_misspelt_requirement_fails_instead_of_skipping(pytester: pytest.Pytes
 
 
 def test_requirement_names_are_checked_against_everything_known() -> None:
-    from sdk.hookspecs import CONTRACT
+    from sdk.dialect.hookspecs import CONTRACT
+    from sdk.dialect.types import Capability
     from sdk.testing import Feature, KitError
     from sdk.testing.kit import requirement_kind
     from sdk.testing.suite import requires
-    from sdk.types import Capability
 
     assert {requirement_kind(c.value) for c in Capability} == {"capability"}
     assert {requirement_kind(f.value) for f in Feature} == {"feature"}

@@ -13,12 +13,12 @@ import pytest
 from helpers.servers import drop_capture
 
 from sdk import ChangeEvent, Column, LogicalType, Offset, TableId, TableSchema
-from sdk.cli import main
-from sdk.failures import Exit
-from sdk.metrics import families
+from sdk.app.cli import main
+from sdk.job.failures import Exit
+from sdk.job.metrics import families
+from sdk.job.target import Applier, Target
 from sdk.spark import deadletter
 from sdk.spark.statestore import StateStore
-from sdk.target import Applier, Target
 
 FAR = "294276-12-31 23:59:59+00"
 """A timestamp PostgreSQL holds and Spark's TimestampType does not."""
@@ -234,7 +234,7 @@ def test_only_what_a_change_applies_decides() -> None:
     """A bad value in a before image alone (the update fixing it, a delete of its row) goes
     through, NULL there; one in the after image or key is stopped at (``fail``)."""
     from sdk import BadValue
-    from sdk.errors import DataError
+    from sdk.dialect.errors import DataError
     from sdk.spark.deadletter import Rejects
 
     table = TableSchema(TableId("db", "t"), (Column("id", LogicalType.INT64, "bigint"),

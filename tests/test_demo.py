@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk.cli import main
+from sdk.app.cli import main
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

@@ -21,7 +21,7 @@ from sdk import (
     get_dialect,
     hookimpl,
 )
-from sdk.hookspecs import CAPABILITY_HOOKS, REQUIRED_HOOKS
+from sdk.dialect.hookspecs import CAPABILITY_HOOKS, REQUIRED_HOOKS
 
 
 def make_plugin(name: str, drivers: tuple[str, ...] = (), extra: str | None = None,

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from test_cli_sync import rows
 
-from sdk.cli import main
-from sdk.failures import Exit
+from sdk.app.cli import main
+from sdk.job.failures import Exit
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

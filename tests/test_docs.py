@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk import hookspecs
+from sdk.dialect import hookspecs
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS_DOC = (ROOT / "docs" / "hooks.md").read_text()

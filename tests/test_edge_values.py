@@ -30,8 +30,8 @@ from sdk import (
     TableSchema,
     get_dialect,
 )
-from sdk.codec import decode_value, encode_value
-from sdk.temporal import (
+from sdk.dialect.codec import decode_value, encode_value
+from sdk.dialect.temporal import (
     INT64_MAX,
     WideTemporal,
     civil_from_days,
@@ -87,7 +87,7 @@ def test_sqlite_target_keeps_nan_and_wide_values(tmp_path: Path) -> None:
 
 def _into_sqlite(path: Path, table: TableSchema, rows: list[tuple[Any, ...]]
                  ) -> dict[Any, Any]:
-    from sdk.types import Offset
+    from sdk.dialect.types import Offset
     from sdk_sqlite import read_target
 
     sqlite = get_dialect("sqlite")
@@ -253,7 +253,7 @@ def _float32(value: float) -> float:
 
 
 def _offset() -> Any:
-    from sdk.types import Offset
+    from sdk.dialect.types import Offset
 
     return Offset("x")
 
@@ -371,12 +371,12 @@ def _frame(spark: Any, table: TableSchema, rows: list[tuple[Any, ...]], name: st
     """A DataFrame of ``rows`` as the cdc source gives them (through TableBatcher)."""
     from test_spark_types import probe
 
-    from sdk.spark.arrow import TableBatcher
+    from sdk.spark.batches import TableBatcher
 
     batcher = TableBatcher(table)
     events = [ChangeEvent(table.table, "c", (r[0],), r, _offset(), commit_ts=10**15)
               for r in rows]
-    from sdk.spark.arrow import event_rows
+    from sdk.spark.batches import event_rows
 
     columns = event_rows(batcher, events)
     return probe(spark, name, [batcher.batch(*columns, 0)], batcher.spark_schema)

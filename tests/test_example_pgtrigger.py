@@ -105,7 +105,7 @@ def test_the_kit_fails_a_highest_visible_id_offset_on_every_run(maxid_kit: Kit, 
 def test_sdk_sync_with_the_example_under_concurrent_writers(
         spark: Any, tmp_path: Path, postgres_url: str, postgres_admin: Any) -> None:
     from sdk import ConnectionConfig, get_dialect
-    from sdk.cli import main
+    from sdk.app.cli import main
     from sdk_sqlite import read_target
 
     name = f"trig_{uuid.uuid4().hex[:8]}"

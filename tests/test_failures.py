@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from sdk import ConfigurationError, LogMismatchError, OffsetExpiredError, PreflightError
-from sdk.cli import main
-from sdk.errors import DataError, RetriableError
-from sdk.failures import Exit, doing, exit_code, summarize, write_trace
+from sdk.app.cli import main
+from sdk.dialect.errors import DataError, RetriableError
+from sdk.job.failures import Exit, doing, exit_code, summarize, write_trace
 
 SPARK_TEXT = """\
 [STREAM_FAILED] Query [id = 1] terminated with exception: Job aborted due to stage failure: \
@@ -50,7 +50,7 @@ def test_a_driver_error_in_a_task_is_summarized_with_where_it_happened() -> None
 
 def test_an_error_raised_on_purpose_in_a_task_keeps_its_class() -> None:
     text = SPARK_TEXT.replace('psycopg.errors.UndefinedColumn: column "nope" does not exist',
-                              "sdk.errors.OffsetExpiredError: binlog b.000001 was purged")
+                              "sdk.dialect.errors.OffsetExpiredError: binlog b.000001 was purged")
     failure = summarize(RuntimeError(text))
     assert isinstance(failure.error, OffsetExpiredError)
     assert failure.message == "binlog b.000001 was purged" and failure.code == Exit.REFUSED
@@ -102,7 +102,7 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch: pytest.MonkeyPatch,
     def interrupted(args: Any) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("sdk.cli.cmd_dialects", interrupted)
+    monkeypatch.setattr("sdk.app.cli.cmd_dialects", interrupted)
     assert main(["dialects"]) == 130
     assert capsys.readouterr().err == ("sdk: error: interrupted (a restart with the same "
                                        "--checkpoint resumes exactly)\n")

@@ -29,7 +29,7 @@ from sdk import (
     get_dialect,
 )
 from sdk.algorithm import Phase, SyncOptions, SyncRunner, caught_up
-from sdk.tables import parse_patterns, select_tables, table_pattern
+from sdk.job.tables import parse_patterns, select_tables, table_pattern
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from sdk import (
     TableSchema,
     get_dialect,
 )
-from sdk.dialects import default_manager
+from sdk.dialect.manager import default_manager
 
 FORMATS = ["delta", "iceberg"]
 
@@ -121,9 +121,9 @@ def test_a_table_made_again_holds_no_batch_and_is_read_again(
         lake: tuple[Dialect, Any, str]) -> None:
     """``applied_tables``: a table with batches says so, one made again (dropped, created
     empty) says none, one missing is left out. A resumed sync reads the missing one again
-    whole (:meth:`sdk.target.Target.lost`), and those without a row (made again, or all rows
-    deleted) while the source has rows (:meth:`sdk.target.Target.empty`)."""
-    from sdk.target import Target
+    whole (:meth:`sdk.job.target.Target.lost`), and those without a row (made again, or all rows
+    deleted) while the source has rows (:meth:`sdk.job.target.Target.empty`)."""
+    from sdk.job.target import Target
 
     dialect, conn, url = lake
     other = TableSchema(TableId("shop", "lines"), TABLE.columns, TABLE.key)
@@ -185,7 +185,7 @@ def test_columns_added_dropped_and_widened(lake: tuple[Dialect, Any, str]) -> No
 
 
 def test_a_lakehouse_cannot_be_a_source(tmp_path: Path) -> None:
-    from sdk.spec import resolve
+    from sdk.job.spec import resolve
 
     with pytest.raises(ConfigurationError, match="target only"):
         resolve({"url": f"delta://{tmp_path}/lake", "tables": "*"})

@@ -19,7 +19,7 @@ from test_lakehouse import commits
 from test_sync_kill import in_log_phase, kill_when, mid_snapshot, paced, sync_process
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
-from sdk.dialects import default_manager
+from sdk.dialect.manager import default_manager
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk.cli import main
+from sdk.app.cli import main
 from sdk.spark.lease import CheckpointInUseError, CheckpointLease
 from sdk.spark.statestore import StateStore
 

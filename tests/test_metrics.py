@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sdk.cli import main
-from sdk.metrics import MetricsServer, render
+from sdk.app.cli import main
+from sdk.job.metrics import MetricsServer, render
 from sdk.spark.lease import CheckpointLease
 from sdk.spark.statestore import StateStore
 
@@ -99,7 +99,7 @@ def test_a_running_sync_serves_its_figures(tmp_path: Path) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     sync = subprocess.Popen(
-        [sys.executable, "-m", "sdk.cli", "sync", "--source", f"sqlite:///{source}",
+        [sys.executable, "-m", "sdk.app.cli", "sync", "--source", f"sqlite:///{source}",
          "--target", f"sqlite:///{tmp_path / 'dst.db'}", "--checkpoint", str(tmp_path / "ck"),
          "--until", "never", "--metrics-port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

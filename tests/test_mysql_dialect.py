@@ -957,7 +957,7 @@ def test_arrow_reads_equal_the_row_path(mysql: Dialect, conn: Any, make_table: A
     Arrow table the row path's values make; bounds are the same; a table with a type it does
     not take, a value Arrow refuses, and (by default) a split holding a date Python cannot
     hold, which the row path reads as a BadValue, are left to ``read_range``."""
-    from sdk.tableformat import arrow_rows
+    from sdk.dialect.tableformat import arrow_rows
 
     table = make_table(ARROW)
     with sql_mode(mysql_admin, "ALLOW_INVALID_DATES"), mysql_admin.cursor() as cur:
@@ -1031,3 +1031,28 @@ def test_arrow_reads_equal_the_row_path(mysql: Dialect, conn: Any, make_table: A
         assert nulls.query("SELECT 1") == [(1,)]
     finally:
         nulls.close()
+
+
+class _Events:
+    """What ``SHOW BINLOG EVENTS`` answers, for :func:`sdk_mysql._gtid_after`."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        return self.rows
+
+
+def test_the_gtid_position_after_a_group_committed_transaction() -> None:
+    from sdk_mysql import _gtid_after
+
+    events = _Events([("b.1", 100, "Gtid", 1, 140, "BEGIN GTID 0-1-6 cid=33041"),
+                      ("b.1", 140, "Query", 1, 200, "insert ..."),
+                      ("b.1", 200, "Xid", 1, 230, "COMMIT /* xid=9 */"),
+                      ("b.1", 230, "Gtid", 1, 270, "GTID 1-1-7"),
+                      ("b.1", 270, "Query", 1, 330, "create table ..."),
+                      ("b.1", 330, "Gtid", 1, 370, "BEGIN GTID 0-1-8")])
+    assert _gtid_after(events, ("b.1", 100, "0-1-5"), "b.1", 230) == "0-1-6"  # type: ignore
+    assert _gtid_after(events, ("b.1", 100, "0-1-5"), "b.1", 330) in (  # type: ignore
+        "0-1-6,1-1-7", "1-1-7,0-1-6")
+    assert _gtid_after(events, ("b.1", 100, "0-1-5"), "b.1", 300) is None  # type: ignore

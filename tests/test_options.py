@@ -11,8 +11,8 @@ import pytest
 
 from sdk import ConfigurationError, ConnectionConfig
 from sdk.algorithm import StartupMode, SyncOptions
-from sdk.dialects import check_url_options, default_manager
-from sdk.spec import READER_OPTIONS, SYNC_OPTIONS, parse_options, resolve, sync_settings
+from sdk.dialect.manager import check_url_options, default_manager
+from sdk.job.spec import READER_OPTIONS, SYNC_OPTIONS, parse_options, resolve, sync_settings
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -117,7 +117,7 @@ def test_sdk_status_reads_its_report_without_pyspark(tmp_path: Path) -> None:
     state = tmp_path / "ck" / "state"
     state.mkdir(parents=True)
     (state / "progress.json").write_text('{"phase": "log", "tables": {}, "rows": 3}')
-    code = ("import sys; from sdk.cli import main; rc = main(['status', '--checkpoint', "
+    code = ("import sys; from sdk.app.cli import main; rc = main(['status', '--checkpoint', "
             f"{str(tmp_path / 'ck')!r}]); assert 'pyspark' not in sys.modules, 'imported'; "
             "sys.exit(rc)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -20,7 +20,7 @@ import pytest
 
 import sdk_oracle
 from sdk import ChangeEvent, DialectManager, SnapshotSplit, TableId
-from sdk.config import ConnectionConfig
+from sdk.dialect.config import ConnectionConfig
 from sdk.testing import Feature, GoldenColumn, Harness
 from sdk.testing.suite import *  # noqa: F403
 

@@ -32,7 +32,7 @@ from sdk import (
     OffsetExpiredError,
     RetriableError,
 )
-from sdk.dialects import check_url_options
+from sdk.dialect.manager import check_url_options
 from sdk_oracle import _security
 from sdk_oracle._miner import OLDEST_LOG, Session, make_offset
 from sdk_oracle._tls import TlsSettings, tls_settings

@@ -14,7 +14,7 @@ from sim import SCHEMA, TABLE, MemoryConnection, MemoryDatabase, memory_dialect
 
 from sdk import FinishedSplit, Offset, TableId
 from sdk.algorithm import Batch, Phase, PhaseMachine, StartupMode, SyncOptions, SyncState
-from sdk.codec import dumps
+from sdk.dialect.codec import dumps
 
 OTHER = replace(SCHEMA, table=TableId("db", "u"))
 

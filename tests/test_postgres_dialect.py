@@ -940,7 +940,7 @@ def test_arrow_reads_equal_the_row_path(pg: Dialect, capture: Any, postgres_admi
     ``read_range``."""
     from sdk.algorithm import SyncOptions
     from sdk.algorithm.reader import read_split
-    from sdk.tableformat import arrow_rows
+    from sdk.dialect.tableformat import arrow_rows
 
     conn, make = capture
     schema = make(ARROW, ARROW_ROWS)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from helpers.instances import Postgres, pg15_available, server_dir, start_postgres15, stopping
 
-from sdk.cli import main
+from sdk.app.cli import main
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow,
               pytest.mark.skipif(not pg15_available(), reason="needs PostgreSQL 15 binaries "
@@ -94,7 +94,7 @@ def test_a_table_taken_out_while_the_sync_runs_is_read_again(
     mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
     assert main(_sync(postgres, mirror, checkpoint, "caught-up")) == 0
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    process = subprocess.Popen([sys.executable, "-m", "sdk.cli",
+    process = subprocess.Popen([sys.executable, "-m", "sdk.app.cli",
                                 *_sync(postgres, mirror, checkpoint, "never")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                env=env, start_new_session=True)

@@ -14,9 +14,9 @@ from sdk import Column, LogicalType, SnapshotSplit, TableId, TableSchema
 from sdk.algorithm import Phase, SyncState
 from sdk.algorithm.assigner import TablePlan
 from sdk.algorithm.progress import describe_progress, progress_of, with_staged
-from sdk.cli import PIPE_TABLES
-from sdk.display import SHOWN_TABLES, LiveProgress
-from sdk.types import FinishedSplit, Offset
+from sdk.app.cli import PIPE_TABLES
+from sdk.app.display import SHOWN_TABLES, LiveProgress
+from sdk.dialect.types import FinishedSplit, Offset
 
 
 def _tables(count: int, streaming: int) -> dict[str, dict[str, Any]]:

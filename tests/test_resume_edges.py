@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 
 from sdk import ConfigurationError
-from sdk.cli import main
+from sdk.app.cli import main
+from sdk.job.spec import checkpoint_paths, resolve
 from sdk.spark.engine_state import EngineState, checkpointed, latest
 from sdk.spark.source import CdcStreamReader
 from sdk.spark.statestore import StateStore
-from sdk.spec import checkpoint_paths, resolve
 
 pytestmark = pytest.mark.spark
 

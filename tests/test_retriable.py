@@ -65,7 +65,7 @@ def test_retries_back_off_and_give_up() -> None:
 
     stop = threading.Event()
     retries = Retries(3.5)
-    fault = RuntimeError("Job aborted: sdk.errors.RetriableError: mysql: lost connection")
+    fault = RuntimeError("Job aborted: sdk.dialect.errors.RetriableError: mysql: lost connection")
     retries.wait_or_raise(fault, stop)  # waits 1 s
     retries.wait_or_raise(fault, stop)  # waits 2 s
     with pytest.raises(RetriableError, match=r"^mysql: lost connection \(gave up after 3 s "

@@ -22,8 +22,8 @@ from sdk.algorithm import (
     SyncState,
     caught_up,
 )
+from sdk.dialect.types import TableSchema
 from sdk.testing.kit import LogIndex, check_exactly_once, key_histories
-from sdk.types import TableSchema
 from sdk_sqlite import read_target
 
 ROWS = 3000

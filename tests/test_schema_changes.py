@@ -1,4 +1,4 @@
-"""Schema changes: which ones a sync can follow (``sdk.schema``), and the targets' tables
+"""Schema changes: which ones a sync can follow (``sdk.algorithm.schema``), and the targets' tables
 altered in place (``alter_table``), idempotently, keeping their rows."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from sdk import ChangeEvent, Column, ConnectionConfig, LogicalType, Offset, TableId, TableSchema
 from sdk import get_dialect as dialect_named
-from sdk.schema import diff, projector, widens
+from sdk.algorithm.schema import diff, projector, widens
 
 L = LogicalType
 

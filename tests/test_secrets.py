@@ -34,7 +34,7 @@ import pytest
 from helpers.servers import MYSQL_ADMIN_URL
 
 from sdk import ConnectionConfig
-from sdk.cli import main
+from sdk.app.cli import main
 
 pytestmark = [pytest.mark.mysql, pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 
@@ -187,7 +187,7 @@ class Findings:
 def _sdk() -> list[str]:
     """The installed ``sdk`` command (its console script), else the module."""
     script = Path(sys.executable).parent / "sdk"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "sdk.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "sdk.app.cli"]
 
 
 def _free_port() -> int:

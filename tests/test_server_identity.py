@@ -31,9 +31,9 @@ from helpers.instances import (
 from sdk import LogMismatchError, Offset
 from sdk.algorithm import Phase, SyncState
 from sdk.algorithm.lineage import check_same_source, resume_position
-from sdk.cli import main
-from sdk.dialects import get_dialect
-from sdk.types import FinishedSplit, SnapshotSplit, TableId
+from sdk.app.cli import main
+from sdk.dialect.manager import get_dialect
+from sdk.dialect.types import FinishedSplit, SnapshotSplit, TableId
 
 ROWS = 50
 S = TypeVar("S", MariaDb, Postgres)
@@ -289,7 +289,7 @@ def test_a_binlog_reset_under_a_running_sync_stops_it(mariadbs: tuple[MariaDb, M
     mirror = tmp_path / "mirror.db"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "sdk.cli", *_sync(server.url(), f"sqlite:///{mirror}",
+        [sys.executable, "-m", "sdk.app.cli", *_sync(server.url(), f"sqlite:///{mirror}",
                                                  tmp_path / "ck", "sdk_test.items")[:-2],
          "--until", "never"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=env, start_new_session=True)

@@ -20,8 +20,8 @@ from helpers.instances import (
     stopping,
 )
 
-from sdk.cli import main
-from sdk.failures import Exit
+from sdk.app.cli import main
+from sdk.job.failures import Exit
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from test_cli_sync import rows
 
-from sdk.cli import main
-from sdk.errors import ConfigurationError
+from sdk.app.cli import main
+from sdk.dialect.errors import ConfigurationError
 from sdk.spark import request_snapshot
 from sdk.spark.engine_state import latest
 from sdk.spark.requests import pending_requests

@@ -14,12 +14,12 @@ import pyarrow as pa
 import pytest
 
 from sdk import ConnectionConfig, get_dialect
+from sdk.job.spec import resolve
 from sdk.spark import engine_state, progress
 from sdk.spark.engine_state import EngineState
 from sdk.spark.mirror import Mirror
 from sdk.spark.source import CdcStreamReader
 from sdk.spark.statestore import StateStore
-from sdk.spec import resolve
 from sdk_sqlite import read_target
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sdk import ChangeEvent, Column, LogicalType, Offset, TableId, TableSchema
 from sdk.spark import split_tables
-from sdk.spark.arrow import TableBatcher, envelope_batch, envelope_schema, event_rows
+from sdk.spark.batches import TableBatcher, envelope_batch, envelope_schema, event_rows
 
 pytestmark = pytest.mark.spark
 
@@ -105,7 +105,7 @@ def test_key_moving_update_becomes_delete_then_insert(spark: Any) -> None:
 def test_staged_rows_come_back_as_the_values_they_were() -> None:
     """A chained task that replays a staged split applies what ``rows_of`` rebuilds from the
     stage: the same values, including those Python's datetime cannot hold."""
-    from sdk.temporal import DATE, TIMESTAMP, WideTemporal
+    from sdk.dialect.temporal import DATE, TIMESTAMP, WideTemporal
 
     batcher = TableBatcher(TABLE)
     wide_day = WideTemporal.infinity(DATE, -1)

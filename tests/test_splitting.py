@@ -14,7 +14,7 @@ import pytest
 from sdk import ConfigurationError, ConnectionConfig, Dialect, MissingKeyError, TableSchema
 from sdk.algorithm import SplitAssigner, SyncOptions, choose_key
 from sdk.algorithm.assigner import TablePlan
-from sdk.types import SnapshotSplit
+from sdk.dialect.types import SnapshotSplit
 
 
 def make_table(tmp_path: Path, ddl: str, rows: list[tuple[object, ...]]) -> str:

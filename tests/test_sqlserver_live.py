@@ -17,7 +17,7 @@ import pytest
 
 import sdk_sqlserver
 from sdk import ChangeEvent, SnapshotSplit, TableId
-from sdk.config import ConnectionConfig
+from sdk.dialect.config import ConnectionConfig
 from sdk.testing import Feature, GoldenColumn, Harness
 from sdk.testing.suite import *  # noqa: F403
 

@@ -24,7 +24,7 @@ from sdk import (
     OffsetExpiredError,
     RetriableError,
 )
-from sdk.dialects import check_url_options
+from sdk.dialect.manager import check_url_options
 from sdk_sqlserver import _security
 from sdk_sqlserver._lsn import make_offset
 

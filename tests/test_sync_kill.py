@@ -33,7 +33,7 @@ def sync_process(args: list[str]) -> subprocess.Popen[str]:
     if checkpoint is not None:
         checkpoint.parent.mkdir(parents=True, exist_ok=True)
         errors = (checkpoint.parent / "sync-errors.txt").open("a")
-    return subprocess.Popen([sys.executable, "-m", "sdk.cli", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "sdk.app.cli", *args], stdout=subprocess.PIPE,
                             stderr=errors, text=True, env=env, start_new_session=True)
 
 

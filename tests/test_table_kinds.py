@@ -28,9 +28,9 @@ from sdk import (
     get_dialect,
 )
 from sdk.algorithm import Phase, SyncOptions, SyncRunner, caught_up, choose_key
-from sdk.cli import main
-from sdk.spec import discover
-from sdk.types import Column, LogicalType
+from sdk.app.cli import main
+from sdk.dialect.types import Column, LogicalType
+from sdk.job.spec import discover
 from sdk_sqlite import read_target
 
 
@@ -163,22 +163,22 @@ def test_preflight_advice_for_many_tables_is_summed_up_or_kept_quiet(
     for the first ``ADVICE_SHOWN`` tables and counted for the rest, not a screenful per table;
     ``preflight.advice=quiet`` (what ``sdk sync`` gives its query, having logged it) logs
     none."""
-    from sdk.spec import ADVICE_SHOWN, resolve
+    from sdk.job.spec import ADVICE_SHOWN, resolve
 
     names = [pg_env["make"]("CREATE TABLE {name} (id int PRIMARY KEY, v text); ALTER TABLE "
                             "{name} OWNER TO " + pg_env["role"]) for _ in range(ADVICE_SHOWN + 3)]
     patterns = ",".join(f"public.{n}" for n in names)
     pg = get_dialect("postgres")
-    with caplog.at_level(logging.WARNING, logger="sdk.spec"):
+    with caplog.at_level(logging.WARNING, logger="sdk.job.spec"):
         discover(pg, ConnectionConfig.from_url(pg_env["url"]), patterns, SyncOptions())
-    warned = [r.getMessage() for r in caplog.records if r.name == "sdk.spec"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "sdk.job.spec"]
     assert len(warned) == ADVICE_SHOWN + 1
     assert all("TOAST-able columns of public.t_" in w for w in warned[:-1])
     assert "3 more preflight warnings like these: `sdk check" in warned[-1]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="sdk.spec"):
+    with caplog.at_level(logging.WARNING, logger="sdk.job.spec"):
         resolve({"url": pg_env["url"], "tables": patterns, "preflight.advice": "quiet"})
-    assert not [r for r in caplog.records if r.name == "sdk.spec"]
+    assert not [r for r in caplog.records if r.name == "sdk.job.spec"]
 
 
 def test_a_publication_without_root_publishing_is_refused_and_leaves_no_slot(

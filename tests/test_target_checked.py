@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sdk.cli import main
+from sdk.app.cli import main
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -37,7 +37,7 @@ def test_a_target_down_mid_batch_is_retried_and_the_sync_ends_equal(tmp_path: Pa
     with stopping(start_postgres15(server_dir() / "target")) as (target,):
         url = target.url(user="postgres", password="")
         sync = subprocess.Popen(
-            [sys.executable, "-m", "sdk.cli", "sync", "--source", f"sqlite:///{source}",
+            [sys.executable, "-m", "sdk.app.cli", "sync", "--source", f"sqlite:///{source}",
              "--target", url, "--checkpoint", str(tmp_path / "ck"), "--until", "caught-up",
              "--option", "snapshot.split.size=4000", "--option", "snapshot.batch.rows=8000"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sdk.cli import main
-from sdk.errors import ConfigurationError
-from sdk.hookspecs import REQUIRED_HOOKS
+from sdk.app.cli import main
+from sdk.dialect.errors import ConfigurationError
+from sdk.dialect.hookspecs import REQUIRED_HOOKS
 
 NEEDED = [h for h in REQUIRED_HOOKS if h != "dialect_info"]
 
@@ -41,11 +41,11 @@ def test_a_rendered_dialect_installs_and_the_kit_names_its_missing_hooks(
     assert install.returncode == 0, install.stderr
     assert (site / "sdk_acme_db").is_dir()
 
-    listed = _run([sys.executable, "-m", "sdk.cli", "dialects"], tmp_path, site)
+    listed = _run([sys.executable, "-m", "sdk.app.cli", "dialects"], tmp_path, site)
     line = next(line for line in listed.stdout.splitlines() if line.startswith("acme-db"))
     assert "unusable" in line and _missing_in(line) == NEEDED
     # the URL scheme reaches the dialect (which names what it still lacks)
-    check = _run([sys.executable, "-m", "sdk.cli", "check", "--source",
+    check = _run([sys.executable, "-m", "sdk.app.cli", "check", "--source",
                   "acme-db://user@127.0.0.1/db"], tmp_path, site)
     assert "needs a scheme" not in check.stdout + check.stderr
     assert "acme-db" in check.stdout + check.stderr and "compare_offset" in \
@@ -77,7 +77,7 @@ def test_a_rendered_dialect_installs_and_the_kit_names_its_missing_hooks(
 
 
 def test_new_dialect_refuses_a_bad_name_and_an_existing_directory(tmp_path: Path) -> None:
-    from sdk.template import render
+    from sdk.app.template import render
 
     for bad in ("1db", "acme db", "acme.db", "acme--db", "-acme", "acme_"):
         with pytest.raises(ConfigurationError, match="becomes the URL scheme"):
@@ -94,8 +94,9 @@ def test_the_stubs_are_the_specs(tmp_path: Path) -> None:
     import importlib.util
     import inspect
 
-    from sdk import DialectManager, hookspecs
-    from sdk.template import render
+    from sdk import DialectManager
+    from sdk.app.template import render
+    from sdk.dialect import hookspecs
 
     root = render("stubbed", tmp_path)
     source = root / "sdk_stubbed" / "__init__.py"

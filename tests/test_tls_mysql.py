@@ -21,8 +21,8 @@ from helpers.instances import MariaDb, server_dir, start_mariadb, stopping
 from helpers.tls import Pki, make_pki
 
 from sdk import ConfigurationError, ConnectionConfig, get_dialect
-from sdk.cli import main
-from sdk.dialects import check_url_options, default_manager
+from sdk.app.cli import main
+from sdk.dialect.manager import check_url_options, default_manager
 
 PASSWORD = "tls-Secret-7x"
 USER = "sdk_tls"

@@ -218,7 +218,7 @@ def _table(server: TlsServer, name: str, rows: int = 0) -> None:
 def test_check_reports_verified_and_unverified_tls(server: TlsServer, pki: Pki,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     from sdk import ConnectionConfig, get_dialect
-    from sdk.cli import main
+    from sdk.app.cli import main
 
     _table(server, "checked")
     url = server.url(verified(pki))
@@ -255,7 +255,7 @@ def _refused(url: str, capsys: pytest.CaptureFixture[str]) -> str:
     """The one line ``sdk check`` fails with, after checking ``connect`` raises a
     ConfigurationError (not a passing fault a sync would retry)."""
     from sdk import ConfigurationError, ConnectionConfig, RetriableError, get_dialect
-    from sdk.cli import main
+    from sdk.app.cli import main
 
     with pytest.raises(ConfigurationError) as caught:
         get_dialect("postgres").connect(ConnectionConfig.from_url(url))
@@ -306,7 +306,7 @@ def test_bad_tls_options_are_refused_before_connecting(pki: Pki, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]
                                                        ) -> None:
     """Checked before libpq runs: no server needed (port 1 refuses anyway)."""
-    from sdk.cli import main
+    from sdk.app.cli import main
 
     base = f"postgresql://sdk_tls:{PASSWORD}@127.0.0.1:1/tls_db?"
     loose = tmp_path / "loose-key.pem"
@@ -389,7 +389,7 @@ def test_sync_from_a_tls_source(server: TlsServer, pki: Pki, spark: Any, tmp_pat
                                 capsys: pytest.CaptureFixture[str]) -> None:
     """A snapshot over verified TLS (the exported snapshot's replication connection too),
     then, on one server, changes read from the WAL over it by a second run."""
-    from sdk.cli import main
+    from sdk.app.cli import main
 
     full = server.name == "embedded-18" or isinstance(EMBEDDED, str)  # the log on one server
     _table(server, "orders", 300)
@@ -418,7 +418,7 @@ def test_sync_from_a_tls_source(server: TlsServer, pki: Pki, spark: Any, tmp_pat
 @pytest.mark.slow
 def test_sync_to_a_tls_target(system_server: TlsServer, pki: Pki, spark: Any, tmp_path: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
-    from sdk.cli import main
+    from sdk.app.cli import main
 
     path = tmp_path / "shop.db"
     with sqlite3.connect(path) as conn:

@@ -21,7 +21,7 @@ from sdk import (
     TableId,
     TableSchema,
 )
-from sdk.codec import decode_value, dumps, encode_value
+from sdk.dialect.codec import decode_value, dumps, encode_value
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.text(), st.binary(),

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from helpers.servers import with_query
 
-from sdk.cli import main
-from sdk.failures import Exit
+from sdk.app.cli import main
+from sdk.job.failures import Exit
 from sdk.spark import deadletter
 from sdk.spark.statestore import StateStore
 

@@ -38,7 +38,7 @@ from sdk import (
     TableId,
     TableSchema,
 )
-from sdk.sqlbase import SqlDialect
+from sdk.dialect.sqlbase import SqlDialect
 
 NAME = "pgtrigger"
 SETUP = """

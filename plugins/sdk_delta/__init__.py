@@ -37,8 +37,8 @@ from sdk import (
     TableSchema,
     hookimpl,
 )
-from sdk.arrow import arrow_type
-from sdk.tableformat import (
+from sdk.dialect.arrow import arrow_type
+from sdk.dialect.tableformat import (
     arrow_rows,
     arrow_schema,
     compact,
@@ -46,7 +46,7 @@ from sdk.tableformat import (
     key_bounds,
     split_batches,
 )
-from sdk.types import Column, LogicalType
+from sdk.dialect.types import Column, LogicalType
 
 log = logging.getLogger(__name__)
 

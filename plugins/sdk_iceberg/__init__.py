@@ -49,9 +49,9 @@ from sdk import (
     TableSchema,
     hookimpl,
 )
-from sdk.arrow import arrow_type
-from sdk.codec import decode_value, dumps, encode_value
-from sdk.tableformat import (
+from sdk.dialect.arrow import arrow_type
+from sdk.dialect.codec import decode_value, dumps, encode_value
+from sdk.dialect.tableformat import (
     Compacted,
     arrow_rows,
     arrow_schema,
@@ -60,7 +60,7 @@ from sdk.tableformat import (
     key_bounds,
     split_batches,
 )
-from sdk.types import Column, LogicalType
+from sdk.dialect.types import Column, LogicalType
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ def _range_filter(table: TableSchema, low: Any, high: Any) -> Any:
 
 LOW, HIGH = "sdk.key-low", "sdk.key-high"
 """Snapshot summary properties: the least and greatest first key column value of the rows a
-commit of ours wrote (JSON, as ``sdk.codec`` encodes values)."""
+commit of ours wrote (JSON, as ``sdk.dialect.codec`` encodes values)."""
 
 
 def _bounds(keys: Sequence[Key]) -> dict[str, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -40,8 +41,8 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import NetChanges, check_target_columns, ledger_tables, net_changes
-from sdk.sql import lexicographic_range, with_condition
+from sdk.dialect.apply import NetChanges, check_target_columns, ledger_tables, net_changes
+from sdk.dialect.sql import lexicographic_range, with_condition
 
 from . import _arrow, _target, _tls, _visibility
 from ._binlog import CONNECTION_LOST, read_changes
@@ -712,6 +713,10 @@ def _quiet_end(conn: MySqlConnection, tries: int = 3) -> tuple[str, int, str] | 
 GTID_EVENTS_READ = 1000  # binlog events read to carry a GTID position forward, at most
 
 
+_GTID_INFO = re.compile(r"\bGTID (\d+)-\d+-\d+")
+"""A GTID in what ``SHOW BINLOG EVENTS`` says of a ``Gtid`` event."""
+
+
 def _gtid_after(conn: MySqlConnection, base: tuple[str, int, str] | None, file: str,
                 pos: int) -> str | None:
     """The GTID position at ``file:pos``, from ``base`` (an earlier point of the same file
@@ -733,9 +738,11 @@ def _gtid_after(conn: MySqlConnection, base: tuple[str, int, str] | None, file: 
         at, kind, info = int(row[1]), _text(row[2]), _text(row[5])
         if at >= pos:
             return state.text if at == pos else None
-        if kind == "Gtid":
-            gtid = info.rsplit(" ", 1)[-1]
-            state.add(int(gtid.split("-", 1)[0]), gtid)
+        if kind == "Gtid":  # "BEGIN GTID 0-1-5", with " cid=N" when committed in a group
+            found = _GTID_INFO.search(info)
+            if found is None:
+                return None
+            state.add(int(found.group(1)), found.group(0).rsplit(" ", 1)[-1])
     return None
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sdk import Column, LogicalType, TableSchema
-from sdk.arrow import MAX_DECIMAL, arrow_type
+from sdk.dialect.arrow import MAX_DECIMAL, arrow_type
 
 from ._types import _BINARY, _TEXT
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from sdk.sql import StatementHead
+from sdk.dialect.sql import StatementHead
 
 _TOKEN = re.compile(
     r"\s+|/\*.*?\*/|--[^\n]*|#[^\n]*"  # space and comments

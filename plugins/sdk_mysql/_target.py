@@ -9,7 +9,7 @@ Values MySQL cannot hold (a NaN or infinite FLOAT/DOUBLE or DECIMAL, a date beyo
 with an error naming table, key and column; with the target URL option ``out_of_range=null``
 they are written as NULL instead (never in a key column).
 
-A batch is applied set-based: its net changes (:func:`sdk.apply.net_changes`) as multi-row
+A batch is applied set-based: its net changes (:func:`sdk.dialect.apply.net_changes`) as multi-row
 ``DELETE ... WHERE key IN (...)`` statements, then multi-row ``INSERT ... ON DUPLICATE KEY
 UPDATE`` statements (pymysql's ``executemany`` joins the rows of the upsert, whose form it
 recognizes, into statements of up to ``max_stmt_length`` bytes).
@@ -27,8 +27,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from sdk import ChangeEvent, Column, ConfigurationError, DataError, LogicalType, TableSchema
-from sdk.apply import Ledger, NetChanges
-from sdk.temporal import WideTemporal
+from sdk.dialect.apply import Ledger, NetChanges
+from sdk.dialect.temporal import WideTemporal
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -187,8 +187,8 @@ def checked_row(table: TableSchema, row: tuple[Any, ...], key: Any, policy: str
 
 def checked_rows(table: TableSchema, rows: pa.Table, policy: str) -> list[tuple[Any, ...]]:
     """A snapshot split's Arrow rows as :func:`checked_row` leaves the values
-    :func:`sdk.arrow.python_values` gives: the row path of :func:`literal_rows`."""
-    from sdk.arrow import python_values
+    :func:`sdk.dialect.arrow.python_values` gives: the row path of :func:`literal_rows`."""
+    from sdk.dialect.arrow import python_values
 
     columns = [python_values(rows.column(i), c.type) for i, c in enumerate(table.columns)]
     return [checked_row(table, row, table.key_of(row), policy)
@@ -221,8 +221,8 @@ def _quoted(text: pa.ChunkedArray, escape: bool, plain_backslash: bool) -> pa.Ch
 def literal_column(values: pa.ChunkedArray, column: Column, plain_backslash: bool
                    ) -> pa.ChunkedArray | None:
     """One column of a snapshot split as MySQL literals (``NULL`` for a null) made by Arrow's
-    kernels, for what pymysql would send of the values :func:`sdk.arrow.python_values` gives:
-    integers and finite floats as numbers (a FLOAT's as the double it holds), booleans as 0
+    kernels, for what pymysql would send of the values :func:`sdk.dialect.arrow.python_values`
+    gives: integers and finite floats as numbers (a FLOAT's as the double it holds), booleans as 0
     or 1, text quoted and escaped, decimals as quoted text (MySQL reads ``'1.000E-7'``
     exactly), dates and timestamps of years 1-9999 as quoted text (an instant as its UTC wall
     time). None for what goes value by value (:func:`checked_rows`): bytes, times, intervals,
@@ -230,7 +230,7 @@ def literal_column(values: pa.ChunkedArray, column: Column, plain_backslash: boo
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from sdk.arrow import python_units
+    from sdk.dialect.arrow import python_units
 
     kind, logical = values.type, column.type
     if logical is L.BOOLEAN and pa.types.is_boolean(kind):

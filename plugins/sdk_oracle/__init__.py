@@ -44,7 +44,7 @@ from sdk import (
     TableTruncated,
     hookimpl,
 )
-from sdk.sql import lexicographic_range
+from sdk.dialect.sql import lexicographic_range
 
 from . import _miner, _security
 from ._miner import NAME, Session, compare, make_offset, parts

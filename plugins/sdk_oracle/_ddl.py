@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sdk.sql import StatementHead
+from sdk.dialect.sql import StatementHead
 
 _TOKEN = re.compile(
     r"\s+|/\*.*?\*/|--[^\n]*"  # space and comments

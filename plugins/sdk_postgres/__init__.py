@@ -49,8 +49,8 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import LEDGER, check_target_columns, ledger_tables, net_changes
-from sdk.sql import row_range, with_condition
+from sdk.dialect.apply import LEDGER, check_target_columns, ledger_tables, net_changes
+from sdk.dialect.sql import row_range, with_condition
 
 from . import _arrow, _capture, _snapshot, _target, _tls
 from ._connection import PgConnection, q, qp, qualified

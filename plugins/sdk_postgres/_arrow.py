@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sdk import Column, LogicalType, TableSchema
-from sdk.arrow import arrow_type
+from sdk.dialect.arrow import arrow_type
 
 from ._types import kind_of
 

@@ -1,6 +1,6 @@
 """PostgreSQL as a sync target: mirror tables kept with idempotent batches.
 
-A batch is applied set-based: its net changes (:func:`sdk.apply.net_changes`) are copied
+A batch is applied set-based: its net changes (:func:`sdk.dialect.apply.net_changes`) are copied
 (``COPY ... FROM STDIN``) into temporary staging tables dropped at commit, then written with one
 ``DELETE ... USING`` and one ``INSERT ... SELECT ... ON CONFLICT DO UPDATE``. Fewer rows than
 :data:`BULK_ROWS` go by ``executemany`` instead, which is faster when staging costs more than
@@ -16,7 +16,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sdk import Column, LogicalType, TableSchema
-from sdk.apply import Ledger, NetChanges
+from sdk.dialect.apply import Ledger, NetChanges
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -137,12 +137,12 @@ as the same value ``write_row``'s text gives."""
 def _arrow_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]], keys_only: bool
                 ) -> pa.Table | None:
     """``rows`` (of the key columns, in key order, when ``keys_only``) as an Arrow table typed
-    as :func:`sdk.arrow.arrow_type` gives (a real as a double); None for a column of another
+    as :func:`sdk.dialect.arrow.arrow_type` gives (a real as a double); None for a column of another
     type or a value Arrow refuses (a decimal with more digits than its scale, a year past 9999,
     a wide decimal)."""
     import pyarrow as pa
 
-    from sdk.arrow import arrow_type, converter, wide
+    from sdk.dialect.arrow import arrow_type, converter, wide
 
     by_name = {c.name: c for c in table.columns}
     columns = [by_name[n] for n in (table.key if keys_only else table.column_names)]
@@ -215,7 +215,7 @@ def _text_column(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from sdk.arrow import python_units
+    from sdk.dialect.arrow import python_units
 
     kind = column.type
     if pa.types.is_string(kind):
@@ -272,7 +272,7 @@ def load_arrow(cursor: Any, table: TableSchema, quoted: str, quoted_params: str,
     A column Arrow cannot write sends the rows through :func:`load` and :func:`write`."""
     from psycopg.errors import UniqueViolation
 
-    from sdk.arrow import python_values
+    from sdk.dialect.arrow import python_values
 
     data = copy_text(rows) if cursor.connection.info.encoding == "utf-8" else None
     if data is None:

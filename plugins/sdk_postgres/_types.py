@@ -7,7 +7,7 @@ geometric types...), which both the snapshot (``col::text``) and the log carry a
 text, so the two paths always agree.
 
 Dates, timestamps and times Python cannot hold (``infinity``, BC, years past 9999,
-``24:00:00``), on which psycopg's loaders fail, load as :class:`sdk.temporal.WideTemporal`
+``24:00:00``), on which psycopg's loaders fail, load as :class:`sdk.dialect.temporal.WideTemporal`
 (loaders registered on each of the dialect's connections by :func:`register_wide_temporals`,
 so the snapshot's cursors and the slot's decoding use them alike, and no other psycopg
 connection of the process is touched), and a WideTemporal is sent back in
@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from sdk import BadValue, Column, LogicalType
-from sdk.temporal import DATE, TIME, TIMESTAMP, TIMESTAMP_TZ, WideTemporal
+from sdk.dialect.temporal import DATE, TIME, TIMESTAMP, TIMESTAMP_TZ, WideTemporal
 
 L = LogicalType
 TEXT_TYPES = {"astext"}
@@ -112,7 +112,7 @@ def register_wide_temporals(adapters: Any) -> None:
 
         class WideLoader(Loader):
             """psycopg's loader, then :func:`wide_value` for what it refuses; what that
-            refuses too, a :class:`~sdk.types.BadValue`."""
+            refuses too, a :class:`~sdk.BadValue`."""
 
             wide = True
             inner: Any = base

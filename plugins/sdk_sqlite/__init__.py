@@ -42,8 +42,8 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.apply import LEDGER, Ledger, check_target_columns, ledger_tables
-from sdk.sqlbase import SqlDialect
+from sdk.dialect.apply import LEDGER, Ledger, check_target_columns, ledger_tables
+from sdk.dialect.sqlbase import SqlDialect
 
 from ._sql import (
     CHANGES,
@@ -177,7 +177,7 @@ def describe_table(conn: sqlite3.Connection, table: TableId) -> TableSchema:
 
 class _Keyset(SqlDialect):
     """Key ends, split boundaries and keyset reads as any DB-API database does them
-    (``sdk.sqlbase``), with SQLite's parameter marker; SQLite keeps no row estimate, so the
+    (``sdk.dialect.sqlbase``), with SQLite's parameter marker; SQLite keeps no row estimate, so the
     table is counted."""
 
     mark = "?"

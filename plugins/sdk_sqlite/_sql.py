@@ -10,8 +10,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from sdk import Column, LogicalType, Row, TableSchema
-from sdk.temporal import time_from_text
-from sdk.types import WideTemporal
+from sdk.dialect.temporal import time_from_text
+from sdk.dialect.types import WideTemporal
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -118,7 +118,7 @@ _AS_IS = frozenset({LogicalType.INT8, LogicalType.INT16, LogicalType.INT32, Logi
 
 
 def target_column(values: pa.ChunkedArray | pa.Array, column: Column) -> list[Any]:
-    """A snapshot split's column (typed as :func:`sdk.arrow.arrow_type` gives) as the values
+    """A snapshot split's column (typed as :func:`sdk.dialect.arrow.arrow_type` gives) as the values
     :func:`to_target_value` makes of it, built by Arrow where the text is the same: integers,
     text, bytes and booleans as they are, floats with NaN as ``NaN``, decimals as text (Arrow
     and ``str`` of a Decimal both write the scientific form of the decimal arithmetic spec:
@@ -127,7 +127,7 @@ def target_column(values: pa.ChunkedArray | pa.Array, column: Column) -> list[An
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from sdk.arrow import python_values
+    from sdk.dialect.arrow import python_values
 
     kind, logical = values.type, column.type
     if logical in _AS_IS and (pa.types.is_integer(kind) or pa.types.is_string(kind)
@@ -152,7 +152,7 @@ def _iso_text(values: pa.ChunkedArray | pa.Array, logical: LogicalType) -> list[
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from sdk.arrow import python_units
+    from sdk.dialect.arrow import python_units
 
     units = python_units(values, logical)
     if units is None:

@@ -9,7 +9,6 @@ serialisable progress, :mod:`.machine` is the one phase state machine over it, a
 from .assigner import SplitAssigner, TablePlan, choose_key
 from .incremental import IncrementalFilter
 from .machine import Batch, PhaseMachine, log_filter
-from .options import StartupMode, SyncOptions
 from .reader import (
     PhaseHooks,
     SharedView,
@@ -19,6 +18,7 @@ from .reader import (
     truncation_error,
 )
 from .runner import SyncRunner, caught_up
+from .settings import StartupMode, SyncOptions
 from .state import Phase, SyncState
 
 __all__ = [

@@ -17,11 +17,11 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..codec import decode_key, encode_key
-from ..dialects import Dialect
-from ..errors import ConfigurationError, MissingKeyError
-from ..types import Connection, Key, LogicalType, SnapshotSplit, TableId, TableSchema
-from .options import SyncOptions
+from ..dialect.codec import decode_key, encode_key
+from ..dialect.errors import ConfigurationError, MissingKeyError
+from ..dialect.manager import Dialect
+from ..dialect.types import Connection, Key, LogicalType, SnapshotSplit, TableId, TableSchema
+from .settings import SyncOptions
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from ..types import ChangeEvent, FinishedSplit, Key, Offset, TableId
+from ..dialect.types import ChangeEvent, FinishedSplit, Key, Offset, TableId
 
 Compare = Callable[[Offset, Offset], int]
 

@@ -15,9 +15,9 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..dialects import Dialect
-from ..errors import LogMismatchError
-from ..types import Connection, Offset
+from ..dialect.errors import LogMismatchError
+from ..dialect.manager import Dialect
+from ..dialect.types import Connection, Offset
 from .state import Phase, SyncState
 
 SOURCE_FILE = "source.json"

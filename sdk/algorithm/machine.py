@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..dialects import Dialect
-from ..errors import ConfigurationError
-from ..types import (
+from ..dialect.errors import ConfigurationError
+from ..dialect.manager import Dialect
+from ..dialect.types import (
     Capability,
     Connection,
     FinishedSplit,
@@ -46,7 +46,7 @@ from ..types import (
 )
 from .assigner import SplitAssigner, choose_key
 from .incremental import IncrementalFilter
-from .options import StartupMode, SyncOptions
+from .settings import StartupMode, SyncOptions
 from .state import Phase, SyncState
 
 log = logging.getLogger(__name__)

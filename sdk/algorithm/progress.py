@@ -10,8 +10,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..codec import dumps
-from ..types import FinishedSplit, SnapshotSplit, TableId
+from ..dialect.codec import dumps
+from ..dialect.types import FinishedSplit, SnapshotSplit, TableId
 from .state import Phase, SyncState
 
 

@@ -20,10 +20,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ..dialects import Dialect
-from ..errors import ConfigurationError, FatalSyncError
-from ..schema import projector
-from ..types import (
+from ..dialect.errors import ConfigurationError, FatalSyncError
+from ..dialect.manager import Dialect
+from ..dialect.types import (
     Capability,
     ChangeEvent,
     Connection,
@@ -35,7 +34,8 @@ from ..types import (
     TableSchema,
     TableTruncated,
 )
-from .options import SyncOptions
+from .schema import projector
+from .settings import SyncOptions
 from .throttle import Throttle
 
 if TYPE_CHECKING:

@@ -14,11 +14,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from ..dialects import Dialect
-from ..types import ChangeEvent, Connection, FinishedSplit, Offset, TableSchema, TableTruncated
+from ..dialect.manager import Dialect
+from ..dialect.types import (
+    ChangeEvent,
+    Connection,
+    FinishedSplit,
+    Offset,
+    TableSchema,
+    TableTruncated,
+)
 from .machine import Batch, PhaseMachine
-from .options import SyncOptions
 from .reader import PhaseHooks, SharedView, SplitResult, read_split, truncation_error
+from .settings import SyncOptions
 from .state import Phase, SyncState
 from .throttle import throttle
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ..codec import dumps
-from ..types import FinishedSplit, Offset, TableId, TableSchema
+from ..dialect.codec import dumps
+from ..dialect.types import FinishedSplit, Offset, TableId, TableSchema
 from .assigner import TablePlan
 
 STATE_VERSION = 1

@@ -1,9 +1,9 @@
 """Changes the sync cannot carry, under ``errors.mode``.
 
 A value the source holds that Python or Spark cannot (a dialect reads it as a
-:class:`~sdk.types.BadValue`), or a change the target refuses (a value out of its range, a
+:class:`~sdk.BadValue`), or a change the target refuses (a value out of its range, a
 constraint it adds, an encoding it rejects): with ``fail`` (the default) the task stops at the
-first with a :class:`~sdk.errors.DataError` naming table, key, column, value and position; with
+first with a :class:`~sdk.DataError` naming table, key, column, value and position; with
 ``skip`` the change is set aside in the dead-letter table and the rest is applied, exactly
 once as ever. The dead-letter table is Parquet files under the state directory's
 ``dead-letter`` folder, one per unit of work (a snapshot split, a log chunk), named by it so a
@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..codec import dumps, encode_value
-from ..errors import DataError
-from ..types import BadValue, ChangeEvent, Offset, TableId, TableSchema
+from ..dialect.codec import dumps, encode_value
+from ..dialect.errors import DataError
+from ..dialect.types import BadValue, ChangeEvent, Offset, TableId, TableSchema
 from .statestore import StateStore
 
 MODES = ("fail", "skip")

@@ -29,11 +29,10 @@ from ..algorithm.lineage import (
     source_record,
 )
 from ..algorithm.progress import position_label, with_staged
-from ..codec import dumps
-from ..dialects import Dialect
-from ..errors import ConfigurationError, RetriableError
-from ..spec import SourceSpec
-from ..types import (
+from ..dialect.codec import dumps
+from ..dialect.errors import ConfigurationError, RetriableError
+from ..dialect.manager import Dialect
+from ..dialect.types import (
     Connection,
     FinishedSplit,
     Offset,
@@ -43,6 +42,7 @@ from ..types import (
     TableSchema,
     TableTruncated,
 )
+from ..job.spec import SourceSpec
 from .statestore import StateStore
 
 log = logging.getLogger(__name__)

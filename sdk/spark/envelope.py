@@ -10,10 +10,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..types import Column, LogicalType, TableSchema
-from .arrow import spark_type
+from ..dialect.types import Column, LogicalType, TableSchema
+from .batches import spark_type
 
-# How sdk.codec.encode_value tags values JSON has no type for.
+# How sdk.dialect.codec.encode_value tags values JSON has no type for.
 _TAGS: dict[LogicalType, tuple[str, T.DataType]] = {
     LogicalType.DECIMAL: ("$decimal", T.StringType()),
     LogicalType.BINARY: ("$bytes", T.StringType()),

@@ -14,9 +14,9 @@ same rows, so the same tasks get the same keys and every ``apply_changes`` is a 
 Dates and timestamps leave Spark as the days and microseconds it stores (``unix_date``,
 ``unix_micros``), never through PySpark's own datetime conversion, which fails on years outside
 1..9999 (and on year 1 in a session time zone west of UTC): those become
-``sdk.temporal.WideTemporal``. A task turns all its rows into change events before it writes,
-and each table's changes are written in one transaction with the batch's ledger row, so a value
-the target refuses fails before that table's transaction writes, and the rerun after the fix
+``sdk.dialect.temporal.WideTemporal``. A task turns all its rows into change events before it
+writes, and each table's changes are written in one transaction with the batch's ledger row, so a
+value the target refuses fails before that table's transaction writes, and the rerun after the fix
 skips what was committed.
 """
 
@@ -29,11 +29,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..codec import decode_value
-from ..errors import ConfigurationError
-from ..target import REPORT_SCHEMA, Applier, Target, add_reports
-from ..types import ChangeEvent, LogicalType, Offset, TableId, TableSchema
-from .arrow import REPORT_ARROW, python_values
+from ..dialect.codec import decode_value
+from ..dialect.errors import ConfigurationError
+from ..dialect.types import ChangeEvent, LogicalType, Offset, TableId, TableSchema
+from ..job.target import REPORT_SCHEMA, Applier, Target, add_reports
+from .batches import REPORT_ARROW, python_values
 
 _EPOCH_NTZ = "TIMESTAMP_NTZ '1970-01-01 00:00:00'"
 
@@ -45,7 +45,7 @@ def spark_name(name: str) -> str:
 
 
 def _as_units(name: str, logical: LogicalType) -> Any:
-    """The Spark column ``name`` as :func:`~sdk.spark.arrow.python_values` takes it: dates and
+    """The Spark column ``name`` as :func:`~sdk.spark.batches.python_values` takes it: dates and
     timestamps as the numbers Spark stores, so PySpark never builds a datetime of them."""
     from pyspark.sql import functions as F
 

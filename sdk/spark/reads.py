@@ -15,14 +15,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ..algorithm import choose_key, log_filter, read_split, truncation_error
+from ..algorithm.schema import diff, projector
 from ..algorithm.throttle import throttle
-from ..codec import dumps
-from ..errors import ConfigurationError, SchemaChangedError
-from ..failures import doing
-from ..schema import diff, projector
-from ..spec import SourceSpec
-from ..target import Applier, Pipeline
-from ..types import (
+from ..dialect.codec import dumps
+from ..dialect.errors import ConfigurationError, SchemaChangedError
+from ..dialect.types import (
     ChangeEvent,
     Connection,
     FinishedSplit,
@@ -34,7 +31,10 @@ from ..types import (
     TableSchema,
     TableTruncated,
 )
-from .arrow import REPORT_ARROW, TableBatcher, envelope_batch, envelope_schema, event_rows
+from ..job.failures import doing
+from ..job.spec import SourceSpec
+from ..job.target import Applier, Pipeline
+from .batches import REPORT_ARROW, TableBatcher, envelope_batch, envelope_schema, event_rows
 from .deadletter import Rejects
 from .engine_state import (
     SCHEMA_STAGE,
@@ -395,7 +395,7 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
     """A chained log batch: its changes applied in log order, in chunks of ``BATCH_ROWS``
     changes (memory stays O(chunk) however far behind the batch starts), each chunk in one
     transaction per table recording ``log/<state>/<chunk>``, on a writer thread while the
-    next chunk is read (:class:`~sdk.target.Pipeline`). The bounded read is repeatable, so a
+    next chunk is read (:class:`~sdk.job.target.Pipeline`). The bounded read is repeatable, so a
     replay cuts the same chunks and skips those that committed. A schema change ends the
     chunk; the target's table is altered (idempotently) before the next one."""
     assert spec.target is not None

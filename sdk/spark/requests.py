@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..algorithm.lineage import SOURCE_FILE, source_record
-from ..errors import ConfigurationError, LogMismatchError, SdkError
-from ..types import Capability, SnapshotSplit, TableId, TableSchema
+from ..dialect.errors import ConfigurationError, LogMismatchError, SdkError
+from ..dialect.types import Capability, SnapshotSplit, TableId, TableSchema
 from .engine_state import PROGRESS_FILE, EngineState, readable_checkpoint
 from .statestore import StateStore
 
@@ -94,7 +94,7 @@ def check_on_source(store: StateStore, source: str, table: TableId, where: str |
     """Check on ``source`` that a request of ``table`` (``where``: its rows meeting it) can be
     served: the source is the one the sync in ``store`` reads, it has the table, its dialect
     reads with a condition and runs this one (in a read that returns nothing)."""
-    from ..dialects import default_manager
+    from ..dialect.manager import default_manager
 
     dialect, config = default_manager().source_for_url(source)
     if where is not None and not dialect.has(Capability.FILTERED_READS):

@@ -45,21 +45,11 @@ from ..algorithm.lineage import (
     source_record,
 )
 from ..algorithm.progress import progress_of
-from ..codec import dumps
-from ..dialects import Dialect
-from ..errors import ConfigurationError
-from ..schema import diff
-from ..spec import (
-    BeforePrepare,
-    SourceSpec,
-    TableWatch,
-    needs_capture,
-    parse_options,
-    prepare_source,
-    resolve,
-)
-from ..target import Target, has_rows
-from ..types import (
+from ..algorithm.schema import diff
+from ..dialect.codec import dumps
+from ..dialect.errors import ConfigurationError
+from ..dialect.manager import Dialect
+from ..dialect.types import (
     Capability,
     Connection,
     FinishedSplit,
@@ -68,7 +58,17 @@ from ..types import (
     TableId,
     TableSchema,
 )
-from .arrow import REPORT_SPARK, TableBatcher, envelope_schema
+from ..job.spec import (
+    BeforePrepare,
+    SourceSpec,
+    TableWatch,
+    needs_capture,
+    parse_options,
+    prepare_source,
+    resolve,
+)
+from ..job.target import Target, has_rows
+from .batches import REPORT_SPARK, TableBatcher, envelope_schema
 from .engine_state import (
     CUTS,
     ChunkCache,

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..algorithm.lineage import SOURCE_FILE
-from ..dialects import default_manager
-from ..errors import (
+from ..dialect.errors import (
     ConfigurationError,
     SdkError,
 )
-from ..metrics import MetricsServer
-from ..spec import READER_OPTIONS, UNTIL, SourceSpec, checkpoint_paths, resolve
-from ..target import Target
-from ..types import FinishedSplit
+from ..dialect.manager import default_manager
+from ..dialect.types import FinishedSplit
+from ..job.metrics import MetricsServer
+from ..job.spec import READER_OPTIONS, UNTIL, SourceSpec, checkpoint_paths, resolve
+from ..job.target import Target
 from .engine_state import (
     APPLIED_FILE,
     APPLIED_KEYS,
@@ -99,7 +99,7 @@ def user_error(failure: BaseException) -> SdkError | None:
     """The error a task raised for the user to act on (a schema change it cannot follow, an
     expired log position, a value a target refused), out of the JVM exception Spark reports
     it in, Spark's exception kept as its cause (the full trace); None for others."""
-    from ..failures import task_error
+    from ..job.failures import task_error
 
     found = task_error(str(failure))
     if found is not None:
@@ -209,7 +209,7 @@ def run_sync(source: str, target: str | None, tables: str = "*",
     connection, a restarting server) restarts the stream from its checkpoint, with backoff,
     for up to ``retry_seconds`` of consecutive failure; the checkpoint keeps it exactly once.
     A problem found before the stream starts (bad URL, refused login) fails at once.
-    ``metrics_port`` serves the progress as Prometheus metrics (:mod:`sdk.metrics`).
+    ``metrics_port`` serves the progress as Prometheus metrics (:mod:`sdk.job.metrics`).
     ``early``: the session, already starting (``sdk sync`` starts it before it imports the
     engine; made for ``jvm_rows(target, changes)``); else it is made once the checks passed.
     """

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
-MODULES = ("sdk.spark.source", "sdk.spark.reads", "sdk.target", "pyarrow.compute")
+MODULES = ("sdk.spark.source", "sdk.spark.reads", "sdk.job.target", "pyarrow.compute")
 """What every task of a sync imports, besides its dialects."""
 
 
@@ -49,7 +49,7 @@ def load_worker(dialects: Sequence[str], batches: Iterator[pa.RecordBatch]
         pass
     for module in MODULES:
         importlib.import_module(module)
-    from ..dialects import get_dialect
+    from ..dialect.manager import get_dialect
     from .reads import freeze_imports
 
     for name in dialects:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from ..types import Offset, TableId
+from ..dialect.types import Offset, TableId
 
 
 class Feature(StrEnum):

@@ -15,10 +15,10 @@ from functools import cmp_to_key
 from itertools import pairwise
 from typing import TypeVar
 
-from .. import hookspecs
-from ..config import ConnectionConfig
-from ..dialects import Dialect, DialectManager
-from ..types import (
+from ..dialect import hookspecs
+from ..dialect.config import ConnectionConfig
+from ..dialect.manager import Dialect, DialectManager
+from ..dialect.types import (
     Capability,
     ChangeEvent,
     Connection,

@@ -32,7 +32,7 @@ def sdk_dialect(harness: Any) -> Any:
 def _missing(request: pytest.FixtureRequest, dialect: Any, harness: Any) -> list[str]:
     """What the test's ``sdk_requires`` markers ask for that the dialect or harness lacks; a
     name that is none of these fails the test (a typo must not skip it)."""
-    from ..types import Capability
+    from ..dialect.types import Capability
     from .harness import Feature
     from .kit import requirement_kind
 

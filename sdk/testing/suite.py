@@ -23,11 +23,16 @@ import pytest
 
 from ..algorithm import Phase, PhaseHooks, SyncOptions, SyncRunner, SyncState, caught_up
 from ..algorithm.lineage import check_position
-from ..config import ConnectionConfig
-from ..dialects import Dialect
-from ..errors import ConfigurationError, LogMismatchError, OffsetExpiredError, RetriableError
-from ..hookspecs import CAPABILITY_HOOKS
-from ..types import (
+from ..dialect.config import ConnectionConfig
+from ..dialect.errors import (
+    ConfigurationError,
+    LogMismatchError,
+    OffsetExpiredError,
+    RetriableError,
+)
+from ..dialect.hookspecs import CAPABILITY_HOOKS
+from ..dialect.manager import Dialect
+from ..dialect.types import (
     Capability,
     ChangeEvent,
     Heartbeat,

@@ -21,7 +21,7 @@ def _env() -> dict[str, str]:
 
 def run_cli(args: list[str], seconds: float = 600) -> subprocess.CompletedProcess[str]:
     """``sdk ARGS`` to its end, its output kept."""
-    return subprocess.run([sys.executable, "-m", "sdk.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sdk.app.cli", *args], capture_output=True,
                           text=True, env=_env(), timeout=seconds)
 
 
@@ -38,7 +38,7 @@ def stop_mid_snapshot(args: list[str], write: Callable[[int], None], splits: int
             round += 1
 
     thread = threading.Thread(target=writer)
-    process = subprocess.Popen([sys.executable, "-m", "sdk.cli", *args], stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-m", "sdk.app.cli", *args], stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True, env=_env(),
                                start_new_session=True)
     thread.start()

@@ -11,7 +11,7 @@ import pytest
 
 from helpers.proxy import FreezingProxy
 from sdk import get_dialect
-from sdk.config import ConnectionConfig
+from sdk.dialect.config import ConnectionConfig
 
 
 def sync_to_mirror_while(spark: Any, url: str, tables: str, work: Path, mirror: Any,

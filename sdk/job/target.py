@@ -9,12 +9,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .apply import LEDGER
-from .config import ConnectionConfig
-from .dialects import default_manager, get_dialect
-from .errors import ConfigurationError
+from ..dialect.apply import LEDGER
+from ..dialect.config import ConnectionConfig
+from ..dialect.errors import ConfigurationError
+from ..dialect.manager import default_manager, get_dialect
+from ..dialect.types import Capability, ChangeEvent, Offset, SnapshotSplit, TableId, TableSchema
 from .failures import is_data_error
-from .types import Capability, ChangeEvent, Offset, SnapshotSplit, TableId, TableSchema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -136,7 +136,7 @@ def has_rows(dialect: Any, conn: Any, table: TableSchema) -> bool:
 
 def _read_events(source: TableSchema, rows: pa.Table, watermark: Offset) -> list[ChangeEvent]:
     """A snapshot split's Arrow rows (as :meth:`Applier.load` takes them) as read events."""
-    from .arrow import python_values
+    from ..dialect.arrow import python_values
 
     values = [python_values(rows.column(i), c.type) for i, c in enumerate(source.columns)]
     key_of, table = source.key_of, source.table
@@ -211,7 +211,7 @@ class Applier:
     def load(self, source: TableSchema, rows: pa.Table, batch_id: str,
              refused: Refused | None = None, watermark: Offset | None = None) -> None:
         """Load a first read of a snapshot split of source table ``source`` (its columns in
-        order, typed as :mod:`sdk.arrow` gives) with the target's ``load_snapshot``, in one
+        order, typed as :mod:`sdk.dialect.arrow` gives) with the target's ``load_snapshot``, in one
         transaction recording ``batch_id``; a replay writes and counts nothing. Refused for
         a value with ``refused`` given, the rows are applied as changes read at
         ``watermark`` instead (:meth:`apply`), which finds the ones refused."""

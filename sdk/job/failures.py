@@ -1,7 +1,7 @@
 """Every failure as a short summary a person can act on, an exit code by its class, and the
 full trace kept in a file.
 
-An error raised on purpose (:mod:`sdk.errors`) says what failed and the fix. Anything else
+An error raised on purpose (:mod:`sdk.dialect.errors`) says what failed and the fix. Anything else
 (a driver's error in a Spark task, the JVM out of memory, a lost executor, a bug) arrives
 inside Spark's exception, whose text holds the Python worker's traceback and the JVM's: the
 summary is the innermost Python exception with where it happened (a task adds an
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
-from . import errors
-from .errors import (
+from ..dialect import errors
+from ..dialect.errors import (
     DataError,
     FatalSyncError,
     PreflightError,
@@ -37,7 +37,8 @@ MAX_LINE = 400
 """A summary line's longest for an error not raised on purpose (a driver's, the JVM's): a
 value or a message cut past it."""
 MAX_OWN = 1200
-"""The same for an :mod:`sdk.errors` message, written to be read whole (its way back last)."""
+"""The same for an :mod:`sdk.dialect.errors` message, written to be read whole (its way back
+last)."""
 NOTE = "sdk: while "
 """How a task's note on a driver error starts (:func:`while_doing`)."""
 
@@ -90,7 +91,7 @@ class Failure:
 
 
 def summarize(error: BaseException) -> Failure:
-    """The summary of ``error``: an :mod:`sdk.errors` error as it is; one raised in a Spark
+    """The summary of ``error``: an :mod:`sdk.dialect.errors` error as it is; one raised in a Spark
     task found in Spark's exception text; else the innermost Python exception or the JVM's
     root cause."""
     if isinstance(error, KeyboardInterrupt):
@@ -170,10 +171,10 @@ def _causes(error: BaseException) -> list[BaseException]:
 
 
 def task_error(text: str) -> SdkError | None:
-    """The :mod:`sdk.errors` error a task raised, out of the text of the exception Spark
+    """The :mod:`sdk.dialect.errors` error a task raised, out of the text of the exception Spark
     reports it in (the task's Python error arrives inside a JVM exception)."""
     for line in text.splitlines():
-        found = re.search(r"sdk\.errors\.(\w+): (.+)", line)
+        found = re.search(r"sdk\.(?:dialect\.)?errors\.(\w+): (.+)", line)
         if found:
             kind = getattr(errors, found.group(1), None)
             if isinstance(kind, type) and issubclass(kind, SdkError):

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .dialects import default_manager
-from .errors import SdkError
+from ..dialect.errors import SdkError
+from ..dialect.manager import default_manager
 
 
 def cmd_dialects(args: argparse.Namespace) -> int:
@@ -35,10 +35,10 @@ def cmd_dialects(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the source dialect's preflight and print each requirement with OK or its fix: what
     ``sdk sync`` would find (what it sets up itself, such as a publication, counts as OK)."""
-    from .algorithm import SyncOptions, choose_key
-    from .errors import MissingKeyError
-    from .spec import chosen_tables
-    from .types import Requirement
+    from ..algorithm import SyncOptions, choose_key
+    from ..dialect.errors import MissingKeyError
+    from ..dialect.types import Requirement
+    from ..job.spec import chosen_tables
 
     dialect, config = default_manager().source_for_url(args.source)
     conn = dialect.connect(config)
@@ -71,13 +71,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _checkpoint_check(dialect: Any, conn: Any, url: str, checkpoint: str) -> Any:
     """Whether ``conn``'s server is the source ``checkpoint`` follows and its log still holds
     the position the sync resumes from, as a line of ``sdk check``."""
-    from .algorithm.progress import position_label
-    from .codec import dumps
-    from .errors import LogMismatchError, OffsetExpiredError
-    from .spark.engine_state import check_checkpoint_source
-    from .spark.statestore import StateStore
-    from .spec import checkpoint_paths
-    from .types import Requirement
+    from ..algorithm.progress import position_label
+    from ..dialect.codec import dumps
+    from ..dialect.errors import LogMismatchError, OffsetExpiredError
+    from ..dialect.types import Requirement
+    from ..job.spec import checkpoint_paths
+    from ..spark.engine_state import check_checkpoint_source
+    from ..spark.statestore import StateStore
 
     name = f"checkpoint {checkpoint} can resume here"
     store = StateStore(checkpoint_paths(checkpoint)[0], create=False)
@@ -105,9 +105,9 @@ def _options(pairs: list[str]) -> dict[str, str]:
 
 
 def _reporter() -> Any:
-    """Progress as one live display on a terminal (:class:`sdk.display.LiveProgress`), as
+    """Progress as one live display on a terminal (:class:`sdk.app.display.LiveProgress`), as
     plain lines otherwise (a pipe, a file: one line per report)."""
-    from .algorithm.progress import describe_progress
+    from ..algorithm.progress import describe_progress
 
     if sys.stdout.isatty():
         from .display import LiveProgress
@@ -128,7 +128,7 @@ STATUS_TABLES = 50
 
 def _sync_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Settings from ``--config FILE`` (YAML), overridden by the flags given."""
-    from .spec import SYNC_OPTIONS, sync_settings
+    from ..job.spec import SYNC_OPTIONS, sync_settings
 
     loaded: dict[str, Any] = {}
     if args.config:
@@ -158,14 +158,14 @@ def _sync_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     """Copy the chosen tables into the target, then follow every change, exactly once."""
-    from .spark.session import EarlySession, jvm_rows
+    from ..spark.session import EarlySession, jvm_rows
 
     s = _sync_settings(args)
     target = None if s["target"] == "none" else s["target"]
     # the driver JVM starts before the engine is imported (~0.6 s of it) and while the
     # source is checked
     early = EarlySession(s["master"], rows_in_jvm=jvm_rows(target, s["changes"]))
-    from .spark.sync import run_sync
+    from ..spark.sync import run_sync
 
     reporter = _reporter()
     try:
@@ -183,13 +183,13 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Show a sync's phase, per-table progress and log position from its checkpoint."""
-    from .algorithm.lineage import SOURCE_FILE
-    from .algorithm.progress import describe_progress
-    from .failures import Exit
-    from .spark import deadletter
-    from .spark.engine_state import APPLIED_FILE, live_progress, readable_checkpoint
-    from .spark.statestore import StateStore
-    from .spec import checkpoint_paths
+    from ..algorithm.lineage import SOURCE_FILE
+    from ..algorithm.progress import describe_progress
+    from ..job.failures import Exit
+    from ..job.spec import checkpoint_paths
+    from ..spark import deadletter
+    from ..spark.engine_state import APPLIED_FILE, live_progress, readable_checkpoint
+    from ..spark.statestore import StateStore
 
     state_dir, _ = checkpoint_paths(args.checkpoint)
     store = StateStore(state_dir, create=False)
@@ -200,8 +200,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     source = store.read_json(SOURCE_FILE)
     if args.source:
-        from .dialects import connect
-        from .spark.engine_state import captured_tables
+        from ..dialect.manager import connect
+        from ..spark.engine_state import captured_tables
 
         dialect, conn, config = connect(args.source)
         try:
@@ -252,7 +252,7 @@ def _skipped_lines(dead: Any, skipped: dict[str, int], checkpoint: str, folder: 
                    ) -> list[str]:
     """What ``sdk status`` says of the changes set aside (``errors.mode=skip``): per table,
     how many, the first reason, and the ``sdk snapshot`` that brings them across once fixed."""
-    from .spark import deadletter
+    from ..spark import deadletter
 
     if not skipped:
         return []
@@ -275,9 +275,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     requests, or withdraw one it has not taken up."""
     import datetime as dt
 
-    from .errors import ConfigurationError
-    from .spark.requests import list_requests, request_snapshot, withdraw_request
-    from .spec import checkpoint_paths
+    from ..dialect.errors import ConfigurationError
+    from ..job.spec import checkpoint_paths
+    from ..spark.requests import list_requests, request_snapshot, withdraw_request
 
     state_dir, _ = checkpoint_paths(args.checkpoint)
     if args.list:
@@ -303,8 +303,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                                  "the condition is run there before it is recorded")
     request = request_snapshot(state_dir, args.table, where, args.source)
     if args.skipped:
-        from .spark import deadletter
-        from .spark.statestore import StateStore
+        from ..spark import deadletter
+        from ..spark.statestore import StateStore
 
         deadletter.retire(StateStore(state_dir, create=False), str(request.table))
     rows = f"the rows of {request.table} where {request.where}" if request.where else \
@@ -317,9 +317,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 def _skipped_where(state_dir: str, args: argparse.Namespace) -> str:
     """The ``--where`` selecting the keys of ``--table``'s changes set aside."""
-    from .errors import ConfigurationError
-    from .spark import deadletter
-    from .spark.statestore import StateStore
+    from ..dialect.errors import ConfigurationError
+    from ..spark import deadletter
+    from ..spark.statestore import StateStore
 
     if args.where is not None or args.table is None:
         raise ConfigurationError("--skipped goes with --table (and --source), not --where")
@@ -376,8 +376,8 @@ def cmd_new_dialect(args: argparse.Namespace) -> int:
 
 
 def _sync_flags(sync: argparse.ArgumentParser) -> None:
-    """``sdk sync``'s flags, one per declared sync setting (``sdk.spec.SYNC_OPTIONS``)."""
-    from .spec import SYNC_OPTIONS
+    """``sdk sync``'s flags, one per declared sync setting (``sdk.job.spec.SYNC_OPTIONS``)."""
+    from ..job.spec import SYNC_OPTIONS
 
     keys = ", ".join(o.name for o in SYNC_OPTIONS)
     sync.add_argument("--config", help=f"a YAML file with any of: {keys}, options (a mapping "
@@ -470,8 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _failed(args: argparse.Namespace, error: BaseException) -> int:
     """Tell what failed in a short summary (the full trace in a file under the checkpoint,
-    printed too with --verbose) and return the exit code of its class (:mod:`sdk.failures`)."""
-    from .failures import full_trace, summarize, write_trace
+    printed too with --verbose) and return the exit code of its class (:mod:`sdk.job.failures`)."""
+    from ..job.failures import full_trace, summarize, write_trace
 
     failure = summarize(error)
     print(f"sdk: error: {failure.message}", file=sys.stderr)
@@ -479,7 +479,7 @@ def _failed(args: argparse.Namespace, error: BaseException) -> int:
         checkpoint = getattr(args, "checkpoint", None)
         state_dir = None
         if checkpoint:
-            from .spec import checkpoint_paths
+            from ..job.spec import checkpoint_paths
 
             try:
                 state_dir = checkpoint_paths(checkpoint)[0]

@@ -1,7 +1,7 @@
 """The user-facing options of a sync, with the names Flink CDC and SeaTunnel users know.
 
-Declared once in :data:`OPTIONS` (see :mod:`sdk.options`): parsing, the suggestion for a typo,
-the error for a bad value and the documentation's table all come from it.
+Declared once in :data:`OPTIONS` (see :mod:`sdk.dialect.options`): parsing, the suggestion for a
+typo, the error for a bad value and the documentation's table all come from it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ..options import Option, OptionTable, boolean, choice, positive_float, positive_int
+from ..dialect.options import Option, OptionTable, boolean, choice, positive_float, positive_int
 
 
 class StartupMode(StrEnum):

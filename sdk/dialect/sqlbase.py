@@ -15,7 +15,7 @@ what is its own (``dialect_info``, ``connect``, the four fetch tasks of its log,
 
     dialect = MyDialect()  # the object the ``sdk.dialects`` entry point names
 
-Methods named after a hook (sdk/hookspecs.py) are hook implementations, whether or not the
+Methods named after a hook (sdk/dialect/hookspecs.py) are hook implementations, whether or not the
 subclass marks them with ``@hookimpl``: overriding one never drops it. The dialect's connection
 object is handed to :meth:`SqlDialect.dbapi` to find the DB-API connection inside it (by
 default it is one). ``examples/sdk-pgtrigger`` is a complete dialect written this way.

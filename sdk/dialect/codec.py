@@ -3,8 +3,8 @@
 State files, offsets and the change envelope are JSON; database values are richer (Decimal,
 bytes, dates, instants). Plain JSON values stay as they are; the others become a one-key object
 whose key starts with ``$``, so a round trip gives back the same Python value and type. A
-:class:`~sdk.temporal.WideTemporal` (a date or time Python cannot hold) takes its type's tag with
-ISO 8601 text that Spark parses to the same value (``{"$date": "-0043-03-15"}``).
+:class:`~sdk.dialect.temporal.WideTemporal` (a date or time Python cannot hold) takes its type's
+tag with ISO 8601 text that Spark parses to the same value (``{"$date": "-0043-03-15"}``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 _EPOCH = dt.datetime(1970, 1, 1)
 _US = dt.timedelta(microseconds=1)
 
-# The logical types (sdk.types.LogicalType values) a WideTemporal can have.
+# The logical types (sdk.dialect.types.LogicalType values) a WideTemporal can have.
 DATE, TIME, TIMESTAMP, TIMESTAMP_TZ = "date", "time", "timestamp", "timestamp_tz"
 _LIMIT = {DATE: INT32_MAX, TIMESTAMP: INT64_MAX, TIMESTAMP_TZ: INT64_MAX}
 
@@ -217,7 +217,7 @@ def datetime_from_micros(micros: int, aware: bool) -> dt.datetime | WideTemporal
 
 
 def time_from_text(text: str) -> dt.time | WideTemporal:
-    """A time of day as :func:`sdk.spark.arrow` carries it (ISO text; ``24:00:00`` too)."""
+    """A time of day as :func:`sdk.spark.batches` carries it (ISO text; ``24:00:00`` too)."""
     try:
         return dt.time.fromisoformat(text)
     except ValueError:

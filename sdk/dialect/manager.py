@@ -1,10 +1,10 @@
 """Finding, validating and calling dialect plugins.
 
 :class:`DialectManager` loads the plugins registered in the ``sdk.dialects`` entry-point group,
-checks each against :mod:`sdk.hookspecs`, and hands out :class:`Dialect` facades. A facade calls
-the hooks of its own plugin only, directly (no fan-out to other dialects, no per-call pluggy
+checks each against :mod:`sdk.dialect.hookspecs`, and hands out :class:`Dialect` facades. A facade
+calls the hooks of its own plugin only, directly (no fan-out to other dialects, no per-call pluggy
 dispatch: ``compare_offset`` runs once per change event). A dialect's capabilities are the ones
-its optional hooks give (:data:`sdk.hookspecs.CAPABILITY_HOOKS`) and the ones it declares in
+its optional hooks give (:data:`sdk.dialect.hookspecs.CAPABILITY_HOOKS`) and the ones it declares in
 ``dialect_info`` (``before_images``, ``schema_changes`` and ``filtered_reads``, which no hook
 shows; older plugins declare the rest too).
 
@@ -147,7 +147,7 @@ class DialectManager:
         if missing:
             raise PluginValidationError(
                 f"dialect plugin {name!r} ({plugin!r}) lacks required hook(s): "
-                f"{', '.join(missing)}; see sdk/hookspecs.py")
+                f"{', '.join(missing)}; see sdk/dialect/hookspecs.py")
         for capability, absent in hookspecs.half_implemented(impls).items():
             given = [h for h in hookspecs.CAPABILITY_HOOKS[capability] if h not in absent]
             raise PluginValidationError(

@@ -30,7 +30,7 @@ class DriverMissingError(ConfigurationError):
 
 
 class PluginValidationError(ConfigurationError):
-    """A dialect plugin does not fit the contract in :mod:`sdk.hookspecs`."""
+    """A dialect plugin does not fit the contract in :mod:`sdk.dialect.hookspecs`."""
 
 
 class PreflightError(ConfigurationError):

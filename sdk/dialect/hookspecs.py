@@ -158,7 +158,7 @@ def read_range(conn: Connection, table: TableSchema, split: SnapshotSplit, fetch
     A plain SELECT, no locks: every row committed before the call and still present, whose key
     ``k`` has ``split.start <= k < split.end`` (None bounds are open), is yielded exactly once,
     as a tuple in ``table.columns`` order. Rows need not be in key order. A value the driver
-    or Python cannot hold comes as :class:`sdk.types.BadValue` (its text and why), here and
+    or Python cannot hold comes as :class:`sdk.BadValue` (its text and why), here and
     in ``stream_log``: the engine names the row and applies ``errors.mode``.
     """
 
@@ -169,19 +169,19 @@ def stream_log(conn: Connection, tables: Sequence[TableSchema], start: Offset,
     """Yield the committed row changes of ``tables`` with ``start <= offset < end``, in log
     order, each once.
 
-    ``end`` None reads forever: yield a :class:`sdk.types.Heartbeat` now and then while the log
+    ``end`` None reads forever: yield a :class:`sdk.Heartbeat` now and then while the log
     is idle so the reader can advance; the engine stops the stream by closing the generator.
     A bounded read stops by itself at ``end``, even if no change lies at or after it, and
     yields the same events every time it is repeated. Rolled-back work never appears. Raise
-    :class:`sdk.errors.OffsetExpiredError` when ``start`` is no longer in the log.
+    :class:`sdk.OffsetExpiredError` when ``start`` is no longer in the log.
     Events carry ``key`` (and ``old_key`` when an update changed the key) on ``table.key``.
-    Rows are shaped by the :class:`~sdk.types.TableSchema` given in ``tables``. With
+    Rows are shaped by the :class:`~sdk.TableSchema` given in ``tables``. With
     capability ``schema_changes``: when a table's rows in the log stop matching it (a column
-    added, dropped, renamed or retyped), yield a :class:`sdk.types.SchemaChange` with the new
+    added, dropped, renamed or retyped), yield a :class:`sdk.SchemaChange` with the new
     schema (as ``describe_table`` gives it) before the first change in the new shape, and shape
     that table's later rows by it; a bounded read repeated yields the same items. Where the log
     removes all of a table's rows without a change per row (``TRUNCATE``, a ``DROP TABLE``),
-    yield a :class:`sdk.types.TableTruncated` at that point: never skip it (the mirror would
+    yield a :class:`sdk.TableTruncated` at that point: never skip it (the mirror would
     keep rows the source no longer has).
     """
 
@@ -218,10 +218,10 @@ def dialect_info() -> DialectInfo:
 def connect(config: ConnectionConfig) -> Connection:
     """Open one connection to the database described by ``config``.
 
-    Import the driver here. A missing driver raises :class:`sdk.errors.DriverMissingError`
+    Import the driver here. A missing driver raises :class:`sdk.DriverMissingError`
     naming the extra to install; bad credentials or a missing database raise
-    :class:`sdk.errors.ConfigurationError`, a server that does not answer (refused, timed out,
-    restarting) :class:`sdk.errors.RetriableError`; never with the password in the message.
+    :class:`sdk.ConfigurationError`, a server that does not answer (refused, timed out,
+    restarting) :class:`sdk.RetriableError`; never with the password in the message.
     Each Spark task opens its own connection; the engine closes it with ``close()``.
     Required: every other hook but ``compare_offset`` works on a connection.
     """
@@ -242,7 +242,7 @@ def describe_table(conn: Connection, table: TableId) -> TableSchema:
     non-null unique keys.
 
     Column types must be chosen so every value fits exactly (see
-    :class:`sdk.types.LogicalType`). Raise :class:`sdk.errors.ConfigurationError` when the
+    :class:`sdk.LogicalType`). Raise :class:`sdk.ConfigurationError` when the
     table does not exist. Required: the columns and keys shape every split, event and mirror.
     """
 
@@ -281,7 +281,7 @@ def is_retriable(error: BaseException) -> bool | None:
     """Say whether ``error``, raised by the driver in any hook, is a passing fault: a lost or
     refused connection, a server starting or shutting down, a deadlock or lock timeout.
 
-    The engine turns such an error into :class:`sdk.errors.RetriableError`, so ``sdk sync``
+    The engine turns such an error into :class:`sdk.RetriableError`, so ``sdk sync``
     restarts from its checkpoint instead of stopping (Debezium's per-connector error handler
     plays this part). Return False (or nothing) for the rest: bad SQL, missing privileges,
     purged logs. Optional; without it only the dialect's own ``RetriableError`` is retried.
@@ -292,7 +292,7 @@ def is_retriable(error: BaseException) -> bool | None:
 def preflight(conn: Connection, tables: Sequence[TableId]) -> list[Requirement]:
     """Check that the server is set up for change capture of ``tables``.
 
-    Return one :class:`sdk.types.Requirement` per setting or privilege, each with the exact
+    Return one :class:`sdk.Requirement` per setting or privilege, each with the exact
     statement that fixes it when it is missing. The engine refuses to start while a required
     one is missing (``required=False`` marks advice: a warning) and ``sdk check`` prints them
     all. Name the privilege to read a table ``SELECT on <table>``, and give it only for a
@@ -328,7 +328,7 @@ def server_identity(conn: Connection) -> dict[str, str]:
     (MySQL ``server_uuid``, PostgreSQL ``system_identifier``, timeline and database OID...).
 
     A sync records it in its checkpoint at its first start; at every later start the engine
-    compares each name both have and stops with :class:`sdk.errors.LogMismatchError`, naming
+    compares each name both have and stops with :class:`sdk.LogMismatchError`, naming
     both values, when one differs: a checkpoint's offsets mean nothing in another server's log.
     Give only what stays the same for the life of the log (not a host name, which a move
     changes). Optional: without it a resumed checkpoint is not checked against its server.
@@ -337,10 +337,10 @@ def server_identity(conn: Connection) -> dict[str, str]:
 
 @optional
 def check_offset(conn: Connection, offset: Offset) -> None:
-    """Raise :class:`sdk.errors.LogMismatchError` when the server's log does not hold
+    """Raise :class:`sdk.LogMismatchError` when the server's log does not hold
     ``offset`` as a position it wrote (in a log file the server does not list, past that
     file's end, not where an event starts: a reset or restored log, another server), or
-    :class:`sdk.errors.OffsetExpiredError` when it held it once and no longer does (purged).
+    :class:`sdk.OffsetExpiredError` when it held it once and no longer does (purged).
 
     Called at every start of a resumed sync with the position it resumes from, and by
     ``sdk check --checkpoint``. A position past ``current_offset`` the engine refuses by
@@ -362,7 +362,7 @@ def locate_offset(conn: Connection, offset: Offset, source: Mapping[str, str]
     on from the new server without a new snapshot. Return None when the offset carries
     nothing to find it by (the engine uses the nearest one below it that does, and reads the
     changes between again). Raise
-    :class:`sdk.errors.LogMismatchError` when this server lacks changes logged before
+    :class:`sdk.LogMismatchError` when this server lacks changes logged before
     ``offset`` (a lossy failover), naming them, or when it is not a server of ``source``'s
     topology as far as the dialect can tell. Optional: without it such a sync stops.
     """
@@ -403,8 +403,8 @@ def end_snapshot(conn: Connection) -> None:
 def read_range_arrow(conn: Connection, table: TableSchema, split: SnapshotSplit
                      ) -> pa.Table | None:
     """Read ``split`` as ``read_range`` does, into one Arrow table of ``table``'s columns in
-    order, typed as :func:`sdk.arrow.arrow_type` gives, each value the one ``read_range``'s
-    row would become through :mod:`sdk.arrow`; or return None, having read nothing or not,
+    order, typed as :func:`sdk.dialect.arrow.arrow_type` gives, each value the one ``read_range``'s
+    row would become through :mod:`sdk.dialect.arrow`; or return None, having read nothing or not,
     when it cannot for this table or one of its values (the engine then reads the split with
     ``read_range``, in the same view).
 
@@ -449,7 +449,7 @@ def acknowledge_offset(conn: Connection, offset: Offset) -> None:
 def create_table(conn: Connection, table: TableSchema) -> None:
     """Create ``table`` in the target if it does not exist, with the same columns and key.
 
-    Raise :class:`sdk.errors.ConfigurationError` when a table of that name exists with other
+    Raise :class:`sdk.ConfigurationError` when a table of that name exists with other
     columns. With ``apply_changes``: capability ``apply``.
     """
 
@@ -463,7 +463,7 @@ def apply_changes(conn: Connection, table: TableSchema, events: Sequence[ChangeE
     ``r``/``c``/``u`` upsert the after image, ``d`` deletes the key; an update with ``old_key``
     first deletes the old key. Return False, changing nothing, when ``batch_id`` was already
     applied to this table (a replayed batch). A value the target refuses raises the driver's
-    DB-API ``DataError``/``IntegrityError`` (or :class:`sdk.errors.DataError`) with nothing
+    DB-API ``DataError``/``IntegrityError`` (or :class:`sdk.DataError`) with nothing
     written: under ``errors.mode=skip`` the engine then applies the batch in halves to find
     it. With ``create_table``: capability ``apply``.
     """
@@ -486,9 +486,9 @@ def load_snapshot(conn: Connection, table: TableSchema, rows: pa.Table, batch_id
     ``r`` event; return False, changing nothing, when ``batch_id`` was applied already.
 
     ``rows`` holds ``table``'s columns in order (names as the table's), typed as
-    :func:`sdk.arrow.arrow_type` gives (dates and timestamps past Python's range as their days
-    or microseconds); keys are distinct but may already be in the table (a table read again).
-    :func:`sdk.arrow.python_values` turns a column back into the values ``apply_changes``
+    :func:`sdk.dialect.arrow.arrow_type` gives (dates and timestamps past Python's range as their
+    days or microseconds); keys are distinct but may already be in the table (a table read again).
+    :func:`sdk.dialect.arrow.python_values` turns a column back into the values ``apply_changes``
     takes, for what the dialect cannot load as it is. Capability ``bulk_load``; without it,
     snapshot rows go through ``apply_changes``.
     """

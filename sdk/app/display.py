@@ -18,7 +18,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from .algorithm.progress import phase_label, position_label, state_label, tables_to_show
+from ..algorithm.progress import phase_label, position_label, state_label, tables_to_show
 
 SHOWN_TABLES = 12
 """Table rows the display draws at most; past them it counts the tables by state and draws

@@ -3,7 +3,7 @@
 Snapshot rows and log rows go through the same functions, so the same stored value gives the
 same Spark value in both phases. Instants are UTC; decimals wider than Spark's 38 digits (or of
 unknown precision) are kept exactly as strings; TIME is kept as its ISO text. Dates and
-timestamps Python cannot hold (``sdk.temporal.WideTemporal``: infinity, BC, years past 9999)
+timestamps Python cannot hold (``sdk.dialect.temporal.WideTemporal``: infinity, BC, years past 9999)
 go in as the days or microseconds Spark stores; a value no Spark type can take (a NaN in a
 ``DecimalType``) stops the read with an error naming its table, key and column.
 """
@@ -16,13 +16,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from ..arrow import arrow_type, python_values
-from ..arrow import converter as _converter
-from ..arrow import units as _units
-from ..arrow import wide as _wide
-from ..codec import dumps, encode_value
-from ..errors import FatalSyncError
-from ..types import ChangeEvent, Column, LogicalType, TableSchema
+from ..dialect.arrow import arrow_type, python_values
+from ..dialect.arrow import converter as _converter
+from ..dialect.arrow import units as _units
+from ..dialect.arrow import wide as _wide
+from ..dialect.codec import dumps, encode_value
+from ..dialect.errors import FatalSyncError
+from ..dialect.types import ChangeEvent, Column, LogicalType, TableSchema
 
 #: Metadata columns added after a table's own columns.
 META_COLUMNS = (
@@ -52,7 +52,7 @@ REPORT_SPARK = T.StructType([T.StructField("table", T.StringType()),
                              T.StructField("applied", T.LongType()),
                              T.StructField("committed", T.DoubleType()),
                              T.StructField("skipped", T.LongType())])
-"""Arrow and Spark schemas of a task's report (:data:`sdk.target.REPORT_SCHEMA`)."""
+"""Arrow and Spark schemas of a task's report (:data:`sdk.job.target.REPORT_SCHEMA`)."""
 
 
 def spark_type(column: Column) -> T.DataType:
@@ -231,7 +231,7 @@ def envelope_batch(tables: Mapping[Any, TableSchema], events: Sequence[ChangeEve
                    first_seq: int, versions: Mapping[Any, int] | None = None
                    ) -> pa.RecordBatch:
     """Events of any tables as envelope rows; images are JSON objects of column -> value
-    (values as :func:`sdk.codec.encode_value` writes them); ``versions``: each table's
+    (values as :func:`sdk.dialect.codec.encode_value` writes them); ``versions``: each table's
     schema version (absent: 1)."""
     cols: dict[str, list[Any]] = {n: [] for n, _, _ in ENVELOPE_COLUMNS}
     versions = versions or {}

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 
-from .errors import ConfigurationError
-from .types import TableId
+from ..dialect.errors import ConfigurationError
+from ..dialect.types import TableId
 
 _SPECIAL = re.compile(r'[.,"*?\[\]]|^\s|\s$|^!')
 """Characters that make a name need quotes in a pattern."""

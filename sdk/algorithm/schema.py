@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .types import Column, LogicalType, Row, TableSchema
+from ..dialect.types import Column, LogicalType, Row, TableSchema
 
 POLICIES = ("evolve", "stop", "ignore")
 """``schema.changes``: follow a change (alter the target, carry the new columns), stop with

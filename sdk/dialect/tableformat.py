@@ -19,7 +19,7 @@ from .errors import FatalSyncError
 from .types import ChangeEvent, Column, Key, LogicalType, Row, SnapshotSplit, TableSchema
 
 TypeMap = Callable[[Column], pa.DataType]
-"""A format's Arrow type for a column (``sdk.arrow.arrow_type`` where the format has it)."""
+"""A format's Arrow type for a column (``sdk.dialect.arrow.arrow_type`` where the format has it)."""
 
 
 @dataclass(frozen=True)

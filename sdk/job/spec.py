@@ -15,18 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .algorithm import SyncOptions, choose_key
-from .algorithm.machine import splits_per_batch
-from .algorithm.options import OPTIONS as ALGORITHM_OPTIONS
-from .algorithm.options import StartupMode
-from .config import ConnectionConfig
-from .dialects import Dialect, default_manager, get_dialect
-from .errors import ConfigurationError, PreflightError
-from .options import Option, OptionTable, boolean, choice, positive_int, text
-from .schema import POLICIES
+from ..algorithm import SyncOptions, choose_key
+from ..algorithm.machine import splits_per_batch
+from ..algorithm.schema import POLICIES
+from ..algorithm.settings import OPTIONS as ALGORITHM_OPTIONS
+from ..algorithm.settings import StartupMode
+from ..dialect.config import ConnectionConfig
+from ..dialect.errors import ConfigurationError, PreflightError
+from ..dialect.manager import Dialect, default_manager, get_dialect
+from ..dialect.options import Option, OptionTable, boolean, choice, positive_int, text
+from ..dialect.types import Capability, Connection, Offset, TableId, TableSchema
 from .tables import named_table, parse_patterns, select_tables
 from .target import Target
-from .types import Capability, Connection, Offset, TableId, TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,8 @@ class SourceSpec:
     discovery_seconds: float = 0.0
     """How often a stream looks for tables that newly match ``patterns`` (0: never)."""
     schema_changes: str = "evolve"
-    """What a log batch does when a table's columns change (:data:`sdk.schema.POLICIES`)."""
+    """What a log batch does when a table's columns change
+    (:data:`sdk.algorithm.schema.POLICIES`)."""
     log_batch_changes: int = 100_000
     """The most changes one log batch reads; its task cuts the batch there."""
     log_batch_bytes: int = 256 * 1024 * 1024

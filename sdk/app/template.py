@@ -1,7 +1,7 @@
 """``sdk new-dialect NAME``: a new dialect distribution, ready to install and test.
 
-The rendered project registers its entry point, has every hook of :mod:`sdk.hookspecs` written
-out (signature and docstring generated from the spec, grouped as the specs are), and a test
+The rendered project registers its entry point, has every hook of :mod:`sdk.dialect.hookspecs`
+written out (signature and docstring generated from the spec, grouped as the specs are), and a test
 file that adopts the conformance kit. A hook takes effect once it is decorated with
 ``@hookimpl``; until then ``sdk dialects`` and the kit's first test name exactly the hooks
 still missing.
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import sdk
 
-from . import hookspecs
-from .errors import ConfigurationError
-from .types import Capability
+from ..dialect import hookspecs
+from ..dialect.errors import ConfigurationError
+from ..dialect.types import Capability
 
 _PYPROJECT = '''\
 [build-system]
@@ -63,8 +63,8 @@ The kit's tests are grouped by the part of the contract they check; see sdk's CO
 _HOOKS_HEAD = '''\
 """The {name} dialect for sdk.
 
-Each function below is one hook of the contract in ``sdk.hookspecs``, in its groups: the four
-fetch tasks, the other required hooks, the optional source hooks and the target contract. A
+Each function below is one hook of the contract in ``sdk.dialect.hookspecs``, in its groups: the
+four fetch tasks, the other required hooks, the optional source hooks and the target contract. A
 function takes effect when it is decorated with ``@hookimpl``: fill one in, decorate it, run the
 conformance kit (``pytest``), repeat. ``sdk dialects`` lists the required hooks still missing.
 Import the database driver inside the hooks, never at the top of this module.

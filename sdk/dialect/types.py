@@ -106,7 +106,8 @@ class Offset:
         return cls(data["dialect"], data["position"])
 
     def json_text(self) -> str:
-        """``sdk.codec.dumps(self.to_json())``, built directly: it is written once per change."""
+        """``sdk.dialect.codec.dumps(self.to_json())``, built directly: it is written once per
+        change."""
         inner = ",".join(f"{_quote(k)}:{_scalar(v)}" for k, v in self._items)
         return f'{{"dialect":{_quote(self.dialect)},"position":{{{inner}}}}}'
 
@@ -177,7 +178,7 @@ class LogicalType(StrEnum):
     TIMESTAMP_TZ = "timestamp_tz"
     """An instant (aware ``datetime`` in UTC)."""
     # DATE, TIME, TIMESTAMP and TIMESTAMP_TZ values beyond Python's datetime (infinity, BC,
-    # years past 9999, 24:00:00) are ``sdk.temporal.WideTemporal``.
+    # years past 9999, 24:00:00) are ``sdk.dialect.temporal.WideTemporal``.
     INTERVAL = "interval"
     JSON = "json"
     """JSON document kept as its text."""
@@ -439,8 +440,8 @@ class Capability(StrEnum):
     """Optional abilities of a dialect (the conformance kit tests each one it has).
 
     A dialect has a capability when it implements the optional hooks that give it (marked in
-    :mod:`sdk.hookspecs`); ``before_images``, ``schema_changes`` and ``filtered_reads``, which no
-    hook shows, are declared in :class:`DialectInfo`. Declaring the others too is accepted
+    :mod:`sdk.dialect.hookspecs`); ``before_images``, ``schema_changes`` and ``filtered_reads``,
+    which no hook shows, are declared in :class:`DialectInfo`. Declaring the others too is accepted
     (older plugins do).
     """
 

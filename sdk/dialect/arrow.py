@@ -1,9 +1,9 @@
 """Dialect values as Arrow columns and back, Spark-free: the one value mapping the Spark engine
-(:mod:`sdk.spark.arrow`) and the table-format targets (:mod:`sdk.tableformat`) share.
+(:mod:`sdk.spark.batches`) and the table-format targets (:mod:`sdk.dialect.tableformat`) share.
 
 Instants are UTC; decimals wider than 38 digits (or of unknown precision) are kept exactly as
 strings; TIME is kept as its ISO text unless the format has a time type. Dates and timestamps
-Python cannot hold (:class:`sdk.temporal.WideTemporal`: infinity, BC, years past 9999) go in
+Python cannot hold (:class:`sdk.dialect.temporal.WideTemporal`: infinity, BC, years past 9999) go in
 as the days or microseconds Arrow stores.
 """
 
@@ -108,7 +108,7 @@ def converter(column: Column, arrow: pa.DataType | None = None
 def python_values(column: pa.Array | pa.ChunkedArray, logical: LogicalType) -> list[Any]:
     """An Arrow column as the values a dialect takes: dates and timestamps rebuilt from the
     days and microseconds Arrow or Spark store (those past Python's range come back as
-    :class:`sdk.temporal.WideTemporal`), times from their text, intervals from whole
+    :class:`sdk.dialect.temporal.WideTemporal`), times from their text, intervals from whole
     microseconds, and the rest as Arrow gives them (a wide decimal as its text). Dates
     may come as days (``unix_date``) and timestamps as intervals from the epoch: both are read
     as the numbers they hold."""

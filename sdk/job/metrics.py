@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest, start_http_ser
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .algorithm.progress import TABLE_STATES
+from ..algorithm.progress import TABLE_STATES
 
 PHASES = ("starting", "snapshot", "log", "done")
 
