@@ -10,6 +10,10 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
+
+from sdk import ConnectionConfig, get_dialect
+from sdk_sqlite import read_target
 
 SPLITS = re.compile(r"(\d+)/(\d+) splits")
 """Where a progress line says how many splits of a table are read."""
@@ -56,3 +60,12 @@ def stop_mid_snapshot(args: list[str], write: Callable[[int], None], splits: int
         process.wait()
         stop.set()
         thread.join()
+
+
+def rows(url: str) -> dict[str, Any]:
+    dialect = get_dialect("sqlite")
+    conn = dialect.connect(ConnectionConfig.from_url(url))
+    out = {t.name: read_target(conn, dialect.describe_table(conn, t))
+           for t in dialect.list_tables(conn)}
+    conn.close()
+    return out

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from helpers.proxy import FreezingProxy
 from sdk import get_dialect
@@ -93,3 +94,26 @@ def source_and_mirror(dialect_name: str, config: ConnectionConfig, table: Any,
     finally:
         target.close()
         conn.close()
+
+
+def probe(spark: Any, name: str, batches: list[Any], schema: Any) -> Any:
+    class Reader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(0)]
+
+        def read(self, partition: InputPartition) -> Any:
+            yield from batches
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return name
+
+        def schema(self) -> Any:
+            return schema
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return Reader()
+
+    spark.dataSource.register(Source)
+    return spark.read.format(name).load()
