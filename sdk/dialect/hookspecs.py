@@ -13,10 +13,12 @@ arguments. The reference implementation is ``plugins/sdk_sqlite``; the full refe
 examples is ``docs/hooks.md``.
 
 Each spec is marked with its :class:`Role`, in four groups: the four fetch tasks, the other
-required hooks, the optional source hooks, and the target contract. Everything else is derived
-from these marks: :data:`REQUIRED_HOOKS`, the capabilities a dialect has (:data:`CAPABILITY_HOOKS`:
-implementing the hooks of a capability is what gives it), the stubs of ``sdk new-dialect`` and
-the check of ``docs/hooks.md``.
+required hooks, the optional source hooks, and the target contract; a mark also names the
+capability the hook gives and whether a target-only dialect needs it. Everything else is derived
+from these marks: :data:`REQUIRED_HOOKS`, :data:`TARGET_ONLY_HOOKS`, the capabilities a dialect
+has (:data:`CAPABILITY_HOOKS`: implementing the hooks of a capability is what gives it; the rest,
+:data:`DECLARED_CAPABILITIES`, are declared in ``dialect_info``), the stubs of
+``sdk new-dialect`` and the check of ``docs/hooks.md``.
 
 Rules for every hook:
 
@@ -104,23 +106,30 @@ _ROLE_HEADINGS = {
 
 @dataclass(frozen=True)
 class Contract:
-    """A hook spec's mark: its role, and the capability a dialect has once it implements every
-    hook marked with that capability."""
+    """A hook spec's mark: its role, the capability a dialect has once it implements every
+    hook marked with that capability, and whether a target-only dialect needs it too."""
 
     role: Role
     capability: Capability | None = None
+    of_targets: bool = False
+    """A required hook a target-only dialect (:attr:`sdk.DialectInfo.target_only`) implements
+    as well; it also implements the hooks of capability ``apply``."""
 
 
-def _spec(role: Role, capability: Capability | None = None) -> Callable[[_F], _F]:
+def _spec(role: Role, capability: Capability | None = None, *, of_targets: bool = False
+          ) -> Callable[[_F], _F]:
     """Mark a function as a hook spec of ``role`` (the mark is its ``sdk_contract``)."""
     def mark(function: _F) -> _F:
-        function.sdk_contract = Contract(role, capability)  # type: ignore[attr-defined]
+        function.sdk_contract = Contract(  # type: ignore[attr-defined]
+            role, capability, of_targets)
         return hookspec(function)
     return mark
 
 
 fetch_task = _spec(Role.FETCH)
 required = _spec(Role.REQUIRED)
+required_of_targets_too = _spec(Role.REQUIRED, of_targets=True)
+"""A required hook that a target-only dialect needs as well (who it is, a connection)."""
 optional = _spec(Role.OPTIONAL)
 
 
@@ -202,10 +211,11 @@ def compare_offset(a: Offset, b: Offset) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-@required
+@required_of_targets_too
 def dialect_info() -> DialectInfo:
     """Say who the dialect is: its name, the driver modules it needs, the extra that installs
-    them, and the capabilities no hook shows (``before_images``).
+    them, and the capabilities no hook shows (``before_images``, ``schema_changes``,
+    ``filtered_reads``: :data:`DECLARED_CAPABILITIES`).
 
     Called when plugins load, before any driver is imported, so it must not import the driver.
     The ``name`` must equal the entry-point name the plugin registers under. The other
@@ -214,7 +224,7 @@ def dialect_info() -> DialectInfo:
     """
 
 
-@required
+@required_of_targets_too
 def connect(config: ConnectionConfig) -> Connection:
     """Open one connection to the database described by ``config``.
 
@@ -517,9 +527,6 @@ CONTRACT: dict[str, Contract] = {
 REQUIRED_HOOKS = tuple(name for name, c in CONTRACT.items() if c.role.required)
 """Hooks every dialect must implement; the manager refuses a plugin that lacks one."""
 
-TARGET_ONLY_HOOKS = ("dialect_info", "connect", "create_table", "apply_changes")
-"""What a target-only dialect (:attr:`sdk.DialectInfo.target_only`) must implement."""
-
 OPTIONAL_HOOKS = tuple(name for name, c in CONTRACT.items() if not c.role.required)
 """Hooks a dialect may leave out (the target contract included)."""
 
@@ -529,6 +536,15 @@ CAPABILITY_HOOKS: dict[Capability, tuple[str, ...]] = {
     if any(c.capability is capability for c in CONTRACT.values())
 }
 """The hooks whose implementation gives each capability; the others are declared."""
+
+DECLARED_CAPABILITIES = tuple(c for c in Capability if c not in CAPABILITY_HOOKS)
+"""The capabilities no hook gives (behaviours of required hooks): a dialect declares them in
+``dialect_info``."""
+
+TARGET_ONLY_HOOKS = tuple(name for name, c in CONTRACT.items()
+                          if c.of_targets or name in CAPABILITY_HOOKS[Capability.APPLY])
+"""What a target-only dialect (:attr:`sdk.DialectInfo.target_only`) must implement: the
+required hooks marked ``of_targets`` and the hooks of capability ``apply``."""
 
 
 def capabilities_of(hooks: Collection[str]) -> frozenset[Capability]:

@@ -5,8 +5,9 @@ checks each against :mod:`sdk.dialect.hookspecs`, and hands out :class:`Dialect`
 calls the hooks of its own plugin only, directly (no fan-out to other dialects, no per-call pluggy
 dispatch: ``compare_offset`` runs once per change event). A dialect's capabilities are the ones
 its optional hooks give (:data:`sdk.dialect.hookspecs.CAPABILITY_HOOKS`) and the ones it declares in
-``dialect_info`` (``before_images``, ``schema_changes`` and ``filtered_reads``, which no hook
-shows; older plugins declare the rest too).
+``dialect_info`` (:data:`sdk.dialect.hookspecs.DECLARED_CAPABILITIES`: ``before_images``,
+``schema_changes`` and ``filtered_reads``, which no hook shows; older plugins declare the rest
+too).
 
 Operator switches:
 

@@ -102,3 +102,55 @@ def test_no_document_cites_a_file_the_repository_lacks() -> None:
             elif name and name not in (root / path).read_text():
                 missing.append(f"{doc.relative_to(root)}: {path}::{name}")
     assert len(_documents()) > 10 and not missing, missing
+
+
+def _capability_table() -> dict[str, str]:
+    """The rows of hooks.md's capability table: what gives each capability, by its name."""
+    rows = re.findall(r"^\| `(\w+)` \| (.+) \|$", HOOKS_DOC, flags=re.M)
+    names = [name for name, _ in rows]
+    assert len(names) == len(set(names)), f"a capability has two rows: {names}"
+    return dict(rows)
+
+
+def test_every_capability_is_in_the_table_with_its_hooks_or_declared() -> None:
+    """A capability missing from docs/hooks.md's table, or given there by other hooks than
+    its marks say (or declared where a hook gives it, or the reverse), fails."""
+    table = _capability_table()
+    assert sorted(table) == sorted(c.value for c in hookspecs.Capability)
+    for capability in hookspecs.Capability:
+        text = table[capability.value]
+        if capability in hookspecs.DECLARED_CAPABILITIES:
+            assert text.startswith("declared in `dialect_info`"), (capability, text)
+        else:
+            named = re.findall(r"`(\w+)`", text)
+            assert named == list(hookspecs.CAPABILITY_HOOKS[capability]), (capability, text)
+
+
+def test_target_only_hooks_are_documented() -> None:
+    """The target section names exactly the hooks a target-only dialect implements."""
+    body = sections(HOOKS_DOC, "##")[hookspecs.Role.TARGET.heading]
+    sentence = re.search(r"target-only dialect .*?only these hooks: ([^.]+)\.", body, flags=re.S)
+    assert sentence, "docs/hooks.md does not say what a target-only dialect implements"
+    assert re.findall(r"`(\w+)`", sentence[1]) == list(hookspecs.TARGET_ONLY_HOOKS)
+
+
+def test_target_only_hooks_follow_from_the_marks() -> None:
+    marked = [name for name, c in hookspecs.CONTRACT.items() if c.of_targets]
+    assert all(hookspecs.CONTRACT[name].role.required for name in marked)
+    apply = hookspecs.CAPABILITY_HOOKS[hookspecs.Capability.APPLY]
+    assert list(hookspecs.TARGET_ONLY_HOOKS) == [*marked, *apply]
+
+
+def test_the_declared_capabilities_are_named_alike_everywhere() -> None:
+    """Each place telling an author what to declare in ``dialect_info`` names all of them."""
+    from sdk.dialect import manager, types
+
+    places = {"hookspecs.dialect_info": hookspecs.dialect_info.__doc__ or "",
+              "Capability": types.Capability.__doc__ or "",
+              "sdk.dialect.manager": manager.__doc__ or "",
+              "docs/hooks.md dialect_info": hook_section("dialect_info")[1],
+              "CONTRIBUTING.md": (ROOT / "CONTRIBUTING.md").read_text()}
+    for place, text in places.items():
+        for capability in hookspecs.DECLARED_CAPABILITIES:
+            assert capability.value in text or f"Capability.{capability.name}" in text, \
+                f"{place} does not name the declared capability {capability.value}"
