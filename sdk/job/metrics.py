@@ -12,76 +12,98 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, assert_never
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..algorithm.progress import TABLE_STATES
+from ..algorithm.progress import STARTING, Part, ProgressReport, TableState
+from ..algorithm.state import Phase
 
-PHASES = ("starting", "snapshot", "log", "done")
+
+def _gauge(name: str, help_text: str, value: float | None = None,
+           labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, value=value, labels=labels or None)
 
 
-def families(report: Mapping[str, Any], retries: int = 0) -> Iterator[Metric]:
-    """The metric families of one progress report."""
-    def gauge(name: str, help_text: str, value: float | None = None,
-              labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
-        return GaugeMetricFamily(name, help_text, value=value, labels=labels or None)
+def _part(part: Part, report: ProgressReport) -> Iterator[Metric]:
+    """The metric families of one part of the report (none for the parts only a line
+    shows)."""
+    match part:
+        case Part.RATE | Part.ETA | Part.POSITION | Part.REQUESTS:
+            return
+        case Part.PHASE:
+            family = _gauge("sdk_sync_phase", "1 for the phase the sync is in",
+                            labels=("phase",))
+            for phase in (STARTING, *(p.value for p in Phase)):
+                family.add_metric([phase], 1.0 if phase == report.phase_name else 0.0)
+            yield family
+        case Part.ROWS:
+            yield CounterMetricFamily("sdk_sync_snapshot_rows", "rows the snapshot read",
+                                      value=float(report.rows))
+        case Part.APPLIED:
+            yield CounterMetricFamily("sdk_sync_applied", "changes and rows applied to the "
+                                      "target by this run", value=float(report.applied or 0))
+            yield _gauge("sdk_sync_applied_per_second", "changes and rows applied per "
+                         "second, this run's average", float(report.applied_per_second or 0.0))
+        case Part.SKIPPED:
+            yield CounterMetricFamily("sdk_sync_skipped", "changes set aside in the "
+                                      "dead-letter table by this run (errors.mode=skip; sdk "
+                                      "status lists them)", value=float(report.skipped or 0))
+        case Part.CAUGHT_UP:
+            yield _gauge("sdk_sync_caught_up", "1 once the log phase reached the source's head",
+                         1.0 if report.caught_up else 0.0)
+        case Part.LAG:
+            if report.lag_seconds is not None:
+                yield _gauge("sdk_sync_lag_seconds", "now minus the commit time of the newest "
+                             "change applied, so at least the age of the oldest change "
+                             "waiting (0 once what was applied reaches the log head)",
+                             report.lag_seconds)
+        case Part.AGE:
+            if report.updated_at is not None:
+                yield _gauge("sdk_sync_report_age_seconds", "seconds since the sync last "
+                             "reported progress (a stalled sync grows it)",
+                             max(time.time() - report.updated_at, 0.0))
+        case Part.TABLES:
+            tables = sorted(report.tables.items())
+            for name, help_text, figure in (
+                    ("sdk_table_splits_done", "snapshot splits read", "splits_done"),
+                    ("sdk_table_splits_estimated", "snapshot splits planned or estimated",
+                     "splits_estimated"),
+                    ("sdk_table_snapshot_rows", "rows the table's snapshot read", "rows"),
+                    ("sdk_table_schema_version", "the version of each table's columns (1 as "
+                     "first captured, one more for each schema change followed)", "version")):
+                family = _gauge(name, help_text, labels=("table",))
+                for table, values in tables:
+                    family.add_metric([table], float(getattr(values, figure)))
+                yield family
+            family = _gauge("sdk_table_state", "1 for the state each table is in ("
+                            f"{', '.join(TableState)})", labels=("table", "state"))
+            for table, values in tables:
+                for state in TableState:
+                    family.add_metric([table, state.value],
+                                      1.0 if values.state == state else 0.0)
+            yield family
+        case _:
+            assert_never(part)
 
-    phase = str(report.get("phase", "starting"))
-    family = gauge("sdk_sync_phase", "1 for the phase the sync is in", labels=("phase",))
-    for p in PHASES:
-        family.add_metric([p], 1.0 if p == phase else 0.0)
-    yield family
-    yield CounterMetricFamily("sdk_sync_snapshot_rows", "rows the snapshot read",
-                              value=float(report.get("rows", 0)))
-    yield CounterMetricFamily("sdk_sync_applied", "changes and rows applied to the target by "
-                              "this run", value=float(report.get("applied", 0)))
-    yield CounterMetricFamily("sdk_sync_skipped", "changes set aside in the dead-letter table "
-                              "by this run (errors.mode=skip; sdk status lists them)",
-                              value=float(report.get("skipped", 0)))
-    yield gauge("sdk_sync_applied_per_second", "changes and rows applied per second, this "
-                "run's average", float(report.get("applied_per_second", 0.0)))
-    lag = report.get("lag_seconds")
-    if lag is not None:
-        yield gauge("sdk_sync_lag_seconds", "now minus the commit time of the newest change "
-                    "applied, so at least the age of the oldest change waiting (0 once what was "
-                    "applied reaches the log head)", float(lag))
-    yield gauge("sdk_sync_caught_up", "1 once the log phase reached the source's head",
-                1.0 if report.get("caught_up") else 0.0)
+
+def families(report: ProgressReport | Mapping[str, Any], retries: int = 0) -> Iterator[Metric]:
+    """The metric families of one progress report (or its JSON): each part's
+    (:class:`~sdk.algorithm.progress.Part`), then the restarts."""
+    read = ProgressReport.of(report)
+    for part in Part:
+        yield from _part(part, read)
     yield CounterMetricFamily("sdk_sync_retries", "restarts after a passing fault of the "
                               "source or target", value=float(retries))
-    updated = report.get("updated_at")
-    if updated is not None:
-        yield gauge("sdk_sync_report_age_seconds", "seconds since the sync last reported "
-                    "progress (a stalled sync grows it)", max(time.time() - updated, 0.0))
-    tables: Mapping[str, Mapping[str, Any]] = report.get("tables") or {}
-    for name, key, help_text, default in (
-            ("sdk_table_splits_done", "splits_done", "snapshot splits read", 0),
-            ("sdk_table_splits_estimated", "splits_estimated", "snapshot splits planned or "
-             "estimated", 0),
-            ("sdk_table_snapshot_rows", "rows", "rows the table's snapshot read", 0),
-            ("sdk_table_schema_version", "schema_version", "the version of each table's "
-             "columns (1 as first captured, one more for each schema change followed)", 1)):
-        family = gauge(name, help_text, labels=("table",))
-        for table, values in sorted(tables.items()):
-            family.add_metric([table], float(values.get(key, default)))
-        yield family
-    family = gauge("sdk_table_state", "1 for the state each table is in (snapshotting, "
-                   "snapshot done, streaming, re-snapshotting, leaving, dropped)",
-                   labels=("table", "state"))
-    for table, values in sorted(tables.items()):
-        for state in TABLE_STATES:
-            family.add_metric([table, state], 1.0 if values.get("state") == state else 0.0)
-    yield family
 
 
 class _Report(Collector):
     """Collects the metric families of the last report at each scrape."""
 
     def __init__(self) -> None:
-        self.report: dict[str, Any] = {}
+        self.report = ProgressReport()
         self.retries = 0
 
     def collect(self) -> Iterator[Metric]:
@@ -95,10 +117,10 @@ class _Report(Collector):
         return registry
 
 
-def render(report: Mapping[str, Any], retries: int = 0) -> str:
-    """The metrics of one progress report, as Prometheus exposition text."""
+def render(report: ProgressReport | Mapping[str, Any], retries: int = 0) -> str:
+    """The metrics of one progress report (or its JSON), as Prometheus exposition text."""
     collector = _Report()
-    collector.report, collector.retries = dict(report), retries
+    collector.report, collector.retries = ProgressReport.of(report), retries
     return generate_latest(collector.registry()).decode()
 
 
@@ -119,8 +141,8 @@ class MetricsServer:
     def retries(self, value: int) -> None:
         self._collector.retries = value
 
-    def update(self, report: Mapping[str, Any]) -> None:
-        self._collector.report = dict(report)
+    def update(self, report: ProgressReport | Mapping[str, Any]) -> None:
+        self._collector.report = ProgressReport.of(report)
 
     def close(self) -> None:
         self.server.shutdown()

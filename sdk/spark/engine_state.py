@@ -28,7 +28,8 @@ from ..algorithm.lineage import (
     resume_position,
     source_record,
 )
-from ..algorithm.progress import position_label, with_staged
+from ..algorithm.progress import ProgressReport, TableProgress, with_staged
+from ..app.report import position_label
 from ..dialect.codec import dumps
 from ..dialect.errors import ConfigurationError, RetriableError
 from ..dialect.manager import Dialect
@@ -112,7 +113,7 @@ class EngineState:
         :class:`CheckpointDamagedError` naming the file."""
         pointer = store.read_json("states", f"{name}.json")
         if pointer is None:
-            raise ConfigurationError(f"state {name} is missing from {store.uri}: the stateDir "
+            raise ConfigurationError(f"state {name} is missing from {store.uri}: the state.dir "
                                      "does not belong to this checkpoint")
         if not isinstance(pointer, dict) or not isinstance(pointer.get("content"), str):
             raise store.damaged(("states", f"{name}.json"), "not a state's record")
@@ -207,18 +208,21 @@ PROGRESS_TABLES = "progress-tables.json"
 (at thousands of tables, most batches change none of them), and the rest, every report."""
 
 
-def write_progress(store: StateStore, report: Mapping[str, Any],
-                   written: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def write_progress(store: StateStore, report: ProgressReport,
+                   written: Mapping[str, TableProgress] | None
+                   ) -> Mapping[str, TableProgress]:
     """Write ``report``: its tables only when they differ from ``written`` (the tables this
-    writer wrote last, None when unknown); the tables written now or before."""
-    tables = report.get("tables", {})
-    if written is None or tables != written:
-        store.write_json(tables, PROGRESS_TABLES)
-    store.write_json({k: v for k, v in report.items() if k != "tables"}, PROGRESS_FILE)
-    return dict(tables)
+    writer wrote last, None when unknown; a table whose figures did not change is the same
+    object, see :func:`sdk.algorithm.progress.progress_of`, so comparing is quick); the
+    tables written now or before."""
+    if written is None or report.tables != written:
+        store.write_json({name: t.to_json() for name, t in report.tables.items()},
+                         PROGRESS_TABLES)
+    store.write_json(report.to_json(tables=False), PROGRESS_FILE)
+    return report.tables
 
 
-def read_progress(store: StateStore) -> dict[str, Any] | None:
+def read_progress(store: StateStore) -> ProgressReport | None:
     """The progress report as :func:`write_progress` wrote it (or as one file, written by an
     earlier version), None before the first; a damaged file is named."""
     report = store.read_json(PROGRESS_FILE)
@@ -231,23 +235,26 @@ def read_progress(store: StateStore) -> dict[str, Any] | None:
         if tables is not None and not isinstance(tables, dict):
             raise store.damaged((PROGRESS_TABLES,), "not the tables of a progress report")
         report["tables"] = tables or {}
-    return report
+    try:
+        return ProgressReport.from_json(report)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise store.damaged((PROGRESS_FILE,), "not a progress report") from None
 
 
-def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = None,
-                  report: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def live_report(store: StateStore, seen: dict[str, FinishedSplit] | None = None,
+                report: ProgressReport | None = None) -> ProgressReport | None:
     """The progress report with the splits of the newest batch it does not count yet (its
     ``counted``) counted as they are staged (:func:`sdk.algorithm.progress.with_staged`): a
     snapshot batch may run for many seconds before the next report. None before the first.
     ``seen`` keeps the staged splits read by earlier calls, so a caller polling reads each
-    one once. ``report``: progress.json as the caller just read it (not read again)."""
+    one once. ``report``: the report as the caller just read it (not read again)."""
     if report is None:
         report = read_progress(store)
     names = [n for n in store.list_dir("states") if n.endswith(".json")]  # no temporary one
     if report is None or not names:
         return report
     newest = max(names).removesuffix(".json")
-    if int(newest.split("-")[0]) <= report.get("counted", 1 << 62):
+    if int(newest.split("-")[0]) <= (1 << 62 if report.counted is None else report.counted):
         return report
     known = {} if seen is None else seen
     for name in [n for n in known if not n.startswith(f"{newest}/")]:
@@ -260,6 +267,15 @@ def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = Non
             if data is not None:
                 known[name] = FinishedSplit.from_json(data)
     return with_staged(report, list(known.values()))
+
+
+def live_progress(store: StateStore, seen: dict[str, FinishedSplit] | None = None,
+                  report: ProgressReport | Mapping[str, Any] | None = None
+                  ) -> dict[str, Any] | None:
+    """:func:`live_report` as JSON (what ``sdk status --json`` prints and
+    :func:`sdk.spark.progress` returns)."""
+    live = live_report(store, seen, None if report is None else ProgressReport.of(report))
+    return None if live is None else live.to_json()
 
 
 CUTS = "cuts"

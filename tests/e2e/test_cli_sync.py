@@ -142,12 +142,13 @@ options:
 
 
 def test_progress_lines_show_the_lag_in_the_log_phase() -> None:
-    from sdk.algorithm.progress import describe_progress
+    from sdk.app.report import describe_progress
 
     lines = describe_progress({"phase": "log", "tables": {}, "rows": 10, "rows_per_second": 5,
                                "position": '{"seq": 3}', "caught_up": False,
                                "applied": 4, "applied_per_second": 2.0, "lag_seconds": 2.46})
-    assert lines[-1].endswith("catching up, lag 2.5 s")
+    # the display's order: the position last (a long one is cut there, not the lag)
+    assert lines[-1].endswith('catching up, lag 2.5 s, log at {"seq": 3}')
     assert "lag" not in describe_progress({"phase": "snapshot", "tables": {}})[-1]
 
 
@@ -155,7 +156,7 @@ def test_progress_lines_name_the_log_position_and_a_report_of_the_last_run() -> 
     """The position as the offset's fields, not its JSON (a change's index only when not the
     first); a resumed sync shows the last run's report as ``resuming``, without the caught-up
     and lag figures that were true then."""
-    from sdk.algorithm.progress import describe_progress, position_label
+    from sdk.app.report import describe_progress, position_label
 
     mysql = '{"dialect":"mysql","position":{"file":"mysql-bin.000007","n":0,"pos":2450}}'
     assert position_label(mysql) == "file mysql-bin.000007 pos 2450"

@@ -13,9 +13,10 @@ from rich.console import Console
 from sdk import Column, LogicalType, SnapshotSplit, TableId, TableSchema
 from sdk.algorithm import Phase, SyncState
 from sdk.algorithm.assigner import TablePlan
-from sdk.algorithm.progress import describe_progress, progress_of, with_staged
+from sdk.algorithm.progress import ProgressReport, TableState, progress_of, with_staged
 from sdk.app.cli import PIPE_TABLES
 from sdk.app.display import SHOWN_TABLES, LiveProgress
+from sdk.app.report import describe_progress
 from sdk.dialect.types import FinishedSplit, Offset
 
 
@@ -68,18 +69,18 @@ def test_a_table_is_waiting_until_a_split_of_it_is_out_and_read_until_it_is_fold
     state = SyncState(Phase.SNAPSHOT, {schema.table: schema}, plans={schema.table: plan},
                       position=Offset("x", n=1))
     report = progress_of(state, 100)
-    assert report["tables"]["db.t"]["state"] == "waiting"
-    assert not report["tables"]["db.t"]["snapshot_done"]
+    assert report.tables["db.t"].state == TableState.WAITING
+    assert not report.tables["db.t"].snapshot_done
     # its one split handed out (the plan is done and gone): still being read, 0 of 1
     split = SnapshotSplit(schema.table, 0, None, None)
     out = SyncState(Phase.SNAPSHOT, {schema.table: schema}, position=Offset("x", n=1))
     report = progress_of(out, 100, report, inflight=[split])
-    table = report["tables"]["db.t"]
-    assert (table["state"], table["splits_done"], table["splits_estimated"],
-            table["snapshot_done"]) == ("snapshotting", 0, 1, False)
+    table = report.tables["db.t"]
+    assert (table.state, table.splits_done, table.splits_estimated,
+            table.snapshot_done) == ("snapshotting", 0, 1, False)
     staged = with_staged(report, [FinishedSplit(split, Offset("x", n=2), 10)])
-    assert (staged["tables"]["db.t"]["splits_done"],
-            staged["tables"]["db.t"]["splits_estimated"]) == (1, 1)  # never 1/2
+    assert (staged.tables["db.t"].splits_done,
+            staged.tables["db.t"].splits_estimated) == (1, 1)  # never 1/2
 
 
 def test_a_log_batch_writes_o_of_its_changes_not_o_of_the_tables(tmp_path: Any) -> None:
@@ -102,8 +103,8 @@ def test_a_log_batch_writes_o_of_its_changes_not_o_of_the_tables(tmp_path: Any) 
         before = _sizes(tmp_path / "state")
         sync = SyncState(Phase.LOG, schemas, position=Offset("x", n=n))
         EngineState(sync, log_from=Offset("x", n=n - 1), seq=n).save(store, cache)
-        written = write_progress(store, progress_of(sync, 100, {"tables": dict(written or {})}),
-                                 written)
+        report = progress_of(sync, 100, ProgressReport(tables=dict(written or {})))
+        written = write_progress(store, report, written)
         after = _sizes(tmp_path / "state")
         return sum(size for path, size in after.items() if before.get(path) != size)
 
