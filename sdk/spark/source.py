@@ -44,7 +44,7 @@ from ..algorithm.lineage import (
     resume_position,
     source_record,
 )
-from ..algorithm.progress import progress_of
+from ..algorithm.progress import ProgressReport, progress_of
 from ..algorithm.schema import diff
 from ..dialect.codec import dumps
 from ..dialect.errors import ConfigurationError
@@ -381,7 +381,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._conn: Connection | None = None
         self._head: tuple[float, Offset | None] = (0.0, None)
         self._target: Offset | None = None
-        self._progress: dict[str, Any] | None = None
+        self._progress: ProgressReport | None = None
         self._view: SharedView | None = None
         self._states: dict[str, EngineState] = {}
         """The states this driver saved or loaded last, by name: each batch names its start
@@ -469,13 +469,12 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if previous is None:  # a new driver: the report on disk, its tables written already
             previous = read_progress(self.store)
             if previous is not None:
-                self._progress_tables = previous.get("tables")
-        self._progress = progress_of(replace(sync, position=applied), self.spec.options
-                                     .split_size, previous, head, caught_up, inflight)
-        self._progress["counted"] = counted
-        requests = {**(previous or {}).get("requests", {}), **self._outcomes}
-        if requests:
-            self._progress["requests"] = dict(list(requests.items())[-20:])  # the last ones
+                self._progress_tables = previous.tables
+        report = progress_of(replace(sync, position=applied), self.spec.options.split_size,
+                             previous, head, caught_up, inflight)
+        requests = {**(previous.requests if previous else {}), **self._outcomes}
+        self._progress = replace(report, counted=counted,
+                                 requests=dict(list(requests.items())[-20:]))  # the last ones
         self._progress_tables = write_progress(self.store, self._progress,
                                                self._progress_tables)
 
@@ -486,8 +485,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if head is None or sync.position is None or sync.phase is not Phase.LOG:
             return
         caught_up = self.spec.dialect_obj.compare_offset(sync.position, head) >= 0
-        if self._progress is None or self._progress.get("caught_up") != caught_up or \
-                self._progress.get("position") != dumps(sync.position.to_json()):
+        if self._progress is None or self._progress.reached_head != caught_up or \
+                self._progress.position != dumps(sync.position.to_json()):
             self._report(sync, counted, sync.position)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
@@ -495,10 +494,10 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         report = self._progress
         if report is None:
             return None
-        tables = {name: f"{t['splits_done']}/{t['splits_estimated']} splits, {t['rows']} rows"
-                  for name, t in report["tables"].items()}
-        return {"phase": report["phase"], "rows": int(report["rows"]), "tables": tables,
-                "caught_up": bool(report.get("caught_up", False))}
+        tables = {name: f"{t.splits_done}/{t.splits_estimated} splits, {t.rows} rows"
+                  for name, t in report.tables.items()}
+        return {"phase": report.phase_name, "rows": report.rows, "tables": tables,
+                "caught_up": bool(report.caught_up)}
 
     def _check_source(self, name: str | None) -> None:
         """Once per driver, before it reads a state: the source is the server this state
