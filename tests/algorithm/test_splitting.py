@@ -17,13 +17,18 @@ from sdk.algorithm.assigner import TablePlan
 from sdk.dialect.types import SnapshotSplit
 
 
-def make_table(tmp_path: Path, ddl: str, rows: list[tuple[object, ...]]) -> str:
+def make_table(tmp_path: Path, ddl: str, rows: list[tuple[object, ...]],
+               analyze: bool = False) -> str:
+    """A SQLite file holding table ``t``; ``analyze`` runs ``ANALYZE``, whose statistic is
+    then the dialect's row estimate (without it, a count up to ``COUNT_LIMIT`` rows)."""
     path = tmp_path / "split.db"
     with sqlite3.connect(path) as conn:
         conn.execute(ddl)
         marks = ", ".join("?" * len(rows[0])) if rows else ""
         if rows:
             conn.executemany(f"INSERT INTO t VALUES ({marks})", rows)
+        if analyze:
+            conn.execute("ANALYZE")
     return f"sqlite:///{path}"
 
 
@@ -51,8 +56,9 @@ def test_skewed_million_keys_get_even_splits(sqlite_dialect: Dialect, tmp_path: 
     dense = rng.sample(range(0, 1_000_000), 900_000)  # 90% of keys in 1% of the range
     sparse = rng.sample(range(1_000_000, 100_000_000), 100_000)
     url = make_table(tmp_path, "CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER)",
-                     [(k, 0) for k in dense + sparse])
+                     [(k, 0) for k in dense + sparse], analyze=True)
     splits, sizes, plan, _ = plan_all(sqlite_dialect, url, SyncOptions())
+    assert plan.approx_rows == 1_000_000  # ANALYZE's statistic
     assert plan.next_end is None  # skew detected: index seeks, not arithmetic
     assert sum(sizes) == 1_000_000
     assert max(sizes) <= 1.5 * median(sizes)
@@ -64,8 +70,30 @@ def test_dense_integer_key_is_cut_arithmetically(sqlite_dialect: Dialect,
     url = make_table(tmp_path, "CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER)",
                      [(k, 0) for k in range(1, 10_001) if k % 10])  # 90% dense
     splits, sizes, plan, _ = plan_all(sqlite_dialect, url, SyncOptions(split_size=1000))
+    assert plan.approx_rows == 9000  # counted: fewer rows than the count limit
     assert plan.step == 1111 and plan.next_end is not None
     assert sum(sizes) == 9000 and max(sizes) <= 1000
+    assert splits[0].start is None and splits[-1].end is None
+
+
+@pytest.mark.parametrize("analyze", [False, True])
+def test_a_table_larger_than_the_count_limit(sqlite_dialect: Dialect, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            analyze: bool) -> None:
+    """Not counted past the limit, a dense table is estimated at the limit (a lower bound),
+    so it is cut by index seeks, into exact splits still; once ANALYZE measured it, its
+    statistic is the estimate and the cut is arithmetic again."""
+    import sdk_sqlite
+
+    monkeypatch.setattr(sdk_sqlite, "COUNT_LIMIT", 2000)
+    url = make_table(tmp_path, "CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER)",
+                     [(k, 0) for k in range(1, 10_001) if k % 10], analyze=analyze)
+    splits, sizes, plan, _ = plan_all(sqlite_dialect, url, SyncOptions(split_size=1000))
+    assert plan.approx_rows == (9000 if analyze else 2000)
+    assert (plan.next_end is not None) is analyze
+    assert sum(sizes) == 9000 and max(sizes) <= 1000
+    if not analyze:  # index seeks: every split but the last holds exactly split_size rows
+        assert sizes[:-1] == [1000] * (len(sizes) - 1) and len(splits) == 9
     assert splits[0].start is None and splits[-1].end is None
 
 
