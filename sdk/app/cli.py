@@ -71,13 +71,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _checkpoint_check(dialect: Any, conn: Any, url: str, checkpoint: str) -> Any:
     """Whether ``conn``'s server is the source ``checkpoint`` follows and its log still holds
     the position the sync resumes from, as a line of ``sdk check``."""
-    from ..algorithm.progress import position_label
     from ..dialect.codec import dumps
     from ..dialect.errors import LogMismatchError, OffsetExpiredError
     from ..dialect.types import Requirement
     from ..job.spec import checkpoint_paths
     from ..spark.engine_state import check_checkpoint_source
     from ..spark.statestore import StateStore
+    from .report import position_label
 
     name = f"checkpoint {checkpoint} can resume here"
     store = StateStore(checkpoint_paths(checkpoint)[0], create=False)
@@ -107,7 +107,7 @@ def _options(pairs: list[str]) -> dict[str, str]:
 def _reporter() -> Any:
     """Progress as one live display on a terminal (:class:`sdk.app.display.LiveProgress`), as
     plain lines otherwise (a pipe, a file: one line per report)."""
-    from ..algorithm.progress import describe_progress
+    from .report import describe_progress
 
     if sys.stdout.isatty():
         from .display import LiveProgress
@@ -183,18 +183,20 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Show a sync's phase, per-table progress and log position from its checkpoint."""
+    from dataclasses import replace
+
     from ..algorithm.lineage import SOURCE_FILE
-    from ..algorithm.progress import describe_progress
     from ..job.failures import Exit
     from ..job.spec import checkpoint_paths
     from ..spark import deadletter
-    from ..spark.engine_state import APPLIED_FILE, live_progress, readable_checkpoint
+    from ..spark.engine_state import APPLIED_FILE, live_report, readable_checkpoint
     from ..spark.statestore import StateStore
+    from .report import describe_progress
 
     state_dir, _ = checkpoint_paths(args.checkpoint)
     store = StateStore(state_dir, create=False)
     readable_checkpoint(store)  # a damaged file is named, not reported on as caught up
-    progress = live_progress(store)
+    progress = live_report(store)
     if progress is None:
         print(f"no sync has run with checkpoint {args.checkpoint}")
         return 1
@@ -218,19 +220,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     dead = deadletter.read(store)
     skipped = deadletter.counts(dead)
     applied = store.read_json(APPLIED_FILE) or {}
-    if "lag_seconds" in applied and "lag_seconds" not in progress:
-        progress = {**progress, "lag_seconds": applied["lag_seconds"]}
+    if applied.get("lag_seconds") is not None and progress.lag_seconds is None:
+        progress = replace(progress, lag_seconds=float(applied["lag_seconds"]))
     if args.json:
         owner = store.read_json("owner.json")
-        print(json.dumps({**progress, "skipped": skipped, "last_run": applied or None,
+        print(json.dumps({**progress.to_json(), "skipped": skipped, "last_run": applied or None,
                           "owner": owner and {k: owner[k] for k in ("host", "pid", "since")}}))
         return 0
     if args.table:
         import fnmatch
 
-        progress = {**progress, "tables": {
-            n: t for n, t in progress.get("tables", {}).items()
-            if any(fnmatch.fnmatchcase(n, p.strip()) for p in args.table.split(","))}}
+        progress = replace(progress, tables={
+            n: t for n, t in progress.tables.items()
+            if any(fnmatch.fnmatchcase(n, p.strip()) for p in args.table.split(","))})
     print("\n".join(describe_progress(
         progress, None if args.all or args.table else STATUS_TABLES)))
     if source is not None:
