@@ -116,14 +116,36 @@ def parse_table_map(body: bytes, mariadb: bool, charset_of: Callable[[int], str]
     """A Table_map event's body (after the common header, before the checksum);
     ``charset_of`` names the character set of a collation id."""
     table_id = int.from_bytes(body[0:6], "little")
-    pos = 8  # table id, flags
-    schema_len = body[pos]
-    schema = body[pos + 1:pos + 1 + schema_len].decode()
-    pos += schema_len + 2
-    table_len = body[pos]
-    table = body[pos + 1:pos + 1 + table_len].decode()
-    pos += table_len + 2
+    schema, pos = _short_name(body, 8)  # after the table id and flags
+    table, pos = _short_name(body, pos)
     count, pos = lenenc(body, pos)
+    kinds, metas, pos = _column_types(body, pos, count)
+    nulls = int.from_bytes(body[pos:pos + (count + 7) // 8], "little")
+    pos += (count + 7) // 8
+    optional = _Optional(kinds, mariadb)
+    optional.read(body, pos)
+    names, collations = optional.names, optional.collations
+    charsets = [None if c is None else charset_of(c) for c in collations]
+    columns = tuple(
+        BinlogColumn(kinds[i], metas[i], bool(nulls >> i & 1), names[i] if names else None,
+                     optional.unsigned[i], charsets[i],
+                     tuple(m.decode(_codec(charsets[i]) or "utf-8", "replace")
+                           for m in optional.members[i]),
+                     collations[i], optional.geometries[i])
+        for i in range(count))
+    return TableMap(table_id, schema, table, columns, optional.primary_key)
+
+
+def _short_name(body: bytes, pos: int) -> tuple[str, int]:
+    """A name of one length byte, its bytes and a NUL at ``pos``; the position after it."""
+    size = body[pos]
+    return body[pos + 1:pos + 1 + size].decode(), pos + size + 2
+
+
+def _column_types(body: bytes, pos: int, count: int) -> tuple[list[int], list[int], int]:
+    """The ``count`` column types at ``pos`` and their metadata block after them: each
+    column's real type and metadata (STRING's says ENUM, SET or a CHAR's length), and the
+    position after the block."""
     types = body[pos:pos + count]
     pos += count
     meta_len, pos = lenenc(body, pos)
@@ -151,80 +173,107 @@ def parse_table_map(body: bytes, mariadb: bool, charset_of: Callable[[int], str]
                 meta = low
         kinds.append(kind)
         metas.append(meta)
-    pos = meta_end
-    nulls = int.from_bytes(body[pos:pos + (count + 7) // 8], "little")
-    pos += (count + 7) // 8
-    names: list[str] | None = None
-    unsigned = [False] * count
-    collations: list[int | None] = [None] * count
-    members: list[tuple[str, ...]] = [()] * count
-    geometries: list[int | None] = [None] * count
-    primary_key: tuple[int, ...] | None = None
-    character = [i for i, k in enumerate(kinds)
-                 if k in _CHARACTER or (mariadb and k == GEOMETRY)]
-    enum_set = [i for i, k in enumerate(kinds) if k in (ENUM, SET)]
-    while pos < len(body):
-        field = body[pos]
-        length, pos = lenenc(body, pos + 1)
-        value = body[pos:pos + length]
-        pos += length
-        if field == _SIGNEDNESS:
-            numeric = [i for i, k in enumerate(kinds) if k in _NUMERIC]
-            for bit, i in enumerate(numeric):
-                unsigned[i] = bool(value[bit // 8] & (0x80 >> bit % 8))
-        elif field in (_DEFAULT_CHARSET, _ENUM_AND_SET_DEFAULT_CHARSET):
-            targets = character if field == _DEFAULT_CHARSET else enum_set
-            default, at = lenenc(value, 0)
-            chosen = dict.fromkeys(range(len(targets)), default)
-            while at < len(value):
-                index, at = lenenc(value, at)
-                chosen[index], at = lenenc(value, at)
-            for index, i in enumerate(targets):
-                collations[i] = chosen[index]
-        elif field in (_COLUMN_CHARSET, _ENUM_AND_SET_COLUMN_CHARSET):
-            targets = character if field == _COLUMN_CHARSET else enum_set
-            at = 0
-            for i in targets:
-                collations[i], at = lenenc(value, at)
-        elif field == _COLUMN_NAME:
-            names, at = [], 0
-            while at < len(value):
+    return kinds, metas, meta_end
+
+
+class _Optional:
+    """A table map's optional metadata fields (``binlog_row_metadata``), read into per-column
+    lists; ENUM and SET members stay bytes until their character set is known."""
+
+    def __init__(self, kinds: list[int], mariadb: bool) -> None:
+        count = len(kinds)
+        self.kinds = kinds
+        self.names: list[str] | None = None
+        self.unsigned = [False] * count
+        self.collations: list[int | None] = [None] * count
+        self.members: list[tuple[bytes, ...]] = [()] * count
+        self.geometries: list[int | None] = [None] * count
+        self.primary_key: tuple[int, ...] | None = None
+        # the columns the charset fields list, in order
+        self.character = [i for i, k in enumerate(kinds)
+                          if k in _CHARACTER or (mariadb and k == GEOMETRY)]
+        self.enum_set = [i for i, k in enumerate(kinds) if k in (ENUM, SET)]
+
+    def read(self, body: bytes, pos: int) -> None:
+        """Every field from ``pos`` to the end of ``body``."""
+        while pos < len(body):
+            field = body[pos]
+            length, pos = lenenc(body, pos + 1)
+            value = body[pos:pos + length]
+            pos += length
+            if field == _SIGNEDNESS:
+                self._signedness(value)
+            elif field in (_DEFAULT_CHARSET, _ENUM_AND_SET_DEFAULT_CHARSET):
+                self._default_charsets(
+                    value, self.character if field == _DEFAULT_CHARSET else self.enum_set)
+            elif field in (_COLUMN_CHARSET, _ENUM_AND_SET_COLUMN_CHARSET):
+                at = 0
+                for i in self.character if field == _COLUMN_CHARSET else self.enum_set:
+                    self.collations[i], at = lenenc(value, at)
+            elif field == _COLUMN_NAME:
+                self.names = [name.decode() for name in _strings(value)]
+            elif field in (_SET_STR_VALUE, _ENUM_STR_VALUE):
+                self._members(value, SET if field == _SET_STR_VALUE else ENUM)
+            elif field == _GEOMETRY_TYPE:
+                self._geometries(value)
+            elif field in (_SIMPLE_PRIMARY_KEY, _PRIMARY_KEY_WITH_PREFIX):
+                self._primary_key(value, field == _PRIMARY_KEY_WITH_PREFIX)
+
+    def _signedness(self, value: bytes) -> None:
+        """One bit per numeric column, the most significant first: set if unsigned."""
+        numeric = [i for i, k in enumerate(self.kinds) if k in _NUMERIC]
+        for bit, i in enumerate(numeric):
+            self.unsigned[i] = bool(value[bit // 8] & (0x80 >> bit % 8))
+
+    def _default_charsets(self, value: bytes, targets: list[int]) -> None:
+        """A default collation for ``targets``, then the (index, collation) pairs that differ."""
+        default, at = lenenc(value, 0)
+        chosen = dict.fromkeys(range(len(targets)), default)
+        while at < len(value):
+            index, at = lenenc(value, at)
+            chosen[index], at = lenenc(value, at)
+        for index, i in enumerate(targets):
+            self.collations[i] = chosen[index]
+
+    def _members(self, value: bytes, kind: int) -> None:
+        """The members of each ENUM (or each SET) column: a count, then the strings."""
+        at = 0
+        for i in (i for i in self.enum_set if self.kinds[i] == kind):
+            n, at = lenenc(value, at)
+            values = []
+            for _ in range(n):
                 size, at = lenenc(value, at)
-                names.append(value[at:at + size].decode())
+                values.append(value[at:at + size])
                 at += size
-        elif field in (_SET_STR_VALUE, _ENUM_STR_VALUE):
-            targets = [i for i in enum_set if (kinds[i] == SET) == (field == _SET_STR_VALUE)]
-            at = 0
-            for i in targets:
-                n, at = lenenc(value, at)
-                values = []
-                for _ in range(n):
-                    size, at = lenenc(value, at)
-                    values.append(value[at:at + size])
-                    at += size
-                members[i] = tuple(values)  # type: ignore[arg-type]  # decoded below
-        elif field == _GEOMETRY_TYPE:
-            at = 0
-            for i in (i for i, k in enumerate(kinds) if k == GEOMETRY):
-                if at >= len(value):
-                    break
-                geometries[i], at = lenenc(value, at)
-        elif field in (_SIMPLE_PRIMARY_KEY, _PRIMARY_KEY_WITH_PREFIX):
-            indexes, at = [], 0
-            while at < len(value):
-                index, at = lenenc(value, at)
-                indexes.append(index)
-                if field == _PRIMARY_KEY_WITH_PREFIX:
-                    _, at = lenenc(value, at)  # the prefix length
-            primary_key = tuple(indexes)
-    charsets = [None if c is None else charset_of(c) for c in collations]
-    columns = tuple(
-        BinlogColumn(kinds[i], metas[i], bool(nulls >> i & 1), names[i] if names else None,
-                     unsigned[i], charsets[i],
-                     tuple(m.decode(_codec(charsets[i]) or "utf-8", "replace")  # type: ignore
-                           for m in members[i]), collations[i], geometries[i])
-        for i in range(count))
-    return TableMap(table_id, schema, table, columns, primary_key)
+            self.members[i] = tuple(values)
+
+    def _geometries(self, value: bytes) -> None:
+        """The spatial type of each GEOMETRY column, as far as the field goes."""
+        at = 0
+        for i in (i for i, k in enumerate(self.kinds) if k == GEOMETRY):
+            if at >= len(value):
+                break
+            self.geometries[i], at = lenenc(value, at)
+
+    def _primary_key(self, value: bytes, with_prefix: bool) -> None:
+        """The primary key's column indexes (each with its prefix length ``with_prefix``)."""
+        indexes, at = [], 0
+        while at < len(value):
+            index, at = lenenc(value, at)
+            indexes.append(index)
+            if with_prefix:
+                _, at = lenenc(value, at)  # the prefix length
+        self.primary_key = tuple(indexes)
+
+
+def _strings(value: bytes) -> list[bytes]:
+    """Length-encoded strings, one after the other to the end of ``value``."""
+    out, at = [], 0
+    while at < len(value):
+        size, at = lenenc(value, at)
+        out.append(value[at:at + size])
+        at += size
+    return out
 
 
 def _codec(charset: str | None) -> str | None:
@@ -656,9 +705,29 @@ def _read_value(src: _Source, depth: int, column: BinlogColumn, target: str,
                 logical: LogicalType | None, null_dates: bool) -> None:
     """Lines that read ``column``'s value at ``pos`` into ``target`` and move ``pos`` on; a
     date Python cannot hold as None with ``null_dates``, else as a BadValue."""
+    kind = column.type
+    if kind in _TEMPORAL_KINDS:
+        _read_temporal(src, depth, column, target, _null if null_dates else not_a_date)
+    elif kind in _LENGTH_KINDS:
+        _read_bytes(src, depth, column, target, logical)
+    elif kind in _NUMBER_KINDS:
+        _read_number(src, depth, column, target)
+    else:
+        raise ConfigurationError(
+            f"column {column.name!r} has binlog type {kind}, which this dialect cannot decode")
+
+
+_NUMBER_KINDS = {TINY, SHORT, LONG, LONGLONG, FLOAT, DOUBLE, INT24, YEAR, NEWDECIMAL, BIT, ENUM,
+                 SET}
+_TEMPORAL_KINDS = {DATE, NEWDATE, DATETIME2, TIMESTAMP2, TIME2, TIMESTAMP, DATETIME, TIME}
+_LENGTH_KINDS = {VARCHAR, VAR_STRING, STRING, BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, GEOMETRY,
+                 JSON}
+
+
+def _read_number(src: _Source, depth: int, column: BinlogColumn, target: str) -> None:
+    """``_read_value`` of the numeric types, BIT, ENUM and SET."""
     add = src.add
     kind, meta = column.type, column.meta
-    fail: Fail = _null if null_dates else not_a_date
     if kind in (TINY, SHORT, LONG, LONGLONG, FLOAT, DOUBLE):
         code = _STRUCT_CODE[(kind, column.unsigned)]
         add(depth, f"{target}, = unpack_from('<{code}', data, pos); "
@@ -672,7 +741,23 @@ def _read_value(src: _Source, depth: int, column: BinlogColumn, target: str,
     elif kind == NEWDECIMAL:
         size, read = _decimal_reader(meta >> 8, meta & 0xFF)
         add(depth, f"{target} = {src.name(read)}(data, pos); pos += {size}")
-    elif kind in (DATE, NEWDATE):
+    elif kind == BIT:
+        size = (meta >> 8) + (1 if meta & 0xFF else 0)
+        add(depth, f"{target} = from_bytes(data[pos:pos + {size}], 'big'); pos += {size}")
+    else:  # ENUM, SET
+        size = meta
+        convert = _enum_text(column.members) if kind == ENUM else _set_text(column.members)
+        add(depth, f"{target} = {src.name(convert)}(from_bytes(data[pos:pos + {size}], "
+                   f"'little')); pos += {size}")
+
+
+def _read_temporal(src: _Source, depth: int, column: BinlogColumn, target: str,
+                   fail: Fail) -> None:
+    """``_read_value`` of the date and time types; ``fail`` gives a date Python cannot
+    hold."""
+    add = src.add
+    kind, meta = column.type, column.meta
+    if kind in (DATE, NEWDATE):
         add(depth, f"{target} = {src.name(_date(fail))}(from_bytes(data[pos:pos + 3], "
                    "'little')); pos += 3")
     elif kind == DATETIME2:
@@ -700,48 +785,42 @@ def _read_value(src: _Source, depth: int, column: BinlogColumn, target: str,
     elif kind == DATETIME:
         add(depth, f"{target} = {src.name(_datetime_old(fail))}(from_bytes("
                    "data[pos:pos + 8], 'little')); pos += 8")
-    elif kind == TIME:
+    else:  # TIME
         add(depth, f"{target} = {src.name(_time_old)}(from_bytes(data[pos:pos + 3], 'little', "
                    "signed=True)); pos += 3")
-    elif kind == BIT:
-        size = (meta >> 8) + (1 if meta & 0xFF else 0)
-        add(depth, f"{target} = from_bytes(data[pos:pos + {size}], 'big'); pos += {size}")
-    elif kind in (ENUM, SET):
-        size = meta
-        convert = _enum_text(column.members) if kind == ENUM else _set_text(column.members)
-        add(depth, f"{target} = {src.name(convert)}(from_bytes(data[pos:pos + {size}], "
-                   f"'little')); pos += {size}")
-    elif kind in (VARCHAR, VAR_STRING, STRING, BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB,
-                  GEOMETRY, JSON):
-        prefix = (1 if meta < 256 else 2) if kind in (VARCHAR, VAR_STRING, STRING) else meta
-        if prefix == 1:
-            add(depth, "n = data[pos]; pos += 1")
-        else:
-            add(depth, f"n = from_bytes(data[pos:pos + {prefix}], 'little'); pos += {prefix}")
-        raw = "data[pos:pos + n]"
-        if kind == GEOMETRY:
-            add(depth, f"{target} = data[pos + 4:pos + n] if n else b''; pos += n")
-            return
-        if kind == JSON:
-            add(depth, f"{target} = {src.name(_json_text)}({raw}); pos += n")
-            return
-        if column.charset is None:  # no charset metadata: as the captured schema says
-            codec: str | None = "" if logical is LogicalType.BINARY else "utf-8"
-        else:
-            codec = _codec(column.charset)
-        if codec is None:
-            raise ConfigurationError(
-                f"column {column.name!r} uses character set {column.charset}, which Python "
-                "cannot decode: convert the column to utf8mb4")
-        if codec:
-            add(depth, f"{target} = str({raw}, {codec!r}); pos += n")
-        elif kind == STRING:  # BINARY(n): the binlog strips the zero padding SELECT keeps
-            add(depth, f"{target} = {raw}.ljust({meta}, b'\\0'); pos += n")
-        else:
-            add(depth, f"{target} = {raw}; pos += n")
+
+
+def _read_bytes(src: _Source, depth: int, column: BinlogColumn, target: str,
+                logical: LogicalType | None) -> None:
+    """``_read_value`` of the types stored with a length: strings, BLOBs, GEOMETRY, JSON."""
+    add = src.add
+    kind, meta = column.type, column.meta
+    prefix = (1 if meta < 256 else 2) if kind in (VARCHAR, VAR_STRING, STRING) else meta
+    if prefix == 1:
+        add(depth, "n = data[pos]; pos += 1")
     else:
+        add(depth, f"n = from_bytes(data[pos:pos + {prefix}], 'little'); pos += {prefix}")
+    raw = "data[pos:pos + n]"
+    if kind == GEOMETRY:
+        add(depth, f"{target} = data[pos + 4:pos + n] if n else b''; pos += n")
+        return
+    if kind == JSON:
+        add(depth, f"{target} = {src.name(_json_text)}({raw}); pos += n")
+        return
+    if column.charset is None:  # no charset metadata: as the captured schema says
+        codec: str | None = "" if logical is LogicalType.BINARY else "utf-8"
+    else:
+        codec = _codec(column.charset)
+    if codec is None:
         raise ConfigurationError(
-            f"column {column.name!r} has binlog type {kind}, which this dialect cannot decode")
+            f"column {column.name!r} uses character set {column.charset}, which Python "
+            "cannot decode: convert the column to utf8mb4")
+    if codec:
+        add(depth, f"{target} = str({raw}, {codec!r}); pos += n")
+    elif kind == STRING:  # BINARY(n): the binlog strips the zero padding SELECT keeps
+        add(depth, f"{target} = {raw}.ljust({meta}, b'\\0'); pos += n")
+    else:
+        add(depth, f"{target} = {raw}; pos += n")
 
 
 def _fraction(nbytes: int, at: int = 5) -> str:
