@@ -111,7 +111,7 @@ def bench_latency(seconds: int, rate: int) -> None:
             arrivals.append(now - row.price)  # the writer stores its commit time in price
 
     query = (spark.readStream.format("cdc").option("url", url)
-             .option("stateDir", str(work / "state")).option("log.poll-interval.ms", "100")
+             .option("state.dir", str(work / "state")).option("log.poll-interval.ms", "100")
              .load().writeStream.foreachBatch(sink)
              .option("checkpointLocation", str(work / "ck")).start())
     while not (work / "state" / "progress.json").exists() or \
@@ -147,7 +147,7 @@ def bench_log(changes: int) -> None:
     dialect.prepare_capture(conn, [schema])
     spark = session()
     query = (spark.readStream.format("cdc").option("url", url)
-             .option("stateDir", str(work / "state")).option("startup.mode", "latest").load()
+             .option("state.dir", str(work / "state")).option("startup.mode", "latest").load()
              .writeStream.format("noop").option("checkpointLocation", str(work / "ck"))
              .trigger(processingTime="2 seconds").start())
     time.sleep(8)

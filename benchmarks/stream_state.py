@@ -8,7 +8,7 @@ cut into many tiny splits, so the reads are cheap and what is timed is the state
 saving and loading it, folding the watermarks, collecting the garbage. Prints the mean time per
 batch over the first and the last tenth of the snapshot (flat when the cost per batch does not
 grow with the splits already finished), the bytes the state store wrote in all, and the
-stateDir's size at the end.
+the state.dir's size at the end.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main() -> None:
                      ((i, f"item {i}") for i in range(1, args.rows + 1)))
     conn.commit()
     conn.close()
-    spec = src.resolve({"url": f"sqlite:///{db}", "stateDir": str(work / "state"),
+    spec = src.resolve({"url": f"sqlite:///{db}", "state.dir": str(work / "state"),
                         "snapshot.split.size": str(args.split_size),
                         "snapshot.splits-per-batch": str(args.splits_per_batch)})
     written = [0]
@@ -78,7 +78,7 @@ def main() -> None:
     print(f"{rows} rows in {splits} splits, {len(times)} batches in {total:.1f} s: "
           f"{sum(first) / len(first) * 1000:.1f} ms per batch over the first tenth, "
           f"{sum(last) / len(last) * 1000:.1f} ms over the last; state store wrote "
-          f"{written[0] / 2**20:,.1f} MiB, stateDir {size / 2**20:,.1f} MiB at the end")
+          f"{written[0] / 2**20:,.1f} MiB, state.dir {size / 2**20:,.1f} MiB at the end")
 
 
 if __name__ == "__main__":

@@ -90,9 +90,9 @@ _DEFAULTS = SyncOptions()
 
 
 def _option(name: str, attr: str, parse: Any, help: str, aliases: tuple[str, ...] = (),
-            shown_default: str | None = None) -> Option:
+            shown_default: str | None = None, deprecated: tuple[str, ...] = ()) -> Option:
     return Option(name, attr, parse, getattr(_DEFAULTS, attr), help, LAYER, aliases,
-                  shown_default)
+                  shown_default, deprecated)
 
 
 OPTIONS = OptionTable(
@@ -100,9 +100,9 @@ OPTIONS = OptionTable(
             ("scan.incremental.snapshot.chunk.size",)),
     _option("snapshot.fetch.size", "fetch_size", positive_int,
             "rows per fetch inside a split", ("scan.snapshot.fetch.size",)),
-    _option("exactly_once", "exactly_once", boolean,
+    _option("exactly-once", "exactly_once", boolean,
             "merge each split with the log window read during it, so no change is emitted "
-            "twice; false emits at least once"),
+            "twice; false emits at least once", deprecated=("exactly_once",)),
     _option("startup.mode", "startup_mode", _mode,
             "`initial`, `snapshot`, `latest`, `earliest`, `specific-offset`, `timestamp` "
             "(Flink's `latest-offset`, `earliest-offset` too)", ("scan.startup.mode",)),

@@ -151,6 +151,7 @@ def _sync_settings(args: argparse.Namespace) -> dict[str, Any]:
         SYNC_OPTIONS.check_names(loaded)
     except SdkError as exc:
         raise SdkError(f"--config {args.config}: {exc}") from None
+    loaded = SYNC_OPTIONS.canonical(loaded)  # a former key (target_schema) meets its flag
     flags = {o.name: getattr(args, o.attr) for o in SYNC_OPTIONS}
     given = {**loaded, **{k: v for k, v in flags.items() if v is not None}}
     return sync_settings(given, options)
@@ -379,14 +380,14 @@ def cmd_new_dialect(args: argparse.Namespace) -> int:
 
 def _sync_flags(sync: argparse.ArgumentParser) -> None:
     """``sdk sync``'s flags, one per declared sync setting (``sdk.job.spec.SYNC_OPTIONS``)."""
-    from ..job.spec import SYNC_OPTIONS
+    from ..job.spec import SYNC_OPTIONS, sync_flag
 
     keys = ", ".join(o.name for o in SYNC_OPTIONS)
     sync.add_argument("--config", help=f"a YAML file with any of: {keys}, options (a mapping "
                                        "of --option KEY: VALUE); flags override it")
     for option in SYNC_OPTIONS:
         default = "" if option.default is None else f" (default: {option.default_text})"
-        sync.add_argument("--" + option.name.replace("_", "-"), dest=option.attr,
+        sync.add_argument(sync_flag(option), dest=option.attr,
                           help=option.help.replace("`", "'") + default)
     sync.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                       help="a source or algorithm option, e.g. snapshot.split.size=8096 "

@@ -6,16 +6,23 @@ source (the Spark ``cdc`` reader: URL, tables, state directory, batch sizes) or 
 (``sdk sync`` flags and YAML keys). Options arrive as strings (Spark's ``.option(k, v)``, the
 CLI's ``--option k=v``, YAML); names are case-insensitive, and where an option means what a
 Flink CDC option means, Flink CDC's name is accepted too.
+
+Names are in one style, Flink CDC's: dotted, lower case, words joined by ``-`` within a part
+(``snapshot.split.size``, ``chunk-key.column``, ``log.poll-interval.ms``). A name an option had
+before it was renamed into that style still works, with one warning naming the new one.
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigurationError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,9 @@ class Option:
     """Other accepted names, e.g. Flink CDC's for the same setting."""
     shown_default: str | None = None
     """The default as the docs say it, where the value itself says little ("all")."""
+    deprecated: tuple[str, ...] = ()
+    """Former names, still accepted with a warning naming :attr:`name` (unlike
+    :attr:`aliases`, which are accepted silently)."""
 
     @property
     def default_text(self) -> str:
@@ -49,11 +59,13 @@ class OptionTable:
     def __init__(self, *options: Option) -> None:
         self.options = options
         self._by_name: dict[str, Option] = {}
+        self._deprecated: set[str] = set()
         for option in options:
-            for name in (option.name, *option.aliases):
+            for name in (option.name, *option.aliases, *option.deprecated):
                 if name.lower() in self._by_name:
                     raise ValueError(f"option {name!r} declared twice")
                 self._by_name[name.lower()] = option
+            self._deprecated.update(name.lower() for name in option.deprecated)
 
     def __add__(self, other: OptionTable) -> OptionTable:
         return OptionTable(*self.options, *other.options)
@@ -62,7 +74,20 @@ class OptionTable:
         return iter(self.options)
 
     def find(self, name: str) -> Option | None:
-        return self._by_name.get(name.lower())
+        """The option ``name`` names (its name, an alias, or a former name, which warns)."""
+        option = self._by_name.get(name.lower())
+        if option is not None and name.lower() in self._deprecated:
+            _warn_deprecated(name, option.name)
+        return option
+
+    def canonical(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` under their options' names (unknown names kept as given), so that two
+        spellings of one option given in two places meet as one key."""
+        out: dict[str, Any] = {}
+        for name, value in values.items():
+            option = self.find(name)
+            out[option.name if option is not None else name] = value
+        return out
 
     def unknown(self, name: str) -> ConfigurationError:
         """The error for an option nobody reads, naming the closest known one."""
@@ -113,8 +138,22 @@ class OptionTable:
             if layer not in (None, o.layer):
                 continue
             name = f"`{o.name}`" + "".join(f" (`{a}`)" for a in o.aliases)
+            if o.deprecated:
+                name += " (was " + ", ".join(f"`{d}`" for d in o.deprecated) + ")"
             lines.append(f"| {name} | {o.default_text} | {o.help} |")
         return "\n".join(lines) + "\n"
+
+
+_WARNED: set[str] = set()
+"""The former names warned about so far in this process (each is warned about once)."""
+
+
+def _warn_deprecated(name: str, new: str) -> None:
+    if name.lower() in _WARNED:
+        return
+    _WARNED.add(name.lower())
+    log.warning("option %r is deprecated: it is called %r now (the old name stops working in "
+                "a future release)", name, new)
 
 
 # --- value parsers -------------------------------------------------------------------------

@@ -62,9 +62,9 @@ SOURCE_OPTIONS = OptionTable(
            "`?password_file=` keep the password out of it)", "source", (), "required"),
     Option("tables", "tables", text, "*", "include/exclude patterns, e.g. "
            "`shop.*, !shop.audit_*`", "source", (), "all"),
-    Option("stateDir", "state_dir", text, None, "where split stages, state files and "
+    Option("state.dir", "state_dir", text, None, "where split stages, state files and "
            "progress live (storage the driver and executors share)", "source", (),
-           "required for streams"),
+           "required for streams", ("stateDir",)),
     Option("envelope", "envelope", boolean, False, "force the multi-table envelope for one "
            "table", "source"),
     Option("snapshot.batch.rows", "batch_rows", positive_int, 2_000_000,
@@ -81,8 +81,8 @@ SOURCE_OPTIONS = OptionTable(
            "reads there itself, exactly once (source and sink chained in one task, no rows "
            "through Spark); the stream then carries each task's report: `table`, `applied`, "
            "`committed`", "source", (), "none"),
-    Option("targetSchema", "target_schema", text, None, "schema (database) of the target "
-           "tables with `target`", "source", (), "the source table's"),
+    Option("target.schema", "target_schema", text, None, "schema (database) of the target "
+           "tables with `target`", "source", (), "the source table's", ("targetSchema",)),
     Option("log.poll-interval.ms", "head_poll_seconds", _milliseconds, 0.5,
            "how often an idle stream asks the source for its log head (milliseconds); "
            "`sdk sync` starts a batch at most this often",
@@ -114,7 +114,7 @@ SOURCE_OPTIONS = OptionTable(
            "holds, a row the target refuses): `fail` stops with one line naming its table, "
            "key, column and position; `skip` sets it aside in the dead-letter table (Parquet "
            "under the state directory's `dead-letter`, counted by `sdk status`, the display "
-           "and the metrics) and applies the rest. Needs a `stateDir`", "source"),
+           "and the metrics) and applies the rest. Needs a `state.dir`", "source"),
     Option("cores", "cores", positive_int, None, "tasks Spark runs at once (`sdk sync` sets "
            "it from its session): `snapshot.rows-per-second` is shared by that many",
            "source", (), "the batch's tasks"),
@@ -147,18 +147,25 @@ SYNC_OPTIONS = OptionTable(
            "and state; run again with it to resume", "sync"),
     Option("until", "until", choice(*UNTIL), "never", "when to stop: `snapshot`, "
            "`caught-up` or `never` (follow until Ctrl-C / SIGTERM)", "sync"),
-    Option("target_schema", "target_schema", text, None, "schema (database) for the target "
-           "tables", "sync"),
+    Option("target.schema", "target_schema", text, None, "schema (database) for the target "
+           "tables", "sync", deprecated=("target_schema",)),
     Option("master", "master", text, "local[*]", "Spark master (`local[*]`: every core of "
            "this machine)", "sync"),
-    Option("retry_seconds", "retry_seconds", _seconds, 300.0, "once running, restart from "
+    Option("retry.seconds", "retry_seconds", _seconds, 300.0, "once running, restart from "
            "the checkpoint after a passing fault of the source or target for up to this many "
-           "seconds of failure (0: stop at the first)", "sync"),
-    Option("metrics_port", "metrics_port", _port, None, "serve Prometheus metrics at "
-           "http://<host>:PORT/metrics while the sync runs", "sync"),
+           "seconds of failure (0: stop at the first)", "sync", deprecated=("retry_seconds",)),
+    Option("metrics.port", "metrics_port", _port, None, "serve Prometheus metrics at "
+           "http://<host>:PORT/metrics while the sync runs", "sync",
+           deprecated=("metrics_port",)),
 )
-"""``sdk sync``'s settings: each is a ``--flag`` (``_`` written ``-``) and a YAML key; the
-source and algorithm options go in ``--option KEY=VALUE`` / the YAML ``options`` mapping."""
+"""``sdk sync``'s settings: each is a YAML key and a ``--flag`` (its name, ``.`` written ``-``:
+``--target-schema``); the source and algorithm options go in ``--option KEY=VALUE`` / the YAML
+``options`` mapping."""
+
+
+def sync_flag(option: Option) -> str:
+    """The ``sdk sync`` flag of a setting of :data:`SYNC_OPTIONS`."""
+    return "--" + option.name.replace(".", "-")
 
 
 def checkpoint_paths(checkpoint: str) -> tuple[str, str]:
@@ -280,7 +287,7 @@ def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None
     parsed = parse_options(options)
     dialect, config = parsed.dialect, parsed.config
     if parsed.source["errors_mode"] == "skip" and not parsed.source["state_dir"]:
-        raise ConfigurationError("errors.mode=skip needs option stateDir: the changes set "
+        raise ConfigurationError("errors.mode=skip needs option state.dir: the changes set "
                                  "aside are kept there (its dead-letter folder)")
     if schemas is None:
         prepare = prepare and needs_capture(dialect, parsed.options)

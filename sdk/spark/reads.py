@@ -211,7 +211,7 @@ def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Rec
     sink = Applier(spec.target) if spec.target is not None else None
     if sink is not None and (store is None or partition.stage is None):
         raise ConfigurationError("option target needs a stream (spark.readStream) with a "
-                                 "stateDir: each split is staged before it is applied")
+                                 "state.dir: each split is staged before it is applied")
     pace = throttle(spec.options.snapshot_rows_per_second, partition.share,
                     partition.paced_from)
     loader = Pipeline() if sink is not None else None

@@ -1,7 +1,7 @@
 """Snapshots on demand: a request to read a captured table again (or the rows meeting a
 condition), kept in the sync's state directory until the sync takes it up.
 
-A request is a file under ``<stateDir>/requests``, ``<id>.json``, written before
+A request is a file under ``<state.dir>/requests``, ``<id>.json``, written before
 :func:`request_snapshot` returns: a running sync takes it up at its next batch, a stopped one
 when it runs again. Taking it up, the sync renames the file ``<id>.taken`` (a claim) and
 records the request's id in its state (``SyncState.served``) in the batch that starts the read,

@@ -1,6 +1,6 @@
 """Files on storage shared by the Spark driver and executors (local disk, HDFS, S3...).
 
-Everything goes through ``pyarrow.fs``, so a ``stateDir`` of ``/data/cdc``, ``hdfs://...`` or
+Everything goes through ``pyarrow.fs``, so a ``state.dir`` of ``/data/cdc``, ``hdfs://...`` or
 ``s3://...`` works the same. Writes are atomic (a temporary file, then a rename): a reader sees
 a whole file or none.
 """

@@ -150,14 +150,14 @@ def _prepare(source: str, target: str | None, tables: str, checkpoint: str, unti
     if until not in UNTIL:
         raise ConfigurationError(f"--until takes one of {', '.join(UNTIL)}, not {until!r}")
     state_dir, spark_checkpoint = checkpoint_paths(checkpoint)
-    reader_options = {"url": source, "tables": tables, "stateDir": state_dir,
-                      **(options or {})}
+    reader_options = READER_OPTIONS.canonical({"url": source, "tables": tables,
+                                                "state.dir": state_dir, **(options or {})})
     if target is None and changes is None:
         raise ConfigurationError("give a --target to mirror into, a --changes path, or both")
     if target is not None and changes is None:  # chained: each task applies what it reads
         reader_options["target"] = target
         if target_schema is not None:
-            reader_options["targetSchema"] = target_schema
+            reader_options["target.schema"] = target_schema
     _check_resumed_source(source, state_dir, checkpoint)
     resolved = resolve(reader_options, before_prepare=noting_changed_tables(state_dir))
     # the advice was logged just now: the query's own resolve (in a Python worker) keeps quiet

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import sys
@@ -12,8 +13,15 @@ from helpers.paths import ROOT
 
 from sdk import ConfigurationError, ConnectionConfig
 from sdk.algorithm import StartupMode, SyncOptions
+from sdk.dialect import options as options_module
 from sdk.dialect.manager import check_url_options, default_manager
-from sdk.job.spec import READER_OPTIONS, SYNC_OPTIONS, parse_options, resolve, sync_settings
+from sdk.job.spec import (
+    READER_OPTIONS,
+    SYNC_OPTIONS,
+    parse_options,
+    resolve,
+    sync_settings,
+)
 
 DOCS = ROOT / "docs"
 
@@ -26,7 +34,7 @@ def test_defaults_match_the_peers() -> None:
 
 def test_parses_known_options_case_insensitively() -> None:
     options = SyncOptions.from_strings({
-        "snapshot.split.size": "100", "EXACTLY_ONCE": "false", "startup.mode": "Latest",
+        "snapshot.split.size": "100", "EXACTLY-ONCE": "false", "startup.mode": "Latest",
         "chunk-key.column": "shop.orders:region,id; users:email",
         "startup.specific-offset": '{"dialect": "mysql", "position": {"pos": 4}}',
     })
@@ -44,7 +52,7 @@ def test_unknown_option_suggests_the_closest() -> None:
 @pytest.mark.parametrize("name, value, message", [
     ("snapshot.split.size", "0", "positive integer"),
     ("snapshot.split.size", "ten", "snapshot.split.size': takes a whole number, not 'ten'"),
-    ("exactly_once", "maybe", "true or false"),
+    ("exactly-once", "maybe", "true or false"),
     ("startup.mode", "beginning", "initial, snapshot, latest"),
     ("chunk-key.column", "orders", "TABLE:COL"),
     ("startup.specific-offset", "[1]", "offset's JSON"),
@@ -100,8 +108,82 @@ def test_source_settings_parse_to_their_types() -> None:
                             "log.poll-interval.ms": "250"})
     assert parsed.source["parallelism"] == 3 and parsed.source["envelope"] is True
     assert parsed.source["head_poll_seconds"] == 0.25 and parsed.tables == "*"
-    settings = sync_settings({"source": "x", "retry_seconds": "0", "target": None}, {})
+    settings = sync_settings({"source": "x", "retry.seconds": "0", "target": None}, {})
     assert settings["retry_seconds"] == 0.0 and settings["target"] == "sqlite:///sdk-mirror.db"
+
+
+def test_option_names_are_in_one_style() -> None:
+    """Dotted, lower case, words joined by '-' within a part (as Flink CDC's); the names
+    before that style are former names."""
+    for option in [*READER_OPTIONS, *SYNC_OPTIONS]:
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*(\.[a-z0-9]+(-[a-z0-9]+)*)*",
+                            option.name), option.name
+
+
+@pytest.fixture
+def warned_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each former name warns once a process: as if none had been given yet."""
+    monkeypatch.setattr(options_module, "_WARNED", set())
+
+
+@pytest.mark.parametrize("old, new, value, attr", [
+    ("stateDir", "state.dir", "/tmp/st", "state_dir"),
+    ("targetSchema", "target.schema", "mirror", "target_schema"),
+])
+def test_a_former_source_option_name_works_and_warns_once(
+        old: str, new: str, value: str, attr: str, warned_afresh: None,
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="sdk.dialect.options"):
+        for _ in range(2):
+            parsed = parse_options({"url": "sqlite:///x.db", old: value})
+            assert parsed.source[attr] == value
+    assert caplog.text.count(f"option {old!r} is deprecated: it is called {new!r} now") == 1
+    with pytest.raises(ConfigurationError, match="given twice"):
+        parse_options({"url": "sqlite:///x.db", old: value, new: value})
+
+
+def test_the_former_exactly_once_name_works_and_warns(
+        warned_afresh: None, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="sdk.dialect.options"):
+        assert not SyncOptions.from_strings({"exactly_once": "false"}).exactly_once
+    assert "'exactly_once' is deprecated: it is called 'exactly-once' now" in caplog.text
+
+
+def test_flink_names_stay_silent(warned_afresh: None,
+                                 caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="sdk.dialect.options"):
+        SyncOptions.from_strings({"scan.incremental.snapshot.chunk.size": "64"})
+    assert "deprecated" not in caplog.text
+
+
+@pytest.mark.parametrize("old, new, value, attr", [
+    ("target_schema", "target.schema", "mirror", "target_schema"),
+    ("retry_seconds", "retry.seconds", "5", "retry_seconds"),
+    ("metrics_port", "metrics.port", "9464", "metrics_port"),
+])
+def test_a_former_sync_key_works_and_warns(old: str, new: str, value: str, attr: str,
+                                           warned_afresh: None,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="sdk.dialect.options"):
+        settings = sync_settings({"source": "x", old: value}, {})
+    assert str(settings[attr]) in (value, f"{value}.0")
+    assert f"option {old!r} is deprecated: it is called {new!r} now" in caplog.text
+
+
+def test_a_former_yaml_key_meets_its_flag(tmp_path: Path, warned_afresh: None,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """``target_schema:`` in the YAML and ``--target-schema`` on the command line are one
+    setting, the flag winning (not an error that it is given twice)."""
+    from sdk.app.cli import _sync_settings, build_parser
+
+    config = tmp_path / "sync.yaml"
+    config.write_text("source: sqlite:///x.db\ntarget_schema: from_yaml\nretry_seconds: 7\n")
+    args = build_parser().parse_args(["sync", "--config", str(config),
+                                      "--target-schema", "from_flag"])
+    with caplog.at_level("WARNING", logger="sdk.dialect.options"):
+        settings = _sync_settings(args)
+    assert (settings["target_schema"], settings["retry_seconds"]) == ("from_flag", 7.0)
+    assert "it is called 'target.schema' now" in caplog.text
 
 
 def test_the_docs_carry_the_declared_options() -> None:

@@ -32,7 +32,7 @@ def applied_of(batches: list[pa.RecordBatch]) -> dict[str, int]:
 def test_a_replayed_split_applies_its_staged_rows_once(tmp_path: Path) -> None:
     url = make_source(tmp_path, rows=500)
     target_url = f"sqlite:///{tmp_path}/target.db"
-    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
                     "target": target_url, "snapshot.split.size": "100"})
     assert spec.target is not None
     spec.target.create_tables(spec.tables)
@@ -67,7 +67,7 @@ def test_a_replayed_split_applies_its_staged_rows_once(tmp_path: Path) -> None:
 def test_a_target_needs_a_stream(tmp_path: Path) -> None:
     url = make_source(tmp_path, rows=10)
     spec = resolve({"url": url, "tables": "items", "target": f"sqlite:///{tmp_path}/t.db"})
-    with pytest.raises(ConfigurationError, match="stateDir"):
+    with pytest.raises(ConfigurationError, match=r"state\.dir"):
         list(read_splits(spec, SplitPartition([])))
 
 
@@ -87,7 +87,7 @@ def test_a_log_batch_is_applied_in_chunks_once(tmp_path: Path,
 
     url = make_source(tmp_path, rows=10)
     target_url = f"sqlite:///{tmp_path}/target.db"
-    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
                     "target": target_url})
     assert spec.target is not None
     spec.target.create_tables(spec.tables)
@@ -165,7 +165,7 @@ def test_first_reads_are_loaded_on_the_writer_thread_in_order(tmp_path: Path,
     from sdk.job.target import Applier
 
     url = make_source(tmp_path, rows=500)
-    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
                     "target": f"sqlite:///{tmp_path}/target.db", "snapshot.split.size": "100"})
     dialect = get_dialect("sqlite")
     source = dialect.connect(spec.config)
@@ -202,7 +202,7 @@ def test_a_log_batch_past_its_limit_is_cut_and_the_next_reads_on(tmp_path: Path)
 
     url = make_source(tmp_path, rows=10)
     target_url = f"sqlite:///{tmp_path}/target.db"
-    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
                     "target": target_url, "log.batch.changes": "4"})
     assert spec.target is not None
     spec.target.create_tables(spec.tables)
@@ -243,7 +243,7 @@ def test_a_log_batch_past_its_bytes_is_cut_where_a_replay_cuts_it(tmp_path: Path
     from sdk.spark.reads import BatchSize, LogPartition, read_log
 
     url = make_source(tmp_path, rows=300)
-    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
                     "target": f"sqlite:///{tmp_path}/target.db",
                     "log.batch.bytes": str(100 * 1040)})
     assert spec.target is not None

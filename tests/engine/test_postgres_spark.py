@@ -143,7 +143,7 @@ def test_a_batch_read_leaves_no_slot_and_no_publication(spark: Any, postgres_adm
         writer.join()
         stream = spark.readStream.format("cdc").option("url", url) \
             .option("tables", f"public.{name}").option("startup.mode", "snapshot") \
-            .option("stateDir", str(tmp_path / "state")).load()
+            .option("state.dir", str(tmp_path / "state")).load()
         query = stream.writeStream.format("memory").queryName(f"q_{tag}") \
             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True) \
             .start()

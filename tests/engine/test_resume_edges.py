@@ -31,7 +31,7 @@ def make_source(path: Path) -> str:
 
 
 def options(url: str, state: Path) -> dict[str, str]:
-    return {"url": url, "tables": "*", "stateDir": str(state),
+    return {"url": url, "tables": "*", "state.dir": str(state),
             "snapshot.split.size": "50", "snapshot.splits-per-batch": "2"}
 
 

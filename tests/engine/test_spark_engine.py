@@ -79,7 +79,7 @@ def test_several_tables_come_in_one_envelope(spark: Any, tmp_path: Path) -> None
 
 def test_replayed_batch_serves_identical_rows(tmp_path: Path) -> None:
     url = make_source(tmp_path, rows=500)
-    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
                     "snapshot.split.size": "100", "snapshot.atomic": "false"})
     reader = CdcStreamReader(spec)
     start = reader.initialOffset()
@@ -96,11 +96,11 @@ def test_replayed_batch_serves_identical_rows(tmp_path: Path) -> None:
 def test_finished_splits_are_stored_in_chunks_across_a_restart(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Drives the stream reader as Spark's loop does, restarting the driver midway (fresh
-    caches over the same stateDir): every split is folded in once, a state names chunks
+    caches over the same state.dir): every split is folded in once, a state names chunks
     instead of holding the splits, and the chunks left on disk are those kept states name."""
     monkeypatch.setattr(engine_state, "CHUNK_SPLITS", 8)
     url = make_source(tmp_path, rows=1200)
-    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
                     "snapshot.split.size": "10", "snapshot.splits-per-batch": "3"})
     reader = CdcStreamReader(spec)
     offset = reader.initialOffset()
@@ -130,7 +130,7 @@ def test_finished_splits_are_stored_in_chunks_across_a_restart(
 
 def test_a_state_stored_with_its_splits_inline_still_loads(tmp_path: Path) -> None:
     url = make_source(tmp_path, rows=100)
-    spec = resolve({"url": url, "tables": "items", "stateDir": str(tmp_path / "state"),
+    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
                     "snapshot.split.size": "10"})
     reader = CdcStreamReader(spec)
     start = reader.initialOffset()
@@ -149,7 +149,7 @@ def test_a_state_stored_with_its_splits_inline_still_loads(tmp_path: Path) -> No
 def run_stream(spark: Any, url: str, tmp_path: Path, sink: Any, tables: str) -> None:
     """Run the stream until it has caught up with the source (Trigger.AvailableNow)."""
     stream = (spark.readStream.format("cdc").option("url", url).option("tables", tables)
-              .option("stateDir", str(tmp_path / "state"))
+              .option("state.dir", str(tmp_path / "state"))
               .option("snapshot.split.size", "250").load())
     query = sink(stream.writeStream).option("checkpointLocation", str(tmp_path / "ck")) \
         .trigger(availableNow=True).start()

@@ -38,7 +38,7 @@ def run(spark: Any, url: str, name: str, tmp_path: Path, seen: list[dict[str, An
     """One Trigger.AvailableNow run of the typed stream: its columns and its failure; the
     rows of each batch are added to ``seen`` in order."""
     stream = (spark.readStream.format("cdc").option("url", url)
-              .option("tables", f"public.{name}").option("stateDir", str(tmp_path / "state"))
+              .option("tables", f"public.{name}").option("state.dir", str(tmp_path / "state"))
               .load())
 
     def collect(batch: Any, batch_id: int) -> None:

@@ -21,7 +21,7 @@ def sync_to_mirror_while(spark: Any, url: str, tables: str, work: Path, mirror: 
     runs in a thread until told to stop, then once more after it stopped."""
     def run() -> None:
         query = (spark.readStream.format("cdc").option("url", url).option("tables", tables)
-                 .option("stateDir", str(work / "st")).option("snapshot.split.size", "500")
+                 .option("state.dir", str(work / "st")).option("snapshot.split.size", "500")
                  .load().writeStream.foreachBatch(mirror)
                  .option("checkpointLocation", str(work / "ck"))
                  .trigger(availableNow=True).start())

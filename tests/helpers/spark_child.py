@@ -50,7 +50,7 @@ def main() -> None:
         print(f"APPLIED {batch_id}", flush=True)
 
     stream = (spark.readStream.format("cdc").option("url", source)
-              .option("stateDir", f"{work}/state").option("snapshot.split.size", "150")
+              .option("state.dir", f"{work}/state").option("snapshot.split.size", "150")
               .option("snapshot.splits-per-batch", "2")
               .options(**({"target": mirror_url} if chained else {})).load())
     writer = stream.writeStream.foreachBatch(apply).option("checkpointLocation", f"{work}/ck")
