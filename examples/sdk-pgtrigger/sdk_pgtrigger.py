@@ -7,9 +7,11 @@ the offset. An id is taken when a row is written but seen when its transaction c
 highest visible ``id`` is not a safe offset (an open transaction may hold a lower one):
 ``current_offset`` reads it, then waits until every transaction holding an id then has ended
 (the fence below): every change below the offset is then visible, and none can appear later.
+A ``TRUNCATE`` is recorded by a statement trigger, as op ``t``.
 
 Writers pay one extra INSERT per changed row, in their transaction (the trigger runs as the
-capture user); the change table grows until ``acknowledge_offset`` deletes what was committed.
+capture user); the change table grows until ``acknowledge_offset`` deletes what was committed
+(and records where the log now starts: a read from below it is refused).
 """
 
 from __future__ import annotations
@@ -22,23 +24,10 @@ from decimal import Decimal
 from functools import partial
 from typing import Any
 
-from sdk import (
-    Capability,
-    ChangeEvent,
-    Column,
-    ConfigurationError,
-    ConnectionConfig,
-    DialectInfo,
-    Heartbeat,
-    LogicalType,
-    Offset,
-    Requirement,
-    RetriableError,
-    Row,
-    TableId,
-    TableSchema,
-)
+from sdk import Capability, ChangeEvent, Column, ConnectionConfig, DialectInfo, Heartbeat, Offset
+from sdk.dialect.errors import ConfigurationError, OffsetExpiredError, RetriableError
 from sdk.dialect.sqlbase import SqlDialect
+from sdk.dialect.types import LogicalType, Requirement, Row, TableId, TableSchema, TableTruncated
 
 NAME = "pgtrigger"
 SETUP = """
@@ -46,6 +35,7 @@ CREATE SCHEMA IF NOT EXISTS sdk_capture;
 CREATE TABLE IF NOT EXISTS sdk_capture.changes (id bigserial PRIMARY KEY,
   schema_name text NOT NULL, table_name text NOT NULL, op "char" NOT NULL, before jsonb,
   after jsonb, at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS sdk_capture.purged (one bool PRIMARY KEY DEFAULT true, below bigint);
 CREATE OR REPLACE FUNCTION sdk_capture.record() RETURNS trigger LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog AS $$
 BEGIN
@@ -65,6 +55,8 @@ ISO, HEX = datetime.fromisoformat, lambda v: bytes.fromhex(v[2:])  # from jsonb'
 FROM_JSON: dict[LogicalType, Callable[[Any], Any]] = {L.FLOAT32: float, L.FLOAT64: float,
     L.DATE: date.fromisoformat, L.TIMESTAMP: ISO, L.TIMESTAMP_TZ: ISO, L.BINARY: HEX}
 POLL_SECONDS, WAIT_SECONDS, PAGE = 0.2, 60.0, 5000
+TRIGGERS = (("sdk_capture", "INSERT OR UPDATE OR DELETE", "ROW"),
+            ("sdk_capture_truncate", "TRUNCATE", "STATEMENT"))
 
 
 class PgTrigger(SqlDialect):
@@ -81,9 +73,9 @@ class PgTrigger(SqlDialect):
                 host=config.host or "127.0.0.1", port=config.port or 5432, user=config.user,
                 password=config.password, dbname=config.database, autocommit=True,
                 options="-c TimeZone=UTC")
-        except psycopg.OperationalError as exc:  # no answer: retry; a login refused: fix it
-            kind = RetriableError if "refused" in str(exc) or "timeout" in str(exc) else \
-                ConfigurationError
+        except psycopg.OperationalError as exc:  # a login refused: fix it; no answer: retry
+            kind = ConfigurationError if any(m in str(exc) for m in (
+                "authentication failed", "does not exist", "pg_hba.conf")) else RetriableError
             raise kind(f"cannot connect to {config.masked_url}: {exc}") from None
         set_json_loads(partial(json.loads, parse_float=Decimal), conn)
         return conn
@@ -123,10 +115,10 @@ class PgTrigger(SqlDialect):
 
     def prepare_capture(self, conn: Any, tables: Sequence[TableSchema]) -> None:
         self.dbapi(conn).execute(SETUP)
-        for t in tables:
-            self.dbapi(conn).execute(
-                f"CREATE OR REPLACE TRIGGER sdk_capture AFTER INSERT OR UPDATE OR DELETE ON "
-                f"{self.qualified(t.table)} FOR EACH ROW EXECUTE FUNCTION sdk_capture.record()")
+        for t, (name, event, each) in ((t, e) for t in tables for e in TRIGGERS):
+            self.dbapi(conn).execute(  # a TRUNCATE fires no row trigger: op 't', no images
+                f"CREATE OR REPLACE TRIGGER {name} AFTER {event} ON {self.qualified(t.table)} "
+                f"FOR EACH {each} EXECUTE FUNCTION sdk_capture.record()")
 
     def current_offset(self, conn: Any) -> Offset:
         (high,) = self.query(conn, "SELECT coalesce(max(id), 0) FROM sdk_capture.changes")[0]
@@ -146,6 +138,8 @@ class PgTrigger(SqlDialect):
                    end: Offset | None) -> Iterator[ChangeEvent | Heartbeat]:
         by_name = {(t.table.schema, t.table.name): t for t in tables}
         position = _id(start)
+        if position < _id(self.earliest_offset(conn)):
+            raise OffsetExpiredError(f"{NAME}: the changes from id {position} were deleted")
         while True:
             head = _id(end or self.current_offset(conn))
             while position < head:
@@ -155,7 +149,9 @@ class PgTrigger(SqlDialect):
                     (position, head, PAGE))
                 for id_, schema, name, op, before, after, at in rows:
                     table = by_name.get((schema, name))
-                    if table is not None:
+                    if table is not None and op == "t":
+                        yield TableTruncated(table.table, Offset(NAME, id=id_))
+                    elif table is not None:
                         yield _event(table, id_, op, before, after, at)
                 position = rows[-1][0] + 1 if len(rows) == PAGE else head
             if end is not None:
@@ -167,12 +163,14 @@ class PgTrigger(SqlDialect):
         return (_id(a) > _id(b)) - (_id(a) < _id(b))
 
     def earliest_offset(self, conn: Any) -> Offset:
-        (low,) = self.query(conn, "SELECT coalesce(min(id), 1) FROM sdk_capture.changes")[0]
+        (low,) = self.query(conn, "SELECT coalesce(max(below), 1) FROM sdk_capture.purged")[0]
         return Offset(NAME, id=int(low))
 
     def acknowledge_offset(self, conn: Any, offset: Offset) -> None:
-        self.dbapi(conn).execute("DELETE FROM sdk_capture.changes WHERE id < %s",
-                                 (_id(offset),))
+        self.dbapi(conn).execute(  # the log's start, never backwards
+            "INSERT INTO sdk_capture.purged (below) VALUES (%s) ON CONFLICT (one) DO UPDATE "
+            "SET below = greatest(purged.below, excluded.below)", (_id(offset),))
+        self.dbapi(conn).execute("DELETE FROM sdk_capture.changes WHERE id < %s", (_id(offset),))
 
 
 def _id(offset: Offset) -> int:

@@ -52,6 +52,9 @@ class PgTriggerHarness(Harness):
     def end_session(self, conn: Any) -> None:
         self.execute(f"SELECT pg_terminate_backend({conn.info.backend_pid})")
 
+    def truncate_sql(self, name: str) -> str:
+        return f"TRUNCATE TABLE {self.qualified(name)}"
+
     def refused_login_url(self) -> str:
         """A role that does not exist (test servers trust loopback: a wrong password logs in)."""
         scheme, _, rest = (self.url or "").partition("://")
