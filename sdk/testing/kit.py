@@ -345,8 +345,9 @@ def check_exactly_once(emitted: Sequence[ChangeEvent], index: LogIndex,
 # --- a concurrent writer ---------------------------------------------------------------------
 
 class Writer:
-    """Threads that insert, update, move keys and delete in ``kit_items`` through their own
-    admin connections, in transactions of one to three statements, until stopped."""
+    """Threads that insert, update, move keys and delete in the kit's table ``name``
+    (``kit_items``, or ``kit_pairs`` and its compound text key) through their own admin
+    connections, in transactions of one to three statements, until stopped."""
 
     def __init__(self, kit: Kit, name: str, key_space: int, threads: int, seed: int,
                  pause: float = 0.002, max_transactions: int | None = None) -> None:
@@ -383,6 +384,17 @@ class Writer:
     def _statement(self, rng: random.Random) -> str:
         kit, key = self.kit, rng.randrange(self.key_space)
         roll = rng.random()
+        if self.name == "kit_pairs":
+            where = f"WHERE a = {literal(f'k{key % 41}')} AND b = {key}"
+            if roll < 0.4:
+                return kit.insert_sql(self.name, ("a", "b", "v"),
+                                      (f"k{key % 41}", key, f"new {rng.randrange(10**6)}"))
+            if roll < 0.7:
+                return kit.sql(self.name, f"UPDATE {{t}} SET v = 'upd' {where}")
+            if roll < 0.8 and Feature.KEY_UPDATES in kit.harness.features:
+                return kit.sql(self.name, f"UPDATE {{t}} SET b = "
+                                          f"{rng.randrange(self.key_space)} {where}")
+            return kit.sql(self.name, f"DELETE FROM {{t}} {where}")
         if roll < 0.35:
             return kit.insert_sql(self.name, ("id", "v"), (key, f"new {rng.randrange(10**6)}"))
         if roll < 0.65:

@@ -1,5 +1,6 @@
 """Deliberately broken copies of the reference SQLite dialect: each has one realistic bug, and
-the conformance kit must fail the tests named for it (tests/dialects/test_conformance_kit.py)."""
+the conformance kit must fail the tests named for it (tests/dialects/test_conformance_kit.py).
+:func:`mutant_of` makes such copies of other dialects too (tests/dialects/postgres)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,20 @@ from sdk import ChangeEvent, Heartbeat, Offset, Row, SnapshotSplit, SnapshotView
 from sdk import hookimpl as impl
 
 
-def _mutant(name: str, **hooks: object) -> ModuleType:
-    """A module with the reference dialect's hooks, ``hooks`` replacing some of them."""
-    module = ModuleType(f"sdk_sqlite_{name}")
-    for attr in dir(sdk_sqlite):
+def mutant_of(base: ModuleType, name: str, **hooks: object) -> ModuleType:
+    """A module with the hooks of dialect module ``base``, ``hooks`` replacing some of them."""
+    module = ModuleType(f"{base.__name__}_{name}")
+    for attr in dir(base):
         if not attr.startswith("__"):
-            setattr(module, attr, getattr(sdk_sqlite, attr))
+            setattr(module, attr, getattr(base, attr))
     for hook, fn in hooks.items():
         setattr(module, hook, impl(fn))
     return module
+
+
+def _mutant(name: str, **hooks: object) -> ModuleType:
+    """A module with the reference dialect's hooks, ``hooks`` replacing some of them."""
+    return mutant_of(sdk_sqlite, name, **hooks)
 
 
 def _read_range_including_end(conn: sqlite3.Connection, table: TableSchema,

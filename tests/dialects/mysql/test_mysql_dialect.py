@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import random
 import threading
 import time
 import uuid
@@ -13,12 +12,11 @@ from collections.abc import Iterator
 from decimal import Decimal
 from functools import cmp_to_key
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.proxy import FreezingProxy
-from helpers.servers import with_query
+from helpers.servers import MYSQL_ADMIN_URL, with_query
 
 from sdk import (
     BadValue,
@@ -33,8 +31,7 @@ from sdk import (
     TableSchema,
     get_dialect,
 )
-from sdk.algorithm import Phase, SyncOptions, SyncRunner, caught_up
-from sdk_sqlite import read_target
+from sdk.algorithm import SyncOptions
 
 pytestmark = pytest.mark.mysql
 
@@ -70,6 +67,12 @@ def make_table(mysql_admin: Any) -> Iterator[Any]:
     with mysql_admin.cursor() as cur:
         for name in made:
             cur.execute(f"DROP TABLE IF EXISTS `{name}`")
+
+
+def as_user(url: str, credentials: str) -> str:
+    """The test server's ``url`` logging in as ``credentials`` (``user:password``)."""
+    c = ConnectionConfig.from_url(url)
+    return f"mysql://{credentials}@{c.host}:{c.port or 3306}/{c.database}"
 
 
 def admin(mysql_admin: Any, sql: str, args: Any = None) -> None:
@@ -348,8 +351,7 @@ def test_snapshot_view_is_exact_under_a_concurrent_writer(
     schema = mysql.describe_table(conn, table)
     start = mysql.current_offset(conn)
     stop = threading.Event()
-    writer_conn = mysql.connect(ConnectionConfig.from_url(
-        "mysql://root@127.0.0.1:3306/sdk_test"))
+    writer_conn = mysql.connect(ConnectionConfig.from_url(MYSQL_ADMIN_URL))
 
     def write() -> None:
         i = 0
@@ -381,13 +383,12 @@ def test_purged_position_is_fatal(mysql: Dialect, conn: Any, make_table: Any) ->
 
 
 def test_preflight_names_each_missing_privilege(mysql: Dialect, mysql_admin: Any,
-                                                make_table: Any) -> None:
+                                                make_table: Any, mysql_url: str) -> None:
     table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
     admin(mysql_admin, "CREATE USER IF NOT EXISTS 'sdk_weak'@'%' IDENTIFIED BY 'weak'")
     admin(mysql_admin, "GRANT SELECT ON sdk_test.* TO 'sdk_weak'@'%'")
     try:
-        weak = mysql.connect(ConnectionConfig.from_url(
-            "mysql://sdk_weak:weak@127.0.0.1:3306/sdk_test"))
+        weak = mysql.connect(ConnectionConfig.from_url(as_user(mysql_url, "sdk_weak:weak")))
         checks = mysql.preflight(weak, [table])
         weak.close()
     finally:
@@ -398,92 +399,14 @@ def test_preflight_names_each_missing_privilege(mysql: Dialect, mysql_admin: Any
         "GRANT REPLICATION SLAVE ON *.* TO 'sdk_weak'@'%'"
 
 
-def test_bad_password_is_a_clear_error_without_the_password(mysql: Dialect) -> None:
+def test_bad_password_is_a_clear_error_without_the_password(mysql: Dialect,
+                                                            mysql_url: str) -> None:
     from sdk import ConfigurationError
 
+    user = ConnectionConfig.from_url(mysql_url).user
     with pytest.raises(ConfigurationError) as info:
-        mysql.connect(ConnectionConfig.from_url("mysql://sdk_cdc:wrong-pw@127.0.0.1/sdk_test"))
+        mysql.connect(ConnectionConfig.from_url(as_user(mysql_url, f"{user}:wrong-pw")))
     assert "wrong-pw" not in str(info.value) and "Access denied" in str(info.value)
-
-
-@pytest.mark.parametrize("atomic", [True, False])
-def test_sync_end_to_end_under_a_writer(mysql: Dialect, conn: Any, make_table: Any,
-                                        mysql_url: str, tmp_path: Path, atomic: bool) -> None:
-    ints = make_table("CREATE TABLE {name} (id INT PRIMARY KEY, v VARCHAR(20), "
-                      "price DECIMAL(12,2))", [(i, f"row {i}", f"{i}.25") for i in range(3000)])
-    texts = make_table("CREATE TABLE {name} (code VARCHAR(12) NOT NULL, n INT NOT NULL, "
-                       "note TEXT, PRIMARY KEY (code, n)) CHARSET utf8mb4",
-                       [(f"k{i % 37}", i, "x") for i in range(500)])
-    unique = make_table("CREATE TABLE {name} (email VARCHAR(40) NOT NULL UNIQUE, v INT)",
-                        [(f"u{i}@x", i) for i in range(300)])
-    config = ConnectionConfig.from_url(mysql_url)
-    schemas = [mysql.describe_table(conn, t) for t in (ints, texts, unique)]
-    options = SyncOptions(split_size=211, atomic_snapshot=atomic,
-                          chunk_key={unique.name: ("email",)})
-    stop = threading.Event()
-    writer = mysql.connect(ConnectionConfig.from_url("mysql://root@127.0.0.1:3306/sdk_test"))
-
-    def write() -> None:
-        rng = random.Random(7)
-        while not stop.is_set():
-            k = rng.randrange(4000)
-            roll = rng.random()
-            if roll < 0.3:
-                writer.query(f"REPLACE INTO `{ints.name}` VALUES (%s, 'w', 1.5)", (k,))
-            elif roll < 0.45:
-                writer.query(f"UPDATE IGNORE `{ints.name}` SET id = %s WHERE id = %s",
-                             (rng.randrange(4000), k))
-            elif roll < 0.6:
-                writer.query(f"DELETE FROM `{ints.name}` WHERE id = %s", (k,))
-            elif roll < 0.8:
-                writer.query(f"REPLACE INTO `{texts.name}` VALUES (%s, %s, 'w')",
-                             (f"k{k % 41}", k % 600))
-            else:
-                writer.query(f"UPDATE `{unique.name}` SET v = v + 1 WHERE email = %s",
-                             (f"u{k % 300}@x",))
-            time.sleep(0.001)
-
-    thread = threading.Thread(target=write)
-    thread.start()
-    runner = SyncRunner(mysql, lambda: mysql.connect(config), options)
-    sqlite = get_dialect("sqlite")
-    target = sqlite.connect(ConnectionConfig.from_url(f"sqlite:///{tmp_path}/mirror.db"))
-    chosen = {}
-    try:
-        state = runner.start(schemas)
-        chosen = dict(state.tables)
-        for schema in chosen.values():
-            sqlite.create_table(target, schema)
-        step = 0
-        marks = set()
-        while state.phase is Phase.SNAPSHOT or step < 5:
-            events, state = runner.step(state)
-            marks |= {e.offset for e in events if e.op == "r"}
-            step += 1
-            for schema in chosen.values():
-                sqlite.apply_changes(target, schema, [e for e in events
-                                                      if e.table == schema.table], str(step))
-    finally:
-        stop.set()
-        thread.join()
-        writer.close()
-    assert len(marks) > 5  # the writer was busy while the splits were read
-    head = mysql.current_offset(conn)
-    while not caught_up(runner, head)(state):
-        events, state = runner.step(state)
-        step += 1
-        for schema in chosen.values():
-            sqlite.apply_changes(target, schema, [e for e in events if e.table == schema.table],
-                                 str(step))
-    runner.close()
-    for schema in chosen.values():
-        whole = SnapshotSplit(schema.table, 0, None, None)
-        source = {schema.key_of(r): tuple(str(v) if isinstance(v, Decimal) else v for v in r)
-                  for b in mysql.read_range(conn, schema, whole, 1000) for r in b}
-        mirrored = {k: tuple(str(v) if isinstance(v, Decimal) else v for v in r)
-                    for k, r in read_target(target, schema).items()}
-        assert mirrored == source, schema.table
-    target.close()
 
 
 def test_identifiers_with_spaces_quotes_backticks_and_accents(
@@ -575,7 +498,7 @@ def test_current_offset_gtid_is_exact_under_a_concurrent_writer(
     rather than the live @@gtid_binlog_pos."""
     table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY AUTO_INCREMENT)")
     stop = threading.Event()
-    writer = mysql.connect(ConnectionConfig.from_url("mysql://root@127.0.0.1:3306/sdk_test"))
+    writer = mysql.connect(ConnectionConfig.from_url(MYSQL_ADMIN_URL))
 
     def write() -> None:
         while not stop.is_set():

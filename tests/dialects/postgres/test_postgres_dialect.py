@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +29,7 @@ from sdk import (
     TableTruncated,
     get_dialect,
 )
-from sdk.algorithm import Phase, PhaseHooks, SyncOptions, SyncRunner, caught_up
-from sdk_sqlite import read_target
+from sdk.algorithm import Phase, SyncOptions, SyncRunner
 
 pytestmark = pytest.mark.postgres
 
@@ -342,105 +340,6 @@ def test_preflight_refuses_a_table_without_key_or_identity(pg: Dialect, capture:
     identity = checks[f"replica identity of {keyless.table}"]
     assert not identity.ok and "REPLICA IDENTITY FULL" in identity.fix
     assert checks["wal_level=logical"].ok and checks["role may replicate"].ok
-
-
-@pytest.mark.parametrize("exactly_once", [True, False])
-def test_sync_end_to_end_under_a_writer(pg: Dialect, capture: Any, postgres_url: str,
-                                        postgres_admin_url: str, tmp_path: Path,
-                                        exactly_once: bool) -> None:
-    import psycopg
-
-    conn, make = capture
-    ints = make("CREATE TABLE {name} (id int PRIMARY KEY, v text, price numeric(12,2))",
-                [(i, f"row {i}", Decimal(i) / 4) for i in range(3000)])
-    texts = make("CREATE TABLE {name} (code text, n int, note text, PRIMARY KEY (code, n))",
-                 [(f"k{i % 37}", i, "x") for i in range(500)])
-    stop = threading.Event()
-
-    failures: list[BaseException] = []
-
-    def write() -> None:
-        try:
-            writes()
-        except BaseException as exc:
-            failures.append(exc)
-
-    def writes() -> None:
-        rng = random.Random(3)
-        with psycopg.connect(postgres_admin_url,
-                             autocommit=True) as w:
-            while not stop.is_set():
-                k = rng.randrange(4000)
-                roll = rng.random()
-                if roll < 0.3:
-                    w.execute(f'INSERT INTO "{ints.table.name}" VALUES (%s, %s, 1.5) ON '
-                              "CONFLICT (id) DO UPDATE SET v = excluded.v", (k, "w"))
-                elif roll < 0.45:
-                    new = rng.randrange(4000)
-                    w.execute(f'UPDATE "{ints.table.name}" SET id = %s WHERE id = %s AND NOT '
-                              f'EXISTS (SELECT 1 FROM "{ints.table.name}" WHERE id = %s)',
-                              (new, k, new))
-                elif roll < 0.6:
-                    w.execute(f'DELETE FROM "{ints.table.name}" WHERE id = %s', (k,))
-                else:
-                    w.execute(f'INSERT INTO "{texts.table.name}" VALUES (%s, %s, %s) ON '
-                              "CONFLICT (code, n) DO UPDATE SET note = excluded.note",
-                              (f"k{k % 41}", k % 600, str(rng.random())))
-                time.sleep(0.001)
-
-    config = ConnectionConfig.from_url(conn_url := _url_of(conn, postgres_url))
-    runner = SyncRunner(pg, lambda: pg.connect(config),
-                        # watermarks and backfill under the writer (the shared exported
-                        # view has one offset for every split: its own tests are below)
-                        SyncOptions(split_size=257, exactly_once=exactly_once,
-                                    atomic_snapshot=False),
-                        PhaseHooks(after_read=lambda split: time.sleep(0.01)))
-    sqlite = get_dialect("sqlite")
-    target = sqlite.connect(ConnectionConfig.from_url(f"sqlite:///{tmp_path}/mirror.db"))
-    thread = threading.Thread(target=write)
-    thread.start()
-    time.sleep(0.2)
-    step = 0
-    try:
-        state = runner.start([ints, texts])
-        for schema in state.tables.values():
-            sqlite.create_table(target, schema)
-
-        def apply(events: list[ChangeEvent]) -> None:
-            nonlocal step
-            step += 1
-            for schema in state.tables.values():
-                sqlite.apply_changes(target, schema, [e for e in events
-                                                      if e.table == schema.table], str(step))
-
-        marks = set()
-        while state.phase is Phase.SNAPSHOT or step < 5:
-            events, state = runner.step(state)
-            marks |= {e.offset for e in events if e.op == "r"}
-            apply(events)
-            if state.phase is Phase.LOG:
-                runner.dialect.acknowledge_offset(runner.conn, state.position)  # type: ignore[arg-type]
-    finally:
-        stop.set()
-        thread.join()
-    assert not failures, failures
-    assert len(marks) > 3
-    head = pg.current_offset(conn)
-    while not caught_up(runner, head)(state):
-        events, state = runner.step(state)
-        apply(events)
-    runner.close()
-    for schema in state.tables.values():
-        whole = SnapshotSplit(schema.table, 0, None, None)
-        source = {schema.key_of(r): r for b in pg.read_range(conn, schema, whole, 1000)
-                  for r in b}
-        assert read_target(target, schema) == source, schema.table
-    target.close()
-    assert conn_url
-
-
-def _url_of(conn: Any, postgres_url: str) -> str:
-    return with_query(postgres_url, slot=conn.slot, publication=conn.publication)
 
 
 def test_identifiers_with_spaces_quotes_and_accents(pg: Dialect, capture: Any,
