@@ -3,19 +3,20 @@
 No database code and no Spark here: :mod:`.assigner` decides what to read next,
 :mod:`.reader` reads a split, :mod:`.incremental` filters the log phase, :mod:`.state` is the
 serialisable progress, :mod:`.machine` is the one phase state machine over it, and
+:mod:`.policy` decides what schema changes, truncations and snapshot requests do, and
 :mod:`.runner` drives the machine in one process (:mod:`sdk.spark` drives it on Spark).
 """
 
 from .assigner import SplitAssigner, TablePlan, choose_key
 from .incremental import IncrementalFilter
 from .machine import Batch, PhaseMachine, log_filter
+from .policy import truncation_error
 from .reader import (
     PhaseHooks,
     SharedView,
     SplitResult,
     apply_to_buffer,
     read_split,
-    truncation_error,
 )
 from .runner import SyncRunner, caught_up
 from .settings import StartupMode, SyncOptions

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ..dialect.errors import ConfigurationError, FatalSyncError
+from ..dialect.errors import ConfigurationError
 from ..dialect.manager import Dialect
 from ..dialect.types import (
     Capability,
@@ -230,17 +230,6 @@ def _read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: S
         peak = max(peak, len(buffer))
     log.debug("split %s step 4: backfilled %d changes of [%s, %s)", sid, events, low, high)
     return SplitResult(split, list(buffer.values()), high, low, high, events, peak)
-
-
-def truncation_error(item: TableTruncated) -> FatalSyncError:
-    """The error of a sync that emits row changes (no target to read the table into again)
-    meeting a truncation: no row change expresses it."""
-    return FatalSyncError(
-        f"{item.statement} of {item.table} at {item.offset}: it removes every row without "
-        "logging them, which a stream of row changes (a --changes path, the cdc source "
-        "without option target) cannot express, so downstream would keep rows the source no "
-        "longer has. A sync with --target alone reads the table again whole; or take a new "
-        "snapshot (restart with a new --checkpoint directory)")
 
 
 def changes_of(dialect: Dialect, conn: Connection, table: TableSchema, start: Offset,

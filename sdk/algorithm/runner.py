@@ -12,19 +12,35 @@ sequential reference.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from ..dialect.manager import Dialect
 from ..dialect.types import (
+    Capability,
     ChangeEvent,
     Connection,
     FinishedSplit,
     Offset,
+    SchemaChange,
+    SnapshotSplit,
+    TableId,
     TableSchema,
     TableTruncated,
 )
 from .machine import Batch, PhaseMachine
-from .reader import PhaseHooks, SharedView, SplitResult, read_split, truncation_error
+from .policy import (
+    SCHEMA_REQUEST,
+    RequestStep,
+    fold_schema_changes,
+    follow_truncation,
+    judge_request,
+    judge_schema_change,
+    own_request_id,
+    served,
+)
+from .reader import PhaseHooks, SharedView, SplitResult, read_split
+from .schema import projector
 from .settings import SyncOptions
 from .state import Phase, SyncState
 from .throttle import throttle
@@ -37,8 +53,12 @@ class SyncRunner:
 
     def __init__(self, dialect: Dialect, connect: Callable[[], Connection],
                  options: SyncOptions | None = None, hooks: PhaseHooks | None = None,
-                 splits_per_step: int = 1) -> None:
+                 splits_per_step: int = 1, schema_changes: str = "evolve") -> None:
         self.dialect = dialect
+        self.schema_changes = schema_changes
+        self.requests: list[tuple[str, TableId, str | None]] = []
+        """Snapshot requests not served yet (id, table, condition), in the order asked."""
+        self._steps = 0
         self.options = options or SyncOptions()
         self.hooks = hooks or PhaseHooks()
         self.machine = PhaseMachine(dialect, self.options)
@@ -66,8 +86,40 @@ class SyncRunner:
         """The first state for ``tables`` under the configured startup mode."""
         return self.machine.start(self.conn, tables)
 
+    def request_snapshot(self, table: TableId, where: str | None = None,
+                         request_id: str | None = None) -> str:
+        """Ask for ``table`` to be read again while its changes keep flowing (only the rows
+        meeting ``where`` when given), served in the log phase as the Spark engine serves
+        ``sdk snapshot``: its id, recorded in the state once served or refused."""
+        request_id = request_id or f"request-{len(self.requests)}-{table}"
+        self.requests.append((request_id, table, where))
+        return request_id
+
+    def _serve_requests(self, state: SyncState) -> SyncState:
+        """``state`` with the requests that can be served now taken up (policy
+        :func:`.policy.judge_request`); those whose table is busy wait."""
+        if state.phase is not Phase.LOG:
+            return state
+        waiting = []
+        filtered = self.dialect.has(Capability.FILTERED_READS)
+        for request in self.requests:
+            request_id, table, where = request
+            step, refusal = judge_request(state, request_id, table, where, filtered)
+            if step is RequestStep.WAIT:
+                waiting.append(request)
+            elif step is RequestStep.SERVE:
+                state = self.machine.reread(self.conn, state, table, where, request_id)
+            elif step is not RequestStep.DONE:
+                if refusal is not None:
+                    log.warning("snapshot request %s refused: %s", request_id, refusal)
+                state = served(state, request_id)
+        self.requests = waiting
+        return state
+
     def step(self, state: SyncState) -> tuple[list[ChangeEvent], SyncState]:
         """Do one batch: read the next splits, or the next log range."""
+        self._steps += 1
+        state = self._serve_requests(state)
         batch = self.machine.next_batch(self.conn, state, self._head, self.splits_per_step)
         if batch is None:
             return [], state
@@ -99,29 +151,67 @@ class SyncRunner:
         return events, self.machine.fold(batch.state, done)
 
     def _read_log(self, batch: Batch) -> tuple[list[ChangeEvent], SyncState]:
-        """The batch's log range, at most ``log.batch.max-events`` of it."""
+        """The batch's log range, at most ``log.batch.max-events`` of it; the schema changes
+        met are followed (the tables that gained columns read again), a truncation stops
+        the run (a stream of row changes cannot carry it), as :mod:`.policy` says."""
         assert batch.log_from is not None and batch.state.position is not None
         limit = self.options.log_batch_max_events
         read: list[ChangeEvent] = []
-        stream = self.dialect.stream_log(self.conn, list(batch.state.tables.values()),
-                                         batch.log_from, batch.state.position)
+        shapes = dict(batch.state.tables)
+        changes: list[SchemaChange] = []
+        ignored: dict[TableId, TableSchema] = {}
+        stream = self.dialect.stream_log(self.conn, list(shapes.values()), batch.log_from,
+                                         batch.state.position)
         try:
             for item in stream:
-                if isinstance(item, TableTruncated) and not item.dropped:
-                    raise truncation_error(item)
-                if not isinstance(item, ChangeEvent):
-                    continue
-                if len(read) == limit:  # the first event not taken starts the next batch
-                    batch = self.machine.cut_log_batch(batch, item.offset)
-                    break
-                read.append(item)
-                if self.log_pace is not None:
-                    self.log_pace.take(1)
+                if isinstance(item, TableTruncated):
+                    follow_truncation(batch.state, item, has_target=False)
+                elif isinstance(item, SchemaChange) and item.table in shapes:
+                    verdict = judge_schema_change(shapes[item.table], item,
+                                                  self.schema_changes, self.options)
+                    if verdict.schema is None:
+                        ignored[item.table] = item.schema
+                    else:
+                        ignored.pop(item.table, None)
+                        shapes[item.table] = verdict.schema
+                        changes.append(SchemaChange(verdict.schema, item.offset))
+                elif isinstance(item, ChangeEvent):
+                    if len(read) == limit:  # the first event not taken starts the next batch
+                        batch = self.machine.cut_log_batch(batch, item.offset)
+                        break
+                    read.append(self._ignoring(item, ignored, batch.state.tables))
+                    if self.log_pace is not None:
+                        self.log_pace.take(1)
         finally:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
-        return self.machine.filter_for(batch.state).filter(read), batch.state
+        return self.machine.filter_for(batch.state).filter(read), \
+            self._follow_schema_changes(batch.state, changes)
+
+    @staticmethod
+    def _ignoring(event: ChangeEvent, ignored: dict[TableId, TableSchema],
+                  tables: Mapping[TableId, TableSchema]) -> ChangeEvent:
+        """``event`` shaped as the sync's columns when its table's change is ignored."""
+        shape = ignored.get(event.table)
+        if shape is None:
+            return event
+        project = projector(shape, tables[event.table])
+        return replace(event, after=project(event.after), before=project(event.before))
+
+    def _follow_schema_changes(self, state: SyncState, changes: list[SchemaChange]
+                               ) -> SyncState:
+        """``state`` with ``changes`` followed; each table that gained columns is asked to
+        be read again (served once it is not being read)."""
+        if not changes:
+            return state
+        waiting = [t for _, t, where in self.requests if where is None]
+        state, rereads = fold_schema_changes(state, changes, self.options, waiting)
+        for table in rereads:
+            digest = SnapshotSplit(table, 0, None, None).split_id
+            self.request_snapshot(table, None, own_request_id(SCHEMA_REQUEST, self._steps,
+                                                               digest))
+        return self._serve_requests(state)
 
     def run(self, state: SyncState, emit: Callable[[list[ChangeEvent], SyncState], None],
             until: Callable[[SyncState], bool]) -> SyncState:

@@ -14,8 +14,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from ..algorithm import choose_key, log_filter, read_split, truncation_error
-from ..algorithm.schema import diff, projector
+from ..algorithm import log_filter, read_split
+from ..algorithm.policy import follow_truncation, judge_schema_change
+from ..algorithm.schema import projector
 from ..algorithm.throttle import throttle
 from ..dialect.codec import dumps
 from ..dialect.errors import ConfigurationError, SchemaChangedError
@@ -488,24 +489,12 @@ class Shapes:
         current = self.tables.get(table)
         if current is None:
             return None
-        item = SchemaChange(choose_key(item.schema, self.spec.options), item.offset)
-        found = diff(current, item.schema)
-        policy = self.spec.schema_changes
-        if policy == "ignore" and not found.key_changed:
+        verdict = judge_schema_change(current, item, self.spec.schema_changes,
+                                      self.spec.options)
+        if verdict.schema is None:
             self._ignored[table] = projector(item.schema, self.engine.sync.tables[table])
             return None
-        refusal = found.refusal()
-        quiet = found.quiet
-        if quiet:  # nothing the output carries changed (a column's nullability, say)
-            refusal = None
-        elif refusal is None and policy == "stop":
-            refusal = "schema.changes=stop"
-        if refusal is not None:
-            raise ConfigurationError(
-                f"table {table} changed in the log at {item.offset} ({found.describe()}), "
-                f"and this sync cannot follow it: {refusal}. Take a new snapshot (a new "
-                "checkpoint), or for a change that loses nothing use the envelope or a "
-                "target with schema.changes=evolve (or =ignore to keep the old columns)")
+        item, quiet = SchemaChange(verdict.schema, item.offset), verdict.quiet
         self._ignored.pop(table, None)
         self.tables[table] = item.schema
         if not quiet:
@@ -516,7 +505,7 @@ class Shapes:
         if not quiet and not self.spec.envelope and self.spec.target is None and \
                 (table, item.offset) not in self._met:
             raise SchemaChangedError(
-                f"table {table} changed in the log at {item.offset} ({found.describe()}): "
+                f"table {table} changed in the log at {item.offset} ({verdict.described}): "
                 "this stream of the table's typed columns stops before the change; restart "
                 "the query and it reads on with the new columns (schema version "
                 f"{self.versions[table]}), the rows before the change read as the new columns")
@@ -524,17 +513,9 @@ class Shapes:
 
     def truncated(self, item: TableTruncated) -> None:
         """Stage a truncation of a captured table for the driver, which reads the table again
-        whole (a chained batch: its target deletes the rows the new read lacks); a stream of
-        row changes cannot express it and stops."""
-        if item.table not in self.tables:
-            return
-        if self.spec.target is None:
-            if not item.dropped:
-                raise truncation_error(item)
-            log.warning("table %s: %s at %s: a stream of changes carries no deletes of its "
-                        "rows; it leaves the capture at the next look, or a table created "
-                        "again under its name comes as new rows", item.table, item.statement,
-                        item.offset)
+        whole (a chained batch: its target deletes the rows the new read lacks), as
+        :func:`.policy.follow_truncation` says."""
+        if not follow_truncation(self.engine.sync, item, self.spec.target is not None):
             return
         self._truncated.append(item.to_json())
         self.store.write_json(self._truncated, "batches", self.state, TRUNCATED_STAGE)

@@ -36,7 +36,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from ..algorithm import Batch, Phase, PhaseMachine, SharedView, SyncState, choose_key
+from ..algorithm import Batch, Phase, PhaseMachine, SharedView, SyncState
 from ..algorithm.lineage import (
     SOURCE_FILE,
     check_not_past_head,
@@ -44,8 +44,20 @@ from ..algorithm.lineage import (
     resume_position,
     source_record,
 )
+from ..algorithm.policy import (
+    SCHEMA_REQUEST,
+    TRUNCATED_REQUEST,
+    RequestStep,
+    busy,
+    check_recreated,
+    fold_schema_changes,
+    judge_request,
+    own_request_id,
+    recreated_request,
+    served,
+    truncations_to_reread,
+)
 from ..algorithm.progress import ProgressReport, progress_of
-from ..algorithm.schema import diff
 from ..dialect.codec import dumps
 from ..dialect.errors import ConfigurationError
 from ..dialect.manager import Dialect
@@ -101,7 +113,6 @@ from .statestore import StateStore
 
 log = logging.getLogger(__name__)
 
-TRUNCATED_REQUEST = "truncated-"
 """The id prefix of the requests reading a truncated table again (:meth:`CdcStreamReader.
 _fold_truncations`)."""
 IDENTITIES_FILE = "identities.json"
@@ -626,28 +637,21 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         seen: dict[TableId, str] = {}
         for table, identity in tokens.items():
             met, after = pending.get(table, (None, None))
-            if met is not None and f"recreated/{met}/{table}" in sync.served:
+            if met is not None and recreated_request(met, table) in sync.served:
                 drop_pending_rereads(self.store, [table])  # its read is held: the token
                 recorded[table] = seen[table] = after or identity  # after it is the table's
                 met = None
             if met is None and recorded.get(table) not in (None, identity):
                 met = identity
-            request = f"recreated/{met}/{table}"
+            request = recreated_request(met, table) if met is not None else ""
             if met is None or request in sync.served:
                 seen[table] = identity
                 continue
-            if table in sync.plans or table in sync.finished or table in sync.leaving:
+            if busy(sync, table):
                 continue  # being read or leaving: looked at again later
-            live = choose_key(self.spec.dialect_obj.describe_table(self.conn, table),
-                              self.spec.options)
-            found = diff(sync.tables[table], live)
-            if found.refusal() is not None or \
-                    [c.name for c in live.columns] != list(sync.tables[table].column_names):
-                raise ConfigurationError(
-                    f"table {table} was dropped and created again with other columns or key "
-                    f"({found.describe()}): the sync cannot read it "
-                    "again as the table it captured. Take a new snapshot (restart with a new "
-                    "--checkpoint directory)")
+            check_recreated(table, sync.tables[table],
+                            self.spec.dialect_obj.describe_table(self.conn, table),
+                            self.spec.options)
             add_pending_rereads(self.store, {table: (met, None)})
             self._watch.prepare_again(self.conn, sync.tables[table])
             after = self.spec.dialect_obj.table_identities(self.conn, [table]).get(table)
@@ -672,65 +676,43 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _fold_schema_changes(self, name: str, engine: EngineState, sync: SyncState,
                              requests: list[SnapshotRequest]) -> SyncState:
-        """``sync`` with the schema changes that log batch ``name`` followed: each table
-        from then on has its new columns; one that gained columns is read again (a request
-        of the sync's own, added to ``requests`` and written again if this is done again
-        after a crash), so the rows the log did not touch get their values (a default, a
-        renamed column's)."""
+        """``sync`` with the schema changes log batch ``name`` followed
+        (:func:`.policy.fold_schema_changes`); a table that gained columns is read again, by
+        a request of the sync's own added to ``requests`` (written again if this is done
+        again after a crash)."""
         changes = staged_schema_changes(self.store, name)
         if not changes:
             return sync
-        tables, versions = dict(sync.tables), dict(sync.versions)
-        waiting = {r.table for r in requests
-                   if r.id not in sync.served and r.where is None}  # they read the new columns
-        for change in changes:
-            old = tables.get(change.table)
-            if old is None:
-                continue
-            new = choose_key(change.schema, self.spec.options)
-            tables[change.table] = new
-            found = diff(old, new)
-            if not found.quiet:
-                versions[change.table] = versions.get(change.table, 1) + 1
-            log.warning("table %s: columns changed at %s (%s): followed", change.table,
-                        change.offset, found.describe())
-            if found.needs_reread and change.table not in waiting:
-                waiting.add(change.table)
-                request = self._own_request("schema-", engine, change.table, requests)
-                log.warning("table %s gained columns: it is read again (request %s)",
-                            change.table, request.id)
-        return replace(sync, tables=tables, versions=versions)
+        waiting = [r.table for r in requests if r.id not in sync.served and r.where is None]
+        sync, rereads = fold_schema_changes(sync, changes, self.spec.options, waiting)
+        for table in rereads:
+            request = self._own_request(SCHEMA_REQUEST, engine, table, requests)
+            log.warning("table %s gained columns: it is read again (request %s)", table,
+                        request.id)
+        return sync
 
     def _fold_truncations(self, name: str, engine: EngineState, sync: SyncState,
                           requests: list[SnapshotRequest]) -> None:
         """Each table log batch ``name`` met truncated (``TRUNCATE``, dropped, replaced) is
-        read again whole: a request of the sync's own, added to ``requests`` (as
-        :meth:`_fold_schema_changes` does), whose read deletes the target rows the table no
-        longer holds. The tables are looked at first, so a table dropped for good leaves
-        instead (its request is then dropped with it)."""
-        waiting = {r.table for r in requests if r.id not in sync.served and r.where is None}
-        for item in staged_truncations(self.store, name):
-            if item.table not in sync.tables or item.table in waiting:
-                continue
-            if self._watch is None and item.dropped and not self._exists(item.table):
-                log.warning("table %s: %s at %s, and it is gone (tables.discovery-interval.ms "
-                            "is 0, so it stays captured)", item.table, item.statement,
-                            item.offset)
-                continue
-            waiting.add(item.table)
+        read again whole (:func:`.policy.truncations_to_reread`): a request of the sync's own
+        added to ``requests``, whose read deletes the target rows the table no longer
+        holds. With the tables followed, a table dropped for good leaves instead (its
+        request is then dropped with it)."""
+        waiting = [r.table for r in requests if r.id not in sync.served and r.where is None]
+        exists = None if self._watch is not None else self._exists
+        for item in truncations_to_reread(sync, staged_truncations(self.store, name), waiting,
+                                          exists):
             request = self._own_request(TRUNCATED_REQUEST, engine, item.table, requests)
             if self._watch is not None:
                 self._watch.due()
-            log.warning("table %s: %s at %s removed its rows: it is read again whole "
-                        "(request %s)", item.table, item.statement, item.offset, request.id)
+            log.warning("table %s is read again whole (request %s)", item.table, request.id)
 
     def _own_request(self, prefix: str, engine: EngineState, table: TableId,
                      requests: list[SnapshotRequest]) -> SnapshotRequest:
         """A request of the sync's own to read ``table`` again whole, written and added to
-        ``requests``: its id names the batch and the table, so a batch planned again writes
-        the same one."""
+        ``requests``."""
         digest = stage_name(SnapshotSplit(table, 0, None, None))
-        request = SnapshotRequest(f"{prefix}{engine.seq:012d}-{digest}", table, None,
+        request = SnapshotRequest(own_request_id(prefix, engine.seq, digest), table, None,
                                   time.time())
         write_request(self.store, request)
         requests.append(request)
@@ -744,36 +726,29 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return True
 
     def _serve_requests(self, sync: SyncState, waiting: list[SnapshotRequest]) -> SyncState:
-        """``sync`` with the snapshot requests ``waiting`` in the state directory taken up
-        (see :mod:`.requests`): the files of those ``sync`` holds already are deleted (it is
-        a committed state), a table being read waits for its read to end, a request
-        that cannot be served is recorded as refused, and one withdrawn before this claims
-        it (:func:`.requests.claim_request`) is passed over."""
+        """``sync`` with the snapshot requests ``waiting`` in the state directory taken up as
+        :func:`.policy.judge_request` says (see :mod:`.requests`): the files of those
+        ``sync`` holds already are deleted (it is a committed state), and one withdrawn
+        before this claims it (:func:`.requests.claim_request`) is passed over."""
         if sync.phase is not Phase.LOG:
             return sync
         forget_requests(self.store, [r.id for r in waiting if r.id in sync.served])
-        dialect = self.spec.dialect_obj
-        for request in (r for r in waiting if r.id not in sync.served):
+        filtered = self.spec.dialect_obj.has(Capability.FILTERED_READS)
+        for request in waiting:
             table = request.table
-            refusal = None
-            if table not in sync.tables:
-                refusal = f"table {table} is not captured"
-            elif request.where is not None and not dialect.has(Capability.FILTERED_READS):
-                refusal = f"dialect {dialect.name!r} cannot read the rows meeting a condition"
-            if refusal is not None and request.id.startswith(TRUNCATED_REQUEST) and \
-                    table not in sync.tables:  # the table was dropped: it left the capture
-                sync = replace(sync, served=(*sync.served, request.id))
-            elif (refusal is not None or (table not in sync.plans and table not in
-                                          sync.finished and table not in sync.leaving)) and \
-                    not claim_request(self.store, request.id):
+            step, refusal = judge_request(sync, request.id, table, request.where, filtered)
+            if step in (RequestStep.DONE, RequestStep.WAIT):
+                continue
+            if step is RequestStep.LEFT:
+                sync = served(sync, request.id)
+            elif not claim_request(self.store, request.id):
                 log.warning("snapshot request %s of %s withdrawn", request.id, table)
-            elif refusal is not None:
+            elif step is RequestStep.REFUSED:
                 log.warning("snapshot request %s refused: %s", request.id, refusal)
                 self._outcomes[request.id] = {"table": str(table), "state": "refused",
                                               "reason": refusal, "at": request.at}
-                sync = replace(sync, served=(*sync.served, request.id))
-            elif table not in sync.plans and table not in sync.finished and \
-                    table not in sync.leaving:
+                sync = served(sync, request.id)
+            else:
                 sync = self.machine.reread(self.conn, sync, table, request.where, request.id)
                 log.warning("snapshot request %s: table %s read again%s", request.id, table,
                             f" where {request.where}" if request.where else "")
