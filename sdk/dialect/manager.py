@@ -98,8 +98,8 @@ class DialectManager:
         self._dialects: dict[str, Dialect] = {}
         self._unloaded = load_entry_points
         """Entry points not loaded yet: :meth:`get` loads only the one it is asked for (a Spark
-        worker needs one or two dialects; importing all seven took ~0.1 s more in each), the
-        listings and URL lookups load them all."""
+        worker needs one or two dialects, and importing all of them costs each worker time),
+        the listings and URL lookups load them all."""
 
     def _load_entry_points(self, only: str | None = None) -> None:
         if not self._unloaded:
@@ -215,9 +215,9 @@ class DialectManager:
     def _named_like(self, scheme: str) -> str | None:
         """The dialect named ``scheme`` (a URL's, its aliases resolved), or whose name is the
         longest start of it and which declares it (``delta+file`` -> ``delta``): loaded alone,
-        where a look among all dialects imports every plugin (~0.2 s in each of the Spark
-        workers that resolve a sync's URLs one after another as its query starts). None: look
-        among them all."""
+        where a look among all dialects imports every plugin (in each of the Spark workers
+        that resolve a sync's URLs one after another as its query starts). None: look among
+        them all."""
         names = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
         names.update(name for name, _ in self.pm.list_name_plugin())
         name = max((n for n in names if scheme.startswith(n)), key=len, default=None)

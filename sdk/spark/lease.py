@@ -1,8 +1,7 @@
 """One sync per checkpoint: the owner's lease in the state directory.
 
-Two syncs on one checkpoint would interleave their batches and corrupt each other's state (a
-second ``sdk sync`` used to die half a minute later with "state ... is missing"). A sync takes
-the lease before anything else and keeps it while it runs:
+Two syncs on one checkpoint would interleave their batches and corrupt each other's state. A
+sync takes the lease before anything else and keeps it while it runs:
 
 - on a local directory it holds an exclusive ``flock`` on ``owner.lock`` for its lifetime (the
   kernel releases it when the process dies, however it dies);

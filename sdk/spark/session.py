@@ -23,10 +23,10 @@ def spark_session(master: str = DEFAULT_MASTER, rows_in_jvm: bool = True) -> Any
     """A Spark session for the job, with ``format("cdc")`` available. Without
     ``rows_in_jvm`` (a chained sync: the tasks write the target, the JVM only schedules) the
     driver JVM compiles with C1 only: C2's compiler threads compete with the start-up for
-    the cores and would optimise code that carries no rows (0.7-0.9 s less to a session).
-    Nor does it generate code for its plans: the only rows it sees are the tasks' reports,
-    and compiling their plans with Janino (whose jar is signed, so never in the class
-    archive) delayed the first snapshot tasks by ~0.2 s against interpreting them (2 cores)."""
+    the cores and would optimise code that carries no rows. Nor does it generate code for
+    its plans: the only rows it sees are the tasks' reports, and compiling their plans with
+    Janino (whose jar is signed, so never in the class archive) delays the first snapshot
+    tasks (docs/operations.md, "Measured costs")."""
     if "PYSPARK_PYTHON" not in os.environ:
         os.environ["PYSPARK_PYTHON"] = worker_python()
     from pyspark.sql import SparkSession
@@ -67,8 +67,8 @@ def spark_session(master: str = DEFAULT_MASTER, rows_in_jvm: bool = True) -> Any
 
 def _import_converters() -> None:
     """Import what PySpark's py4j converters import at the first call that passes the JVM an
-    object (``pyspark.testing.utils``, and with it pandas: ~0.3 s), while the driver JVM
-    starts, rather than inside ``SparkContext()`` once it has."""
+    object (``pyspark.testing.utils``, and with it pandas), while the driver JVM starts,
+    rather than inside ``SparkContext()`` once it has."""
     with contextlib.suppress(Exception):  # only a missed head start: the converter imports it
         import pyspark.testing.utils  # noqa: F401
 
@@ -153,7 +153,7 @@ def _launch_jvm(settings: dict[str, str], quiet: bool = True) -> None:
 
 def _look_up_sources(jvm: Any) -> None:
     """Have the new JVM look up the installed Python data sources (it imports every
-    ``pyspark_*`` module in a Python worker of its own, once per JVM: ~0.3 s) while it makes
+    ``pyspark_*`` module in a Python worker of its own, once per JVM) while it makes
     the Spark session, rather than at the sync's first ``format("cdc")``, which waits for
     it. Best effort: Spark's internals may change, and the lookup then happens as before."""
     with contextlib.suppress(Exception):

@@ -3,7 +3,7 @@ is still starting the stream.
 
 Spark forks a task's Python worker when the task needs one, and the worker imports the engine,
 the dialects, pyarrow and pandas (pyarrow pulls pandas in on its first conversion) before it
-reads a row: ~0.6 s a worker, and the first snapshot tasks only start once their workers have.
+reads a row, and the first snapshot tasks only start once their workers have.
 Spark keeps a worker for the next task (``spark.python.worker.reuse``) of any job whose Python
 runner has the same environment: a ``mapInArrow`` job's workers serve the ``cdc`` source's
 tasks, a plain RDD job's do not. So a tiny ``mapInArrow`` job run beside the stream's
@@ -13,10 +13,8 @@ chain of Python processes of its own (the source made, its runner, the read plan
 the warm-up would otherwise compete with for every core, and its tasks hold every task slot
 until they are done. It is a ``mapInArrow`` rather than a Python data source read
 because its tasks start sooner: a read first runs Python workers of its own to create the
-source and plan its partitions. Measured on a 1M-row PostgreSQL snapshot (2 cores): the
-warm-up tasks began 2.1-2.2 s after the session was made and were done before the stream
-planned its first tasks; as a read they began 3.3 s after it and were done 1.2 s after that
-planning, holding the first tasks back.
+source and plan its partitions, and would hold the first tasks back (the figures are in
+docs/operations.md, "Measured costs").
 
 The job is best effort: a failure only means the tasks import as they would have.
 """
@@ -61,10 +59,8 @@ def load_worker(dialects: Sequence[str], batches: Iterator[pa.RecordBatch]
 
 
 def warm_tasks(cores: int) -> int:
-    """How many workers to warm on ``cores`` task slots: all but one, at least one. Measured
-    on two cores, PostgreSQL -> PostgreSQL, interleaved runs, medians of the whole command
-    (one worker / two / none): 1M-row snapshot 8.88 / 9.35 / 9.35 s, 10k-row snapshot 5.76 /
-    6.19 / 5.94 s, a resumed run of 5,000 changes 5.53 / 5.87 / 5.58 s."""
+    """How many workers to warm on ``cores`` task slots: all but one, at least one (warming
+    every core slowed the start-up it competes with: docs/operations.md, "Measured costs")."""
     return max(1, cores - 1)
 
 
