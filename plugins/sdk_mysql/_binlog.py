@@ -6,8 +6,8 @@ start inside a multi-row event exactly: it starts the replication stream at the 
 skips the first ``n`` changes. Watermarks from the server (``SHOW BINLOG STATUS``,
 ``Binlog_snapshot_position``) are transaction boundaries with ``n = 0``.
 
-python-mysql-replication opens (and reopens) the replication connection at a file and position
-(:class:`_Dump`); the events are read here, packet by packet: a transaction's start is its GTID
+The replication connection is opened (and reopened) here at a file and position, as a replica
+does (:class:`_Dump`); the events are read packet by packet: a transaction's start is its GTID
 (or BEGIN) event's own position, from the event header, and rows are decoded by ``_rows`` (table
 maps parsed once, a generated reader per table version). The end is checked once per
 transaction (and per row only inside the transaction the end points into), because the stream
@@ -182,50 +182,75 @@ class _Charsets:
 
 
 class _Dump:
-    """The replication connection, opened and reopened by python-mysql-replication (handshake,
-    checksum and heartbeat settings, the binlog dump command), read here packet by packet.
+    """The replication connection: opened, and reopened, here on a pymysql connection (the
+    session variables a replica sets, then COM_BINLOG_DUMP), and read packet by packet.
+
+    Two pymysql methods without a public equivalent are used, the ones each of its own commands
+    goes through: ``_execute_command`` (sends a command packet with sequence id 0) and
+    ``_read_packet`` (reads one, raising the server's error packet as ``OperationalError``).
+    The connection is pymysql's own class (``_connect``), so they cannot be missing.
 
     A connection lost or silent past ``read_timeout`` is reopened at the end of the last event
-    read, as the library does; one that cannot be reopened raises the driver's error."""
+    read; one that cannot be reopened raises the driver's error."""
 
     def __init__(self, settings: dict[str, Any], file: str, pos: int, follow: bool,
                  heartbeat_seconds: float, mariadb_gtid: str | None = None) -> None:
-        from pymysqlreplication import BinLogStreamReader
-
-        self.reader = BinLogStreamReader(
-            connection_settings=settings, server_id=random.randint(1 << 20, (1 << 31) - 1),
-            log_file=file, log_pos=pos, resume_stream=True, blocking=follow,
-            slave_heartbeat=heartbeat_seconds if follow else None,
-            pymysql_wrapper=self._open, enable_logging=False,
-            auto_position=mariadb_gtid, is_mariadb=mariadb_gtid is not None)
+        self.settings = settings
         self.file, self.pos = file, pos  # the end of the last event read
+        self.follow = follow
+        self.heartbeat_seconds = heartbeat_seconds
+        self.mariadb_gtid = mariadb_gtid  # MariaDB: start after this GTID position instead
+        self.replica_id = random.randint(1 << 20, (1 << 31) - 1)  # ours, as a replica's
         self.checksum = 0
         self.mariadb = False
         self.server_id: int | None = None  # the first connection's, which a reopened one keeps
+        self._connection: Any = None
         self._read: Any = None
 
     def _connect(self) -> None:
-        reader = self.reader
-        reader.log_file, reader.log_pos = self.file, self.pos
-        reader._BinLogStreamReader__connect_to_stream()  # the library's own (re)connection
-        self.checksum = 4 if reader._BinLogStreamReader__use_checksum else 0
-        connection = reader._stream_connection
+        """Open the connection and start the dump at ``file:pos`` (or at the GTID position)."""
+        from pymysql.constants.COMMAND import COM_BINLOG_DUMP
+
+        connection = self._connection = open_connection(**self.settings)
+        with connection.cursor() as cur:
+            cur.execute("SELECT @@server_id")
+            self._check_server(int(cur.fetchone()[0]))
+            self.checksum = 4 if self._checksum_on(cur) else 0
+            if self.follow and self.heartbeat_seconds:
+                cur.execute("SET @master_heartbeat_period = %s", (self._heartbeat_period(),))
+            # MariaDB sends its GTID events (and no dummy events in their place, which
+            # 10.6.12 gets wrong) to replicas of this capability; MySQL ignores it
+            cur.execute("SET @mariadb_slave_capability = 4")
+            if self.mariadb_gtid is not None:
+                cur.execute("SET @slave_connect_state = %s", (self.mariadb_gtid,))
+                cur.execute("SET @slave_gtid_strict_mode = 1")
+                cur.execute("SET @slave_gtid_ignore_duplicates = 0")
         self.mariadb = "MariaDB" in connection.get_server_info()
+        flags = 0 if self.follow else 1  # BINLOG_DUMP_NON_BLOCK: EOF at the binlog's end
+        if self.mariadb_gtid is not None:  # the server starts from @slave_connect_state
+            file, pos = "", 4
+        else:
+            file, pos = self.file, self.pos
+        connection._execute_command(
+            COM_BINLOG_DUMP, struct.pack("<IHI", pos, flags, self.replica_id) + file.encode())
         self._read = connection._read_packet
 
-    def _open(self, **settings: Any) -> Any:
-        """A connection of the library's (the stream's and its control one), checked to reach
-        the server the first one did."""
-        connection = open_connection(**settings)
-        try:
-            with connection.cursor() as cur:
-                cur.execute("SELECT @@server_id AS id")
-                row = cur.fetchone()
-            self._check_server(int(row["id"] if isinstance(row, dict) else row[0]))
-        except BaseException:
-            connection.close()
-            raise
-        return connection
+    @staticmethod
+    def _checksum_on(cur: Any) -> bool:
+        """Whether events end in a checksum; if so the server is told this replica reads them
+        (else it refuses to send any)."""
+        cur.execute("SHOW GLOBAL VARIABLES LIKE 'BINLOG_CHECKSUM'")
+        row = cur.fetchone()
+        if row is None or row[1] == "NONE":
+            return False
+        cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
+        return True
+
+    def _heartbeat_period(self) -> int:
+        """The heartbeat period in nanoseconds: at most half of ``read_timeout``, so that an
+        idle connection is never taken for a lost one."""
+        read_timeout = float(self.settings.get("read_timeout", 4294967))
+        return int(min(read_timeout / 2.0, self.heartbeat_seconds, 4294967) * 1_000_000_000)
 
     def _check_server(self, server_id: int) -> None:
         """A reopened connection must reach the server the first one did: the same position
@@ -249,7 +274,7 @@ class _Dump:
                 data: bytes = self._read()._data
             except OperationalError as exc:
                 if exc.args and exc.args[0] in (2006, 2013):
-                    self.reader.close()
+                    self.close()
                     self._connect()
                     continue
                 raise
@@ -260,7 +285,9 @@ class _Dump:
             yield data
 
     def close(self) -> None:
-        self.reader.close()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
 
 
 def locate_mariadb_gtid(settings: dict[str, Any], gtid: str
