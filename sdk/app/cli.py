@@ -7,10 +7,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..dialect.errors import SdkError
 from ..dialect.manager import default_manager
+
+if TYPE_CHECKING:
+    from ..job.spec import SyncSettings
 
 
 def cmd_dialects(args: argparse.Namespace) -> int:
@@ -126,7 +129,7 @@ STATUS_TABLES = 50
 """Tables ``sdk status`` lists one by one unless ``--table`` or ``--all``."""
 
 
-def _sync_settings(args: argparse.Namespace) -> dict[str, Any]:
+def _sync_settings(args: argparse.Namespace) -> SyncSettings:
     """Settings from ``--config FILE`` (YAML), overridden by the flags given."""
     from ..job.spec import SYNC_OPTIONS, sync_settings
 
@@ -161,19 +164,16 @@ def cmd_sync(args: argparse.Namespace) -> int:
     """Copy the chosen tables into the target, then follow every change, exactly once."""
     from ..spark.session import EarlySession, jvm_rows
 
-    s = _sync_settings(args)
-    target = None if s["target"] == "none" else s["target"]
+    settings = _sync_settings(args)
     # the driver JVM starts before the engine is imported (~0.6 s of it) and while the
     # source is checked
-    early = EarlySession(s["master"], rows_in_jvm=jvm_rows(target, s["changes"]))
+    early = EarlySession(settings.master,
+                         rows_in_jvm=jvm_rows(settings.target, settings.changes))
     from ..spark.sync import run_sync
 
     reporter = _reporter()
     try:
-        summary = run_sync(s["source"], target, s["tables"], s["checkpoint"], s["until"],
-                           s["options"], s["master"], s["target_schema"], reporter,
-                           changes=s["changes"], retry_seconds=s["retry_seconds"],
-                           metrics_port=s["metrics_port"], early=early)
+        summary = run_sync(settings, report=reporter, early=early)
     finally:
         getattr(reporter, "close", lambda: None)()
     skipped = f"; skipped {summary.skipped} (sdk status lists them)" if summary.skipped else ""

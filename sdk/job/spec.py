@@ -485,12 +485,37 @@ class TableWatch:
         _prepare(self.spec.dialect_obj, conn, self.spec.config, [table], advise=False)
 
 
-def sync_settings(values: Mapping[str, Any], options: Mapping[str, str]) -> dict[str, Any]:
+_SYNC_DEFAULTS = SYNC_OPTIONS.defaults()
+
+
+@dataclass(frozen=True)
+class SyncSettings:
+    """One sync's settings: a field per setting of :data:`SYNC_OPTIONS`, defaulting as it
+    declares, and the reader's ``options`` (the ``cdc`` source's and the algorithm's, as
+    strings); :func:`sync_settings` makes one from YAML keys and flags, checked."""
+
+    source: str
+    target: str | None = _SYNC_DEFAULTS["target"]
+    """Where to mirror into; None: no mirror (``--target none``)."""
+    tables: str = _SYNC_DEFAULTS["tables"]
+    checkpoint: str = _SYNC_DEFAULTS["checkpoint"]
+    until: str = _SYNC_DEFAULTS["until"]
+    options: Mapping[str, str] = field(default_factory=dict)
+    master: str = _SYNC_DEFAULTS["master"]
+    target_schema: str | None = _SYNC_DEFAULTS["target_schema"]
+    changes: str | None = _SYNC_DEFAULTS["changes"]
+    retry_seconds: float = _SYNC_DEFAULTS["retry_seconds"]
+    metrics_port: int | None = _SYNC_DEFAULTS["metrics_port"]
+
+
+def sync_settings(values: Mapping[str, Any], options: Mapping[str, str]) -> SyncSettings:
     """``sdk sync``'s settings: ``values`` (YAML keys or flags; None: not given) over their
     defaults, and the reader ``options`` with every name checked."""
     given = {k: str(v) for k, v in values.items() if v is not None}
-    settings = {**SYNC_OPTIONS.defaults(), **SYNC_OPTIONS.parse(given)}
+    settings = {**_SYNC_DEFAULTS, **SYNC_OPTIONS.parse(given)}
     READER_OPTIONS.check_names(options)
     if not settings["source"]:
         raise ConfigurationError("sdk sync needs --source (or source: in --config)")
-    return {**settings, "options": dict(options)}
+    if settings["target"] == "none":
+        settings["target"] = None
+    return SyncSettings(**settings, options=dict(options))

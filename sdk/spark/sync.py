@@ -7,11 +7,12 @@ it again with the same ``checkpoint`` resumes exactly where it stopped or crashe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,14 @@ from ..dialect.errors import (
 from ..dialect.manager import default_manager
 from ..dialect.types import FinishedSplit
 from ..job.metrics import MetricsServer
-from ..job.spec import READER_OPTIONS, UNTIL, SourceSpec, checkpoint_paths, resolve
+from ..job.spec import (
+    READER_OPTIONS,
+    UNTIL,
+    SourceSpec,
+    SyncSettings,
+    checkpoint_paths,
+    resolve,
+)
 from ..job.target import Target
 from .engine_state import (
     APPLIED_FILE,
@@ -38,11 +46,10 @@ from .engine_state import (
 )
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
-from .session import DEFAULT_MASTER, EarlySession, spark_session
+from .session import EarlySession, spark_session
 from .source import check_target, noting_changed_tables, save_resolved
 from .statestore import StateStore
 
-RETRY_SECONDS = 300.0
 TRANSIENT = ("RetriableError",)
 """What marks a failure as passing, in the text of the exception Spark reports (the Python
 error of a task arrives inside a JVM exception, so its class is matched by name)."""
@@ -141,29 +148,27 @@ class ChangeLog:
         df.write.mode("overwrite").parquet(f"{self.path}/batch_id={batch_id}")
 
 
-def _prepare(source: str, target: str | None, tables: str, checkpoint: str, until: str,
-             options: Mapping[str, str] | None, target_schema: str | None,
-             changes: str | None) -> tuple[SourceSpec, dict[str, str], str, str]:
+def _prepare(settings: SyncSettings) -> tuple[SourceSpec, dict[str, str], str, str]:
     """Check a sync's settings, options, tables and source before Spark runs (a resumed sync
     keeps its tables): its resolved source, the query's options, its state directory and
     Spark checkpoint."""
-    if until not in UNTIL:
-        raise ConfigurationError(f"--until takes one of {', '.join(UNTIL)}, not {until!r}")
-    state_dir, spark_checkpoint = checkpoint_paths(checkpoint)
-    reader_options = READER_OPTIONS.canonical({"url": source, "tables": tables,
-                                                "state.dir": state_dir, **(options or {})})
-    if target is None and changes is None:
+    if settings.until not in UNTIL:
+        raise ConfigurationError(f"--until takes one of {', '.join(UNTIL)}, not "
+                                 f"{settings.until!r}")
+    state_dir, spark_checkpoint = checkpoint_paths(settings.checkpoint)
+    reader_options = READER_OPTIONS.canonical({
+        "url": settings.source, "tables": settings.tables, "state.dir": state_dir,
+        **settings.options})
+    if settings.target is None and settings.changes is None:
         raise ConfigurationError("give a --target to mirror into, a --changes path, or both")
-    if target is not None and changes is None:  # chained: each task applies what it reads
-        reader_options["target"] = target
-        if target_schema is not None:
-            reader_options["target.schema"] = target_schema
-    _check_resumed_source(source, state_dir, checkpoint)
+    if settings.target is not None and settings.changes is None:
+        # chained: each task applies what it reads
+        reader_options["target"] = settings.target
+        if settings.target_schema is not None:
+            reader_options["target.schema"] = settings.target_schema
+    _check_resumed_source(settings.source, state_dir, settings.checkpoint)
     resolved = resolve(reader_options, before_prepare=noting_changed_tables(state_dir))
     # the advice was logged just now: the query's own resolve (in a Python worker) keeps quiet
-    advice = READER_OPTIONS.find("preflight.advice")
-    reader_options = {k: v for k, v in reader_options.items()
-                      if READER_OPTIONS.find(k) is not advice}
     reader_options["preflight.advice"] = "quiet"
     return resolved, reader_options, state_dir, spark_checkpoint
 
@@ -186,16 +191,17 @@ def _check_resumed_source(source: str, state_dir: str, checkpoint: str) -> None:
         conn.close()
 
 
-def run_sync(source: str, target: str | None, tables: str = "*",
-             checkpoint: str = "sdk-checkpoint", until: str = "never",
-             options: Mapping[str, str] | None = None, master: str = DEFAULT_MASTER,
-             target_schema: str | None = None,
-             report: Callable[[dict[str, Any]], None] | None = None,
-             report_seconds: float = 2.0, changes: str | None = None,
-             retry_seconds: float = RETRY_SECONDS,
-             metrics_port: int | None = None,
-             early: EarlySession | None = None) -> SyncSummary:
-    """Sync ``tables`` of ``source`` into ``target`` until ``until``:
+Report = Callable[[dict[str, Any]], None]
+"""What is told the progress now and then (``sdk sync``'s display)."""
+
+
+def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None = None,
+             report_seconds: float = 2.0, early: EarlySession | None = None,
+             **named: Any) -> SyncSummary:
+    """Sync as ``settings`` say (:class:`~sdk.job.spec.SyncSettings`; or give its fields:
+    ``run_sync(source, target, tables, checkpoint, until, options, master=..., ...)``):
+    ``settings.tables`` of ``settings.source`` into ``settings.target`` until
+    ``settings.until``:
 
     - ``snapshot``: stop once every table's snapshot is applied;
     - ``caught-up``: stop once the log phase reached the source's position at start;
@@ -210,53 +216,70 @@ def run_sync(source: str, target: str | None, tables: str = "*",
     for up to ``retry_seconds`` of consecutive failure; the checkpoint keeps it exactly once.
     A problem found before the stream starts (bad URL, refused login) fails at once.
     ``metrics_port`` serves the progress as Prometheus metrics (:mod:`sdk.job.metrics`).
-    ``early``: the session, already starting (``sdk sync`` starts it before it imports the
-    engine; made for ``jvm_rows(target, changes)``); else it is made once the checks passed.
+    ``report`` is given the progress every ``report_seconds``. ``early``: the session, already
+    starting (``sdk sync`` starts it before it imports the engine; made for
+    ``jvm_rows(target, changes)``); else it is made once the checks passed.
     """
-    resolved, reader_options, state_dir, spark_checkpoint = _prepare(
-        source, target, tables, checkpoint, until, options, target_schema, changes)
+    if not isinstance(settings, SyncSettings):
+        settings = SyncSettings(settings, *fields, **named)
+    resolved, reader_options, state_dir, spark_checkpoint = _prepare(settings)
     lease = CheckpointLease(StateStore(state_dir))
     lease.acquire()  # one sync per checkpoint, taken before this one changes anything
     try:
-        metrics = MetricsServer(metrics_port) if metrics_port is not None else None
+        metrics = MetricsServer(settings.metrics_port) \
+            if settings.metrics_port is not None else None
     except BaseException:
         lease.release()
         raise
     try:
-        return _run(resolved, lease, reader_options, state_dir, spark_checkpoint, target,
-                    target_schema, changes, until, master, report, report_seconds,
-                    retry_seconds, metrics, early)
+        run = _Run(settings, resolved, lease, state_dir, metrics, report, report_seconds)
+        return run.follow(_Query(settings, run, reader_options, spark_checkpoint, early))
     finally:
         if metrics is not None:
             metrics.close()
         lease.release()
 
 
-def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str, str],
-         state_dir: str, spark_checkpoint: str, target: str | None, target_schema: str | None,
-         changes: str | None, until: str, master: str,
-         report: Callable[[dict[str, Any]], None] | None, report_seconds: float,
-         retry_seconds: float, metrics: MetricsServer | None,
-         early: EarlySession | None) -> SyncSummary:
-    """:func:`run_sync` once it owns the checkpoint; ``early``: its Spark session, starting."""
-    spec = checkpointed(resolved)
-    resumed = bool(StateStore(state_dir).list_dir("states"))
-    mirror: Mirror | Tally | None = None
-    if resumed and target is not None:  # what the target lost is read again, not trusted
-        check_target(spec, spec.target or Target.of(target, target_schema))
-    if spec.target is not None:
-        spec.target.create_tables(spec.tables, own=resumed)
-        mirror = Tally()
-    elif target is not None:
-        store = StateStore(state_dir)
-        mirror = Mirror(target, spec.tables, envelope=spec.envelope,
-                        target_schema=target_schema, shuffle=False,
-                        more_tables=lambda: captured_tables(store, not spec.envelope),
-                        own_tables=resumed, ledger_prefix=lambda: ledger_prefix(store))
-    change_log = ChangeLog(changes) if changes is not None else None
+class _Run:
+    """:func:`run_sync` once it owns the checkpoint: the outputs made, the progress reported,
+    the summary at the end."""
 
-    def each_batch(df: Any, batch_id: int) -> None:
-        if change_log is not None and mirror is not None:
+    def __init__(self, settings: SyncSettings, resolved: SourceSpec, lease: CheckpointLease,
+                 state_dir: str, metrics: MetricsServer | None, report: Report | None,
+                 report_seconds: float) -> None:
+        self.settings, self.resolved, self.lease = settings, resolved, lease
+        self.state_dir, self.metrics = state_dir, metrics
+        self.report, self.report_seconds = report, report_seconds
+        self.spec = checkpointed(resolved)
+        self.store = StateStore(state_dir)
+        self.mirror = self._mirror(bool(self.store.list_dir("states")))
+        self.change_log = ChangeLog(settings.changes) if settings.changes is not None else None
+        self.started, self.began = time.monotonic(), time.time()  # again when it starts
+        self.last_report = 0.0
+        self.retries = Retries(settings.retry_seconds)
+        self.staged: dict[str, FinishedSplit] = {}  # the staged splits live_progress read
+
+    def _mirror(self, resumed: bool) -> Mirror | Tally | None:
+        """What applies each batch to the target, if there is one: the tasks themselves
+        (chained: a tally of their reports) or a :class:`Mirror`."""
+        spec, target, schema = self.spec, self.settings.target, self.settings.target_schema
+        if resumed and target is not None:  # what the target lost is read again, not trusted
+            check_target(spec, spec.target or Target.of(target, schema))
+        if spec.target is not None:
+            spec.target.create_tables(spec.tables, own=resumed)
+            return Tally()
+        if target is None:
+            return None
+        store = self.store
+        return Mirror(target, spec.tables, envelope=spec.envelope, target_schema=schema,
+                      shuffle=False, more_tables=lambda: captured_tables(store, not spec.envelope),
+                      own_tables=resumed, ledger_prefix=lambda: ledger_prefix(store))
+
+    def each_batch(self, df: Any, batch_id: int) -> None:
+        """The ``foreachBatch`` step: the change log written and the mirror applied."""
+        change_log, mirror = self.change_log, self.mirror
+        both = change_log is not None and mirror is not None
+        if both:
             df = df.persist()  # one read of the batch for both
         try:
             if change_log is not None:
@@ -264,122 +287,153 @@ def _run(resolved: SourceSpec, lease: CheckpointLease, reader_options: dict[str,
             if mirror is not None:
                 mirror(df, batch_id)
         finally:
-            if change_log is not None and mirror is not None:
+            if both:
                 df.unpersist()
 
-    spark = early.session() if early is not None else \
-        spark_session(master, rows_in_jvm=spec.target is None)
-    if spark_checkpoint.startswith(("/", "file:")):
-        spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", LOCAL_CHECKPOINTS)
-    reader_options.setdefault("cores", str(spark.sparkContext.defaultParallelism))
-    from .warmup import warm_tasks, warm_workers
-
-    writes = spec.target.dialect_name if spec.target is not None else \
-        mirror.target.dialect_name if isinstance(mirror, Mirror) else None
-    dialects = [spec.dialect_obj.name] + ([writes] if writes else [])  # the tasks' dialects
-    warm_workers(spark, warm_tasks(spark.sparkContext.defaultParallelism), dialects)
-
-    # the query takes the tables resolved above (its first start: a restart after a fault
-    # resolves them again, as a new sync would)
-    first_options = {**reader_options, "resolved": save_resolved(state_dir, resolved.tables)}
-
-    poll_ms = round(spec.head_poll_seconds * 1000)
-
-    def start_query() -> Any:
-        options = first_options if query is None else reader_options
-        stream = spark.readStream.format("cdc").options(**options).load()
-        writer = stream.writeStream.foreachBatch(each_batch) \
-            .option("checkpointLocation", spark_checkpoint)
-        if until == "caught-up":
-            return writer.trigger(availableNow=True).start()
-        # a batch at most every poll interval: the stream asks for the log head no more often
-        return writer.trigger(processingTime=f"{poll_ms} milliseconds").start()
-
-    started, began = time.monotonic(), time.time()
-    stop, now = threading.Event(), threading.Event()  # a first signal, and a second one
-
-    def on_signal(*_: Any) -> None:
-        (now if stop.is_set() else stop).set()
-
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    if threading.current_thread() is threading.main_thread():
-        for sig in previous:
-            signal.signal(sig, on_signal)
-    last_report = 0.0
-
-    def with_applied(progress: dict[str, Any]) -> dict[str, Any]:
+    def with_applied(self, progress: dict[str, Any]) -> dict[str, Any]:
+        """``progress`` with what the mirror applied, its rate, the skipped and the lag."""
+        mirror = self.mirror
         total = sum(mirror.applied.values()) if mirror is not None else 0
-        seconds = max(time.monotonic() - started, 1e-9)
+        seconds = max(time.monotonic() - self.started, 1e-9)
         report = {**progress, "applied": total, "applied_per_second": total / seconds}
         skipped = sum(mirror.skipped.values()) if mirror is not None else 0
         if skipped:
             report["skipped"] = skipped
         if mirror is not None and progress.get("phase") in ("log", "done"):
             # caught up with nothing left to apply: no lag; else the last batch's
-            lag = mirror.lag_seconds
-            report["lag_seconds"] = 0.0 if progress.get("caught_up") else lag
+            report["lag_seconds"] = 0.0 if progress.get("caught_up") else mirror.lag_seconds
         return report
 
-    retries = Retries(retry_seconds)
-    query: Any = None
-    store = StateStore(state_dir)
-    staged: dict[str, FinishedSplit] = {}  # the staged splits live_progress read already
-    try:
-        while True:
-            try:
-                query = start_query()
-            except Exception as exc:  # the source unreachable while restarting after a fault
-                retries.wait_or_raise(exc, stop)
-                continue
-            while query.isActive:
+    def report_now(self, progress: dict[str, Any]) -> None:
+        """Report the progress (to ``report``, the applied file and the metrics) when it is
+        time to."""
+        if time.monotonic() - self.last_report < self.report_seconds or \
+                (self.report is None and self.metrics is None):
+            return
+        current = self.with_applied(live_progress(self.store, self.staged) or progress)
+        if progress.get("updated_at", self.began) < self.began:  # the last run's report
+            current = {**{k: v for k, v in current.items()
+                          if k not in ("caught_up", "lag_seconds")}, "resuming": True}
+        if self.report is not None:
+            self.report(current)
+        if self.mirror is not None and "resuming" not in current:
+            self.store.write_json({k: current[k] for k in APPLIED_KEYS if k in current}
+                                  | {"updated_at": time.time()}, APPLIED_FILE)
+        if self.metrics is not None:
+            self.metrics.update(current)
+            self.metrics.retries = self.retries.count
+        self.last_report = time.monotonic()
+
+    def follow(self, query: _Query) -> SyncSummary:
+        """Run the query until the sync is done, restarting it after a passing fault."""
+        self.started, self.began = time.monotonic(), time.time()
+        stop, now = threading.Event(), threading.Event()  # a first signal, and a second one
+        with _signals_set(stop, now):
+            while True:
                 try:
-                    query.awaitTermination(0.5)
-                except Exception:  # it failed: query.exception() below says how
+                    active = query.start()
+                except Exception as exc:  # the source unreachable while restarting
+                    self.retries.wait_or_raise(exc, stop)
+                    continue
+                self._watch(active, stop, now)
+                failure = active.exception()
+                if failure is None:
                     break
-                if lease.lost:  # another sync took the checkpoint over while this one stalled
-                    query.stop()
-                    raise lease.refusal()
-                progress = store.read_json(PROGRESS_FILE) or {}  # its tables: below
-                if query.lastProgress is not None:
-                    retries.reset()  # a batch went through: the source is back
-                if time.monotonic() - last_report >= report_seconds and \
-                        (report is not None or metrics is not None):
-                    current = with_applied(live_progress(store, staged) or progress)
-                    if progress.get("updated_at", began) < began:  # the last run's report
-                        current = {**{k: v for k, v in current.items()
-                                      if k not in ("caught_up", "lag_seconds")},
-                                   "resuming": True}
-                    if report is not None:
-                        report(current)
-                    if mirror is not None and "resuming" not in current:
-                        store.write_json({k: current[k] for k in APPLIED_KEYS if k in current}
-                                         | {"updated_at": time.time()}, APPLIED_FILE)
-                    if metrics is not None:
-                        metrics.update(current)
-                        metrics.retries = retries.count
-                    last_report = time.monotonic()
-                done_snapshot = until == "snapshot" and progress.get("phase") in ("log", "done")
-                if stop.is_set() or done_snapshot:
-                    if stop.is_set() and not now.is_set():
-                        log.warning("sync: stopping once the batch in flight commits; signal "
-                                    "again to stop now (a restart resumes exactly)")
-                    while query.isActive and query.status["isTriggerActive"] and \
-                            not now.is_set():
-                        time.sleep(0.1)  # let the batch in flight commit
-                    query.stop()
-            failure = query.exception()
-            if failure is None:
-                break
-            retries.wait_or_raise(failure, stop)
+                self.retries.wait_or_raise(failure, stop)
+        return self._summary()
+
+    def _watch(self, query: Any, stop: threading.Event, now: threading.Event) -> None:
+        """Watch a running query until it ends: report, stop it once the sync is done or told
+        to stop (after the batch in flight commits, unless told twice)."""
+        until = self.settings.until
+        while query.isActive:
+            try:
+                query.awaitTermination(0.5)
+            except Exception:  # it failed: query.exception() says how
+                return
+            if self.lease.lost:  # another sync took the checkpoint over while this one stalled
+                query.stop()
+                raise self.lease.refusal()
+            progress = self.store.read_json(PROGRESS_FILE) or {}  # its tables: live_progress
+            if query.lastProgress is not None:
+                self.retries.reset()  # a batch went through: the source is back
+            self.report_now(progress)
+            done_snapshot = until == "snapshot" and progress.get("phase") in ("log", "done")
+            if stop.is_set() or done_snapshot:
+                if stop.is_set() and not now.is_set():
+                    log.warning("sync: stopping once the batch in flight commits; signal "
+                                "again to stop now (a restart resumes exactly)")
+                while query.isActive and query.status["isTriggerActive"] and not now.is_set():
+                    time.sleep(0.1)  # let the batch in flight commit
+                query.stop()
+
+    def _summary(self) -> SyncSummary:
+        """What the run did (the display told the last of it)."""
+        mirror = self.mirror
+        progress = live_progress(self.store, self.staged) or {}
+        if self.report is not None:
+            self.report({**self.with_applied(progress), "final": True})
+        applied = sum(mirror.applied.values()) if mirror is not None else 0
+        return SyncSummary(applied, time.monotonic() - self.started,
+                           progress.get("phase", "snapshot"), bool(progress.get("caught_up")),
+                           mirror.batch_lag if mirror is not None else None,
+                           sum(mirror.skipped.values()) if mirror is not None else 0)
+
+
+class _Query:
+    """Starts the sync's streaming query, on the Spark session made (or ``early``'s) and its
+    workers warmed up: the first start takes the tables resolved before, a restart after a
+    fault resolves them again (as a new sync would)."""
+
+    def __init__(self, settings: SyncSettings, run: _Run, reader_options: dict[str, str],
+                 spark_checkpoint: str, early: EarlySession | None) -> None:
+        spec = run.spec
+        spark = early.session() if early is not None else \
+            spark_session(settings.master, rows_in_jvm=spec.target is None)
+        if spark_checkpoint.startswith(("/", "file:")):
+            spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", LOCAL_CHECKPOINTS)
+        reader_options.setdefault("cores", str(spark.sparkContext.defaultParallelism))
+        from .warmup import warm_tasks, warm_workers
+
+        mirror = run.mirror
+        writes = spec.target.dialect_name if spec.target is not None else \
+            mirror.target.dialect_name if isinstance(mirror, Mirror) else None
+        dialects = [spec.dialect_obj.name] + ([writes] if writes else [])  # the tasks'
+        warm_workers(spark, warm_tasks(spark.sparkContext.defaultParallelism), dialects)
+        self.spark, self.run, self.checkpoint = spark, run, spark_checkpoint
+        self.until, self.options = settings.until, reader_options
+        self.first: dict[str, str] | None = {
+            **reader_options, "resolved": save_resolved(run.state_dir, run.resolved.tables)}
+        self.poll_ms = round(spec.head_poll_seconds * 1000)
+
+    def start(self) -> Any:
+        """Start the query (its first start: with the tables resolved before)."""
+        stream = self.spark.readStream.format("cdc").options(**(self.first or self.options))
+        writer = stream.load().writeStream.foreachBatch(self.run.each_batch) \
+            .option("checkpointLocation", self.checkpoint)
+        if self.until == "caught-up":
+            query = writer.trigger(availableNow=True).start()
+        else:  # a batch at most every poll interval: the stream asks for the log head no more
+            query = writer.trigger(processingTime=f"{self.poll_ms} milliseconds").start()
+        self.first = None
+        return query
+
+
+@contextlib.contextmanager
+def _signals_set(stop: threading.Event, now: threading.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set ``stop``, a second one ``now`` (in the main thread: signals
+    reach no other), the handlers before put back after."""
+    def on_signal(*_: Any) -> None:
+        (now if stop.is_set() else stop).set()
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        for sig in previous:
+            signal.signal(sig, on_signal)
+    try:
+        yield
     finally:
-        if threading.current_thread() is threading.main_thread():
+        if main:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-    progress = live_progress(store, staged) or {}
-    if report is not None:
-        report({**with_applied(progress), "final": True})  # the display's last for this sync
-    applied = sum(mirror.applied.values()) if mirror is not None else 0
-    return SyncSummary(applied, time.monotonic() - started,
-                       progress.get("phase", "snapshot"), bool(progress.get("caught_up")),
-                       mirror.batch_lag if mirror is not None else None,
-                       sum(mirror.skipped.values()) if mirror is not None else 0)

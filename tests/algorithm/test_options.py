@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sqlite3
 import subprocess
@@ -18,6 +19,7 @@ from sdk.dialect.manager import check_url_options, default_manager
 from sdk.job.spec import (
     READER_OPTIONS,
     SYNC_OPTIONS,
+    SyncSettings,
     parse_options,
     resolve,
     sync_settings,
@@ -109,7 +111,19 @@ def test_source_settings_parse_to_their_types() -> None:
     assert parsed.source["parallelism"] == 3 and parsed.source["envelope"] is True
     assert parsed.source["head_poll_seconds"] == 0.25 and parsed.tables == "*"
     settings = sync_settings({"source": "x", "retry.seconds": "0", "target": None}, {})
-    assert settings["retry_seconds"] == 0.0 and settings["target"] == "sqlite:///sdk-mirror.db"
+    assert settings.retry_seconds == 0.0 and settings.target == "sqlite:///sdk-mirror.db"
+    assert sync_settings({"source": "x", "target": "none"}, {}).target is None
+
+
+def test_the_sync_settings_are_the_declared_ones() -> None:
+    """One field per ``sdk sync`` setting (and the reader's options), defaulting as declared:
+    what ``run_sync`` takes."""
+    fields = {f.name: f for f in dataclasses.fields(SyncSettings)}
+    assert set(fields) == {o.attr for o in SYNC_OPTIONS} | {"options"}
+    for option in SYNC_OPTIONS:
+        if option.attr != "source":  # required
+            assert fields[option.attr].default == option.default, option.name
+    assert SyncSettings("x") == sync_settings({"source": "x"}, {})
 
 
 def test_option_names_are_in_one_style() -> None:
@@ -166,7 +180,7 @@ def test_a_former_sync_key_works_and_warns(old: str, new: str, value: str, attr:
                                            caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("WARNING", logger="sdk.dialect.options"):
         settings = sync_settings({"source": "x", old: value}, {})
-    assert str(settings[attr]) in (value, f"{value}.0")
+    assert str(getattr(settings, attr)) in (value, f"{value}.0")
     assert f"option {old!r} is deprecated: it is called {new!r} now" in caplog.text
 
 
@@ -182,7 +196,7 @@ def test_a_former_yaml_key_meets_its_flag(tmp_path: Path, warned_afresh: None,
                                       "--target-schema", "from_flag"])
     with caplog.at_level("WARNING", logger="sdk.dialect.options"):
         settings = _sync_settings(args)
-    assert (settings["target_schema"], settings["retry_seconds"]) == ("from_flag", 7.0)
+    assert (settings.target_schema, settings.retry_seconds) == ("from_flag", 7.0)
     assert "it is called 'target.schema' now" in caplog.text
 
 

@@ -124,6 +124,7 @@ target: sqlite:///{tmp_path}/mirror.db
 tables: [orders]
 checkpoint: {tmp_path}/ck
 until: never
+retry.seconds: 60
 options:
   snapshot.split.size: 50
 """)
