@@ -7,9 +7,10 @@ skips the first ``n`` changes. Watermarks from the server (``SHOW BINLOG STATUS`
 ``Binlog_snapshot_position``) are transaction boundaries with ``n = 0``.
 
 The replication connection is opened (and reopened) here at a file and position, as a replica
-does (:class:`_Dump`); the events are read packet by packet: a transaction's start is its GTID
-(or BEGIN) event's own position, from the event header, and rows are decoded by ``_rows`` (table
-maps parsed once, a generated reader per table version). The end is checked once per
+does (:class:`_Dump`); the events are read packet by packet by :class:`_Reader`, one handler per
+kind of event: a transaction's start is its GTID (or BEGIN) event's own position, from the
+event header, and rows are decoded by ``_rows`` (table maps parsed once, a generated reader per
+table version). The end is checked once per
 transaction (and per row only inside the transaction the end points into), because the stream
 does not always end with EOF.
 
@@ -45,9 +46,9 @@ from __future__ import annotations
 import random
 import struct
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, ClassVar
 
 from sdk import (
     ChangeEvent,
@@ -336,202 +337,353 @@ def read_changes(settings: dict[str, Any], tables: Sequence[TableSchema],
     (the URL option): a date Python cannot hold reads as a BadValue of its text (``error``)
     or None (``null``), chosen when a table version's decoder is compiled (no cost per
     value)."""
-    from pymysql.err import OperationalError
+    return _Reader(settings, tables, start, end, gtid, heartbeat_seconds, reshape,
+                   zero_dates).items()
 
-    captured = {(t.table.schema, t.table.name): _Shape(t) for t in tables}
-    start_file, start_pos, start_n = start
-    follow = end is None
-    end_key = position_key(end) if end is not None else None
-    end_txn = (end[0], end[1]) if end is not None else None
-    dump = _Dump(settings, start_file, start_pos, follow, heartbeat_seconds)
-    charsets = _Charsets(settings)
-    parsed: dict[bytes, _Version] = {}  # table map bodies seen, parsed
-    current: dict[int, _Version] = {}  # table id -> its latest table map
-    state = MariadbGtidState(gtid) if gtid is not None else None
-    txn_gtid = gtid
-    txn_file, txn_pos = start_file, start_pos
-    skip = start_n  # changes of this transaction before the start
-    limit: int | None = None  # the end's index when the end lies in this transaction
-    after_gtid = standalone = in_txn = txn_mariadb = False
-    index = 0
-    numbered_file, file_number = "", 0
-    unread: list[tuple[_Version, bytes, int]] = []  # rows events of other tables, not decoded
-    # following: the last transaction boundary passed (never behind start) and its GTID state
-    boundary, boundary_gtid = start, gtid
-    last_beat = time.monotonic()
-    header = _HEADER.unpack_from
 
-    def truncations(found: tuple[str, list[Name], list[str]], default: str, file: str,
-                    pos: int, gtid: str | None) -> Iterator[TableTruncated]:
+_Items = Iterable[LogItem] | None
+"""What an event's handler gives: the items it yields (None: none)."""
+
+Handler = Callable[["_Reader", int, bytes, int, int, int, int], _Items]
+"""``handler(reader, kind, body, timestamp, server_id, size, log_pos)``."""
+
+
+def _by_type(default: Handler, handlers: dict[int, Handler]) -> list[Handler]:
+    """A list of handlers by event type, ``default`` for the types not in ``handlers``."""
+    out = [default] * 256
+    for kind, handler in handlers.items():
+        out[kind] = handler
+    return out
+
+
+class _Reader:
+    """One read of the binlog (see :func:`read_changes`): the state between events, and one
+    handler per kind of event, called with the event's header fields and body."""
+
+    __slots__ = (
+        "after_gtid", "boundary", "boundary_gtid", "captured", "charsets", "current", "done",
+        "dump", "end", "end_key", "end_txn", "file_number", "follow", "heartbeat_seconds",
+        "in_txn", "index", "last_beat", "limit", "numbered_file", "parsed", "reshape",
+        "settings", "skip", "standalone", "start", "state", "txn_file", "txn_gtid",
+        "txn_mariadb", "txn_pos", "unread", "zero_dates")
+
+    def __init__(self, settings: dict[str, Any], tables: Sequence[TableSchema],
+                 start: tuple[str, int, int], end: tuple[str, int, int] | None,
+                 gtid: str | None, heartbeat_seconds: float, reshape: Reshape | None,
+                 zero_dates: str) -> None:
+        self.settings = settings
+        self.captured = {(t.table.schema, t.table.name): _Shape(t) for t in tables}
+        self.start, self.end = start, end
+        self.follow = end is None
+        self.end_key = position_key(end) if end is not None else None
+        self.end_txn = (end[0], end[1]) if end is not None else None
+        self.heartbeat_seconds = heartbeat_seconds
+        self.reshape = reshape
+        self.zero_dates = zero_dates
+        self.dump = _Dump(settings, start[0], start[1], self.follow, heartbeat_seconds)
+        self.charsets = _Charsets(settings)
+        self.parsed: dict[bytes, _Version] = {}  # table map bodies seen, parsed
+        self.current: dict[int, _Version] = {}  # table id -> its latest table map
+        self.state = MariadbGtidState(gtid) if gtid is not None else None
+        # the transaction read: where it starts, its GTID state, the changes before the start
+        # in it (skip) and the end's index when the end lies in it (limit)
+        self.txn_gtid = gtid
+        self.txn_file, self.txn_pos = start[0], start[1]
+        self.skip = start[2]
+        self.limit: int | None = None
+        self.after_gtid = self.standalone = self.in_txn = self.txn_mariadb = False
+        self.index = 0  # the next change's index in the transaction
+        self.unread: list[tuple[_Version, bytes, int]] = []  # other tables' rows, not decoded
+        self.numbered_file, self.file_number = "", 0  # the last file compared with the end
+        # following: the last transaction boundary passed (never behind start) and its GTID
+        self.boundary, self.boundary_gtid = start, gtid
+        self.last_beat = time.monotonic()
+        self.done = False  # the end is reached
+
+    def items(self) -> Iterator[LogItem]:
+        """The read's items; the driver's errors as the SDK's (see :meth:`_failure`)."""
+        from pymysql.err import OperationalError
+
+        dump = self.dump
+        handlers = self.HANDLERS
+        header = _HEADER.unpack_from
+        try:
+            for data in dump.packets():
+                timestamp, kind, server_id, size, log_pos, _ = header(data)
+                if log_pos:
+                    dump.pos = log_pos  # where a reopened connection goes on
+                out = handlers[kind](
+                    self, kind, data[_HEADER_SIZE:len(data) - dump.checksum], timestamp,
+                    server_id, size, log_pos)
+                if out is not None:
+                    yield from out
+                    if self.done:
+                        return
+        except OperationalError as exc:
+            failure = self._failure(exc)
+            if failure is None:
+                raise
+            raise failure from None
+        finally:
+            dump.close()
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        """The error to raise for the driver's ``exc``: a purged position, a failed TLS
+        handshake, a connection that cannot be reopened; None: ``exc`` itself."""
+        settings = self.settings
+        code = exc.args[0] if exc.args else None
+        if code == 1236:
+            return OffsetExpiredError(
+                f"the binlog no longer holds {self.start[0]}:{self.start[1]} ({exc.args[1]}); "
+                "the server purged it: take a new snapshot and keep binlogs longer "
+                "(binlog_expire_logs_seconds)")
+        if handshake_failed(exc):  # certificates or protocol: a retry meets the same
+            return ConfigurationError(
+                f"the binlog connection to {settings['host']}:{settings['port']} failed its TLS "
+                f"handshake ({exc.args[-1]}): check the URL's ssl_ options")
+        if code in CONNECTION_LOST:
+            return RetriableError(
+                f"the binlog connection to {settings['host']}:{settings['port']} failed and "
+                f"could not be reopened ({exc.args[-1]}; a connection silent for "
+                f"read_timeout={settings.get('read_timeout')} s counts as lost): the read can "
+                "be retried from its start offset")
+        return None
+
+    # ---- the handlers: (kind, body, timestamp, server_id, size, log_pos) -> items or None
+
+    def _other(self, kind: int, body: bytes, timestamp: int, server_id: int, size: int,
+               log_pos: int) -> _Items:
+        """An event the read needs nothing of: format description (the checksum is known from
+        the session), MySQL's anonymous GTID, MariaDB's annotations and GTID lists, ..."""
+        return None
+
+    def _unreadable(self, kind: int, body: bytes, timestamp: int, server_id: int, size: int,
+                    log_pos: int) -> _Items:
+        """An event of a server feature this decoder does not read: the setting to change."""
+        raise ConfigurationError(
+            f"the binlog at {self.dump.file}:{log_pos - size} holds an event this dialect "
+            f"cannot read, from {_UNREADABLE[kind]}")
+
+    def _rotate(self, kind: int, body: bytes, timestamp: int, server_id: int, size: int,
+                log_pos: int) -> _Items:
+        """The next events are in another file (or, at the stream's start, in this one)."""
+        dump = self.dump
+        dump.file = body[8:].decode()
+        dump.pos = int.from_bytes(body[:8], "little")
+        if self.follow and not self.in_txn and not log_pos:  # the fake one naming the next file
+            return (self._beat(dump.file, dump.pos),)
+        return None
+
+    def _table_map(self, kind: int, body: bytes, timestamp: int, server_id: int, size: int,
+                   log_pos: int) -> _Items:
+        """The table a table id names, parsed once per distinct event (see :class:`_Version`)."""
+        version = self.parsed.get(body)
+        if version is None:
+            version = self._version(body)
+        self.current[version.map.table_id] = version
+        return None
+
+    def _version(self, body: bytes) -> _Version:
+        """A table map event's parse, with the schema its rows are shaped by if it is read."""
+        parsed, charsets, mariadb = self.parsed, self.charsets, self.dump.mariadb
+        if len(parsed) >= MAX_TABLE_MAPS:
+            parsed.clear()
+        table_map = parse_table_map(body, mariadb, charsets.name)
+        shape = self.captured.get((table_map.schema, table_map.table))
+        schema = None
+        if shape is not None:
+            schema = shape.schema
+            if self.reshape is not None and \
+                    not shaped_like(schema, table_map, charsets.collation):
+                new = self.reshape(table_map, schema, mariadb, charsets.collation)
+                schema = schema if new == schema else new
+        version = parsed[body] = _Version(table_map, schema, shape, self.zero_dates)
+        return version
+
+    def _rows(self, kind: int, body: bytes, timestamp: int, server_id: int, size: int,
+              log_pos: int) -> _Items:
+        """A rows event: its changes within the read, each at its index in the transaction."""
+        self.after_gtid = False
+        version = self.current.get(int.from_bytes(body[:6], "little"))
+        if version is None:
+            return None  # its table map was not seen (the read started after it)
+        unread, limit = self.unread, self.limit
+        if version.schema is None and limit is None and len(unread) < MAX_UNREAD:
+            unread.append((version, body, kind))  # counted only if a change follows
+            return None
+        first = self.index
+        if unread:
+            first += sum(len(v.rows(b, k)) for v, b, k in unread)
+            unread.clear()
+        rows = version.rows(body, kind)
+        index = self.index = first + len(rows)
+        out: _Items = None
+        schema = version.schema
+        if schema is not None:
+            low = max(first, self.skip)
+            high = index if limit is None else min(index, limit)
+            if low < high:
+                if low > first or high < index:
+                    rows = rows[low - first:high - first]
+                out = _changes(schema.table, version.key_of, _ROWS[kind], rows, timestamp,
+                               self.txn_file, self.txn_pos, low, self.txn_gtid)
+                shape = version.shape
+                if schema is not shape.schema:  # type: ignore[union-attr]
+                    shape.schema = schema  # type: ignore[union-attr]
+                    out = _chain(SchemaChange(schema, _offset(self.txn_file, self.txn_pos, low,
+                                                              self.txn_gtid)), out)
+        if limit is not None and index >= limit:
+            self.done = True
+            return out or ()
+        return out
+
+    def _begin(self, kind: int, body: bytes, timestamp: int, server_id: int, size: int,
+               log_pos: int) -> _Items:
+        """A transaction starts: at its GTID event (MariaDB's or MySQL's), else at its BEGIN
+        (a Query event); ``()`` when that is at or past the end. MariaDB's GTID moves the GTID
+        state on."""
+        pos = log_pos - size
+        mariadb = kind == MARIADB_GTID
+        txn_file = self.txn_file = self.dump.file
+        self.txn_pos, self.index = pos, 0
+        self.after_gtid, self.in_txn, self.txn_mariadb = kind != QUERY, True, mariadb
+        self.standalone = mariadb and bool(body[12] & _MARIADB_STANDALONE)
+        if self.end_key is not None:
+            if txn_file != self.numbered_file:  # the file's number, once per file
+                self.numbered_file = txn_file
+                self.file_number = position_key((txn_file, 0, 0))[0]
+            if (self.file_number, pos, 0) >= self.end_key:
+                self.done = True
+                return ()
+        self.unread.clear()
+        start, end = self.start, self.end
+        self.skip = start[2] if (txn_file, pos) == (start[0], start[1]) else 0
+        self.limit = end[2] if end is not None and (txn_file, pos) == self.end_txn else None
+        state = self.state
+        if state is not None:
+            self.txn_gtid = state.text
+            if mariadb:
+                domain = int.from_bytes(body[8:12], "little")
+                state.add(domain, f"{domain}-{server_id}-{int.from_bytes(body[:8], 'little')}")
+        return None
+
+    def _query(self, kind: int, body: bytes, timestamp: int, server_id: int, size: int,
+               log_pos: int) -> _Items:
+        """A statement: BEGIN (a transaction's start when no GTID event came just before),
+        COMMIT, ROLLBACK or a DDL statement, which may empty captured tables."""
+        status_len = int.from_bytes(body[11:13], "little")
+        query = body[13 + status_len + body[8] + 1:]
+        if query == b"BEGIN" and not self.after_gtid:
+            # a transaction starts at its BEGIN where no GTID event is decoded (MySQL's
+            # anonymous GTID event is not)
+            return self._begin(kind, body, timestamp, server_id, size, log_pos)
+        found = emptied(query)
+        if found is not None:
+            return self._ddl(found, body, status_len, query, size, log_pos)
+        return self._statement_end(query, log_pos)
+
+    def _ddl(self, found: tuple[str, list[Name], list[str]], body: bytes, status_len: int,
+             query: bytes, size: int, log_pos: int) -> Iterator[LogItem]:
+        """A statement that empties or replaces tables: their truncations, then as any
+        statement. It is at its transaction when that began at the GTID event just before,
+        else at itself."""
+        state = self.state
+        at = (self.txn_file, self.txn_pos, self.txn_gtid) if self.after_gtid else \
+            (self.dump.file, log_pos - size, state.text if state else None)
+        default = body[13 + status_len:13 + status_len + body[8]].decode()
+        yield from self._truncations(found, default, *at)
+        out = self._statement_end(query, log_pos)
+        if out is not None:
+            yield from out
+
+    def _statement_end(self, query: bytes, log_pos: int) -> _Items:
+        """After a statement: following the log, one that ends a transaction (COMMIT,
+        ROLLBACK, MariaDB's standalone statement, MySQL's DDL after its GTID event) is a
+        boundary."""
+        if not self.follow:
+            self.after_gtid = False
+            return None
+        ends = (query in _COMMIT_WORDS or self.standalone
+                or (self.after_gtid and not self.txn_mariadb and query != b"BEGIN"))
+        return self._boundary(ends, log_pos)
+
+    def _xid(self, kind: int, body: bytes, timestamp: int, server_id: int, size: int,
+             log_pos: int) -> _Items:
+        """A transaction's commit."""
+        if not self.follow:
+            self.after_gtid = False
+            return None
+        return self._boundary(True, log_pos)
+
+    def _boundary(self, ends: bool, log_pos: int) -> _Items:
+        """Following the log: a heartbeat at the end of a transaction (``ends``), when the last
+        one is ``heartbeat_seconds`` old."""
+        self.after_gtid = False
+        if ends and self.in_txn:
+            self.in_txn = False
+            if time.monotonic() - self.last_beat >= self.heartbeat_seconds:
+                return (self._beat(self.dump.file, log_pos),)
+        return None
+
+    def _heartbeat(self, kind: int, body: bytes, timestamp: int, server_id: int, size: int,
+                   log_pos: int) -> _Items:
+        """The server's heartbeat, sent only when it has nothing more to send: the binlog's
+        end, where whole transactions are written at once, so a boundary even if the events
+        seen do not say the last transaction ended (XA PREPARE, ROLLBACK of a
+        non-transactional change)."""
+        if not self.follow or not log_pos:
+            return None
+        self.in_txn = False
+        return (self._beat(body.decode(), log_pos),)
+
+    # ---- helpers
+
+    def _beat(self, file: str, pos: int) -> Heartbeat:
+        """A heartbeat at the boundary ``file:pos``, or at the last one if that is further."""
+        self.last_beat = time.monotonic()
+        if position_key((file, pos, 0)) > position_key(self.boundary):
+            state = self.state
+            self.boundary, self.boundary_gtid = (file, pos, 0), state.text if state else None
+        return Heartbeat(make_offset(*self.boundary, self.boundary_gtid))
+
+    def _truncations(self, found: tuple[str, list[Name], list[str]], default: str, file: str,
+                     pos: int, gtid: str | None) -> Iterator[TableTruncated]:
         """The captured tables a DDL statement at ``file:pos`` empties or replaces (names
         unqualified are in database ``default``), if it lies within the read."""
         statement, names, databases = found
-        hit = [key for db, name in names if (key := _captured(db or default, name)) is not None]
+        captured = self.captured
+        hit = [key for db, name in names
+               if (key := self._captured(db or default, name)) is not None]
         hit += [key for key in captured if key[0] in databases]
         at = position_key((file, pos, 0))
-        if not hit or at < position_key(start) or (end_key is not None and at >= end_key):
+        if not hit or at < position_key(self.start) or \
+                (self.end_key is not None and at >= self.end_key):
             return
         offset = _offset(file, pos, 0, gtid)
         for key in dict.fromkeys(hit):
             yield TableTruncated(captured[key].schema.table, offset, statement,
                                  dropped=statement not in ROWS_ONLY)
 
-    def _captured(db: str, name: str) -> tuple[str, str] | None:
+    def _captured(self, db: str, name: str) -> tuple[str, str] | None:
         """The captured table ``db.name`` names (exactly, else ignoring case)."""
+        captured = self.captured
         if (db, name) in captured:
             return db, name
         folded = [k for k in captured if (k[0].lower(), k[1].lower()) == (db.lower(),
                                                                             name.lower())]
         return folded[0] if len(folded) == 1 else None
 
-    def beat(file: str, pos: int) -> Heartbeat:
-        """A heartbeat at the boundary ``file:pos``, or at the last one if that is further."""
-        nonlocal boundary, boundary_gtid, last_beat
-        last_beat = time.monotonic()
-        if position_key((file, pos, 0)) > position_key(boundary):
-            boundary, boundary_gtid = (file, pos, 0), state.text if state else None
-        return Heartbeat(make_offset(*boundary, boundary_gtid))
 
-    try:
-        for data in dump.packets():
-            timestamp, kind, server_id, size, log_pos, _ = header(data)
-            body = data[_HEADER_SIZE:len(data) - dump.checksum]
-            if kind == ROTATE:
-                dump.file = body[8:].decode()
-                dump.pos = int.from_bytes(body[:8], "little")
-                if follow and not in_txn and not log_pos:  # the fake rotate naming the next file
-                    yield beat(dump.file, dump.pos)
-                continue
-            if log_pos:
-                dump.pos = log_pos  # where a reopened connection goes on
-            if kind in _ROWS:
-                version = current.get(int.from_bytes(body[:6], "little"))
-                if version is None:
-                    after_gtid = False
-                    continue  # its table map was not seen (the read started after it)
-                if version.schema is None and limit is None and len(unread) < MAX_UNREAD:
-                    unread.append((version, body, kind))  # counted only if a change follows
-                    after_gtid = False
-                    continue
-                if unread:
-                    index += sum(len(v.rows(b, k)) for v, b, k in unread)
-                    unread.clear()
-                rows = version.rows(body, kind)
-                first = index
-                index += len(rows)
-                schema = version.schema
-                if schema is not None:
-                    low = max(first, skip)
-                    high = index if limit is None else min(index, limit)
-                    if low < high:
-                        if low > first or high < index:
-                            rows = rows[low - first:high - first]
-                        if schema is not version.shape.schema:  # type: ignore[union-attr]
-                            version.shape.schema = schema  # type: ignore[union-attr]
-                            yield SchemaChange(schema, _offset(txn_file, txn_pos, low, txn_gtid))
-                        yield from _changes(schema.table, version.key_of, _ROWS[kind], rows,
-                                            timestamp, txn_file, txn_pos, low, txn_gtid)
-                if limit is not None and index >= limit:
-                    return
-                after_gtid = False
-                continue
-            if kind == TABLE_MAP:
-                version = parsed.get(body)
-                if version is None:
-                    if len(parsed) >= MAX_TABLE_MAPS:
-                        parsed.clear()
-                    table_map = parse_table_map(body, dump.mariadb, charsets.name)
-                    shape = captured.get((table_map.schema, table_map.table))
-                    schema = None
-                    if shape is not None:
-                        schema = shape.schema
-                        if reshape is not None and \
-                                not shaped_like(schema, table_map, charsets.collation):
-                            new = reshape(table_map, schema, dump.mariadb, charsets.collation)
-                            schema = schema if new == schema else new
-                    version = _Version(table_map, schema, shape, zero_dates)
-                    parsed[body] = version
-                current[version.map.table_id] = version
-                continue
-            if kind in _UNREADABLE:
-                raise ConfigurationError(
-                    f"the binlog at {dump.file}:{log_pos - size} holds an event this dialect "
-                    f"cannot read, from {_UNREADABLE[kind]}")
-            query = b""
-            if kind == QUERY:
-                status_len = int.from_bytes(body[11:13], "little")
-                query = body[13 + status_len + body[8] + 1:]
-            # A transaction starts at its GTID event (MariaDB, MySQL with GTIDs), else at its
-            # BEGIN (MySQL's anonymous GTID event is not decoded).
-            mariadb = kind == MARIADB_GTID
-            is_gtid = mariadb or kind == GTID
-            if is_gtid or (query == b"BEGIN" and not after_gtid):
-                txn_file = dump.file
-                txn_pos, index = log_pos - size, 0
-                after_gtid, in_txn, txn_mariadb = is_gtid, True, mariadb
-                standalone = mariadb and bool(body[12] & _MARIADB_STANDALONE)
-                if end_key is not None:
-                    if txn_file != numbered_file:  # the file's number, once per file
-                        numbered_file, file_number = txn_file, position_key((txn_file, 0, 0))[0]
-                    if (file_number, txn_pos, 0) >= end_key:
-                        return
-                unread.clear()
-                skip = start_n if (txn_file, txn_pos) == (start_file, start_pos) else 0
-                limit = end[2] if end is not None and (txn_file, txn_pos) == end_txn else None
-                if state is not None:
-                    txn_gtid = state.text
-                    if mariadb:
-                        domain = int.from_bytes(body[8:12], "little")
-                        state.add(domain, f"{domain}-{server_id}-"
-                                          f"{int.from_bytes(body[:8], 'little')}")
-                continue
-            if kind == QUERY and (found := emptied(query)) is not None:
-                # at its transaction when it began at the GTID event just before, else at itself
-                at = (txn_file, txn_pos, txn_gtid) if after_gtid else \
-                    (dump.file, log_pos - size, state.text if state else None)
-                default = body[13 + status_len:13 + status_len + body[8]].decode()
-                yield from truncations(found, default, *at)
-            if not follow or kind not in (QUERY, XID, HEARTBEAT):
-                if kind in (QUERY, XID):
-                    after_gtid = False
-                continue
-            # following the log: find transaction boundaries for heartbeats
-            if kind == HEARTBEAT:
-                # sent only when the server has nothing more to send: the binlog's end, where
-                # whole transactions are written at once, so a boundary even if the events
-                # seen do not say the last transaction ended (XA PREPARE, ROLLBACK of a
-                # non-transactional change)
-                if log_pos:
-                    in_txn = False
-                    yield beat(body.decode(), log_pos)
-                continue
-            ends = (kind == XID or query in _COMMIT_WORDS or standalone
-                    or (after_gtid and not txn_mariadb and query != b"BEGIN"))
-            after_gtid = False
-            if ends and in_txn:
-                in_txn = False
-                if time.monotonic() - last_beat >= heartbeat_seconds:
-                    yield beat(dump.file, log_pos)
-    except OperationalError as exc:
-        code = exc.args[0] if exc.args else None
-        if code == 1236:
-            raise OffsetExpiredError(
-                f"the binlog no longer holds {start_file}:{start_pos} ({exc.args[1]}); the "
-                "server purged it: take a new snapshot and keep binlogs longer "
-                "(binlog_expire_logs_seconds)") from None
-        if handshake_failed(exc):  # certificates or protocol: a retry meets the same
-            raise ConfigurationError(
-                f"the binlog connection to {settings['host']}:{settings['port']} failed its TLS "
-                f"handshake ({exc.args[-1]}): check the URL's ssl_ options") from None
-        if code in CONNECTION_LOST:
-            raise RetriableError(
-                f"the binlog connection to {settings['host']}:{settings['port']} failed and "
-                f"could not be reopened ({exc.args[-1]}; a connection silent for "
-                f"read_timeout={settings.get('read_timeout')} s counts as lost): the read can "
-                "be retried from its start offset") from None
-        raise
-    finally:
-        dump.close()
+    # the handler of each event type (a byte), in a list: the quickest lookup
+    HANDLERS: ClassVar[list[Handler]] = _by_type(_other, {
+        ROTATE: _rotate, TABLE_MAP: _table_map, GTID: _begin, MARIADB_GTID: _begin,
+        QUERY: _query, XID: _xid, HEARTBEAT: _heartbeat, **dict.fromkeys(_ROWS, _rows),
+        **dict.fromkeys(_UNREADABLE, _unreadable)})
+
+
+def _chain(first: LogItem, rest: Iterable[LogItem]) -> Iterator[LogItem]:
+    yield first
+    yield from rest
 
 
 def _key_getter(table: TableSchema) -> Any:
