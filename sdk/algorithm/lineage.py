@@ -118,10 +118,13 @@ def relocate(dialect: Dialect, conn: Connection, offsets: Iterable[Offset],
 
 def resume_position(state: SyncState, dialect: Dialect) -> Offset | None:
     """The log position a sync in ``state`` reads from next: its position in the log phase,
-    else the lowest watermark of the splits it has read (where its log phase will begin)."""
+    else where its log phase will begin: the lowest watermark of the splits it has read, or
+    where its snapshot began when earlier."""
     if state.phase is Phase.LOG or state.position is not None:
         return state.position
     marks = [f.watermark for splits in state.finished.values() for f in splits]
+    if state.snapshot_from is not None:
+        marks.append(state.snapshot_from)
     lowest: Offset | None = None
     for mark in marks:
         if lowest is None or dialect.compare_offset(mark, lowest) < 0:

@@ -95,9 +95,12 @@ class PhaseMachine:
         schemas = {s.table: choose_key(s, self.options) for s in tables}
         mode = self.options.startup_mode
         if mode in (StartupMode.INITIAL, StartupMode.SNAPSHOT):
+            # where the log phase starts at the latest (a snapshot alone reads no log)
+            begun = self.dialect.current_offset(conn) if mode is StartupMode.INITIAL else None
             plans = {t: self.assigner.plan(conn, s) for t, s in schemas.items()}
             return SyncState(Phase.SNAPSHOT, schemas, plans,
-                             stop_after_snapshot=mode is StartupMode.SNAPSHOT)
+                             stop_after_snapshot=mode is StartupMode.SNAPSHOT,
+                             snapshot_from=begun)
         return SyncState(Phase.LOG, schemas, position=self._startup_offset(conn, mode))
 
     def _startup_offset(self, conn: Connection, mode: StartupMode) -> Offset:
@@ -289,17 +292,23 @@ class PhaseMachine:
 
     def finish_snapshot(self, conn: Connection, state: SyncState) -> SyncState:
         """End the snapshot once every split was handed out (and folded): stop, or start the
-        log phase at the smallest watermark, where the oldest split's window begins."""
+        log phase at the smallest watermark, where the oldest split's window begins, or where
+        the snapshot began when that is earlier (a schema change made before the first split
+        is then met in the log)."""
         if state.plans:
             raise ValueError("the snapshot cannot finish while tables have splits left")
         if state.stop_after_snapshot:
             log.info("snapshot finished; startup.mode=snapshot: stopping")
             return replace(state, phase=Phase.DONE, finished={})
         start = self.filter_for(state).start_offset()
+        begun = state.snapshot_from
+        if begun is not None and (start is None or
+                                  self.dialect.compare_offset(begun, start) < 0):
+            start = begun
         if start is None:  # nothing was read: no watermark to start from
             start = self.dialect.current_offset(conn)
         log.info("snapshot finished; log phase starts at %s", start)
-        return replace(state, phase=Phase.LOG, position=start)
+        return replace(state, phase=Phase.LOG, position=start, snapshot_from=None)
 
     def drop_pure(self, state: SyncState) -> SyncState:
         """Forget the finished splits of tables whose every watermark is at or below the log

@@ -51,6 +51,10 @@ class SyncState:
     versions: Mapping[TableId, int] = field(default_factory=dict)
     """The schema version of each table whose columns changed since it was first captured
     (absent: 1), one more for each schema change followed."""
+    snapshot_from: Offset | None = None
+    """The log position when the snapshot began, taken after the tables were described: the
+    log phase starts no later, so it meets a schema change made before the first split's
+    watermark (the splits read the columns described)."""
 
     def version(self, table: TableId) -> int:
         """``table``'s schema version (1: the columns it was first captured with)."""
@@ -75,6 +79,7 @@ class SyncState:
             **({"served": list(self.served)} if self.served else {}),
             **({"versions": [[t.to_json(), v] for t, v in self.versions.items()]}
                if self.versions else {}),
+            **({"snapshot_from": self.snapshot_from.to_json()} if self.snapshot_from else {}),
         }
 
     def dumps(self) -> str:
@@ -101,6 +106,8 @@ class SyncState:
             rereads={TableId.from_json(t): w for t, w in data.get("rereads", [])},
             served=tuple(data.get("served", [])),
             versions={TableId.from_json(t): v for t, v in data.get("versions", [])},
+            snapshot_from=Offset.from_json(data["snapshot_from"])
+            if data.get("snapshot_from") else None,
         )
 
     @classmethod

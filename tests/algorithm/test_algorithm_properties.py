@@ -27,6 +27,7 @@ import pytest
 from helpers.sim import (
     SCHEMA,
     TABLE,
+    WIDER,
     MemoryConnection,
     MemoryDatabase,
     check_exactly_once,
@@ -37,7 +38,17 @@ from helpers.sim import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sdk import Capability, ChangeEvent, FinishedSplit, Key, Offset, Row, SnapshotSplit, TableId
+from sdk import (
+    Capability,
+    ChangeEvent,
+    FinishedSplit,
+    Key,
+    Offset,
+    Row,
+    SchemaChange,
+    SnapshotSplit,
+    TableId,
+)
 from sdk.algorithm import (
     Batch,
     IncrementalFilter,
@@ -52,7 +63,13 @@ from sdk.algorithm import (
     log_filter,
     read_split,
 )
-from sdk.algorithm.policy import RequestStep, judge_request, served
+from sdk.algorithm.policy import (
+    RequestStep,
+    fold_schema_changes,
+    judge_request,
+    judge_schema_change,
+    served,
+)
 from sdk.dialect.codec import dumps
 
 KEY_SPACE = 40
@@ -60,7 +77,7 @@ KEY_SPACE = 40
 
 @dataclass
 class Action:
-    kind: str  # c, u, d, move, publish
+    kind: str  # c, u, d, move, publish, alter (a column added)
     selector: int
     value: int
     delayed: bool
@@ -68,6 +85,10 @@ class Action:
 
 actions = st.builds(Action, st.sampled_from(["c", "u", "d", "move", "publish", "c", "u"]),
                     st.integers(0, 1000), st.integers(0, 99), st.booleans())
+living_actions = st.builds(Action, st.sampled_from(["c", "u", "d", "move", "publish", "c", "u",
+                                                    "alter"]),
+                           st.integers(0, 1000), st.integers(0, 99), st.booleans())
+"""With the table's columns changing under the sync too."""
 
 
 @dataclass
@@ -93,7 +114,8 @@ def scenarios(draw: st.DrawFn, exactly_once: bool | None = None, atomic: bool | 
     keys = draw(st.sets(st.integers(0, KEY_SPACE - 1), max_size=25))
     return Scenario(
         initial={(k,): (k, k * 10) for k in keys},
-        schedule=draw(st.lists(st.lists(actions, max_size=3), max_size=40)),
+        schedule=draw(st.lists(st.lists(living_actions if requests else actions, max_size=3),
+                               max_size=40)),
         split_size=draw(st.integers(1, 6)),
         fetch_size=draw(st.integers(1, 4)),
         batch_events=draw(st.integers(1, 6)),
@@ -111,6 +133,9 @@ def perform(db: MemoryDatabase, action: Action) -> None:
     """Apply one drawn action, resolved against the current state (skipped when impossible)."""
     if action.kind == "publish":
         db.publish()
+        return
+    if action.kind == "alter":
+        db.add_column()
         return
     busy = db.busy_keys()
     existing = sorted(k for k in db.rows if k not in busy)
@@ -177,7 +202,7 @@ class World:
         if not self.schedule and self.db.pending:
             self.db.publish()
         return not self.schedule and not self.db.pending and state.phase is Phase.LOG \
-            and state.position == Offset("mem", seq=len(self.db.log))
+            and state.position == Offset("mem", seq=len(self.db.log)) and not state.plans
 
 
 def check_state(state: SyncState, handed: tuple[SnapshotSplit, ...] = ()) -> None:
@@ -215,6 +240,7 @@ def run_steps(world: World) -> Outcome:
     runner = new_runner()
     state = runner.start([SCHEMA])
     committed = state.dumps()
+    requests = list(runner.requests)  # committed with the state, as run() asks
     events: list[ChangeEvent] = []
     snapshot: dict[TableId, tuple[FinishedSplit, ...]] = {}
     for step in range(2000):
@@ -225,10 +251,12 @@ def run_steps(world: World) -> Outcome:
         out, new_state = runner.step(state)
         if step in scenario.crashes:
             runner = new_runner()
+            runner.requests = list(requests)
             state = SyncState.loads(committed)
             continue
         events.extend(out)
         committed = new_state.dumps()
+        requests = list(runner.requests)
         state = SyncState.loads(committed)
         check_state(state)
         if state.phase is Phase.SNAPSHOT:
@@ -255,6 +283,7 @@ def run_microbatches(world: World) -> Outcome:
 
     offsets = [dumps(Batch(machine.start(conn, [SCHEMA])).to_json())]  # the offset log
     requests: dict[str, str | None] = {}  # the request files: they outlive a crash
+    schema_stage: dict[int, list[SchemaChange]] = {}  # staged by a log batch, as its rows
     filtered = dialect.has(Capability.FILTERED_READS)
 
     def serve(state: SyncState) -> SyncState:
@@ -290,9 +319,10 @@ def run_microbatches(world: World) -> Outcome:
         for split in batch.splits:
             staged = stage.get((number, split.index))
             if staged is None:
-                result = read_split(dialect, conn, SCHEMA, split, options, world.hooks,
+                schema = batch.state.tables[split.table]
+                result = read_split(dialect, conn, schema, split, options, world.hooks,
                                     view.token())
-                staged = ([ChangeEvent(TABLE, "r", SCHEMA.key_of(r), r, result.watermark)
+                staged = ([ChangeEvent(TABLE, "r", schema.key_of(r), r, result.watermark)
                            for r in result.rows] +
                           [ChangeEvent(TABLE, "d", k, None, result.watermark)
                            for k in result.deleted],
@@ -301,10 +331,16 @@ def run_microbatches(world: World) -> Outcome:
             out.extend(staged[0])
         if batch.log_from is not None:
             flt = log_filter(batch.state, dialect.compare_offset)
-            for item in dialect.stream_log(conn, [SCHEMA], batch.log_from,
-                                           batch.state.position):
+            changes = []
+            for item in dialect.stream_log(conn, list(batch.state.tables.values()),
+                                           batch.log_from, batch.state.position):
+                if isinstance(item, SchemaChange):  # staged for the driver, as Shapes does
+                    verdict = judge_schema_change(batch.state.tables[item.table], item,
+                                                  "evolve", options)
+                    changes.append(SchemaChange(verdict.schema or item.schema, item.offset))
                 if isinstance(item, ChangeEvent) and (routed := flt.route(item)) is not None:
                     out.append(routed)
+            schema_stage[number] = changes
         return out
 
     for step in range(3000):
@@ -312,13 +348,22 @@ def run_microbatches(world: World) -> Outcome:
         if step in scenario.requests:
             requests[f"r{step}"] = scenario.requests[step]
         if committed == len(offsets) - 1:
-            if world.settled(last.state) and not last.splits and not requests:
+            if world.settled(last.state) and not last.splits and not requests and \
+                    not schema_stage.get(len(offsets) - 1):
                 break
             staged = [stage[(len(offsets) - 1, s.index)][1] for s in last.splits]
-            state = serve(machine.fold(last.state, staged))
+            state = machine.fold(last.state, staged)
+            if schema_stage.get(len(offsets) - 1):  # the driver folds the batch's changes
+                state, rereads = fold_schema_changes(
+                    state, schema_stage[len(offsets) - 1], options,
+                    [TABLE] if any(w is None for w in requests.values()) else [])
+                requests.update({f"schema-{len(offsets) - 1}": None for _ in rereads})
+            state = serve(state)
             if state.phase is Phase.SNAPSHOT:
                 snapshot = dict(state.finished)
             planned = machine.next_batch(conn, state, head, scenario.splits_per_batch)
+            if planned is None and state != last.state:
+                planned = Batch(state)  # what was folded in is planned, as latestOffset does
             if planned is None:
                 continue
             if planned.state.phase is not Phase.SNAPSHOT:
@@ -371,14 +416,21 @@ def test_exactly_once_emits_each_change_once_in_order(scenario: Scenario) -> Non
 
 @SETTINGS
 @given(scenarios(requests=True))
-def test_snapshot_requests_served_mid_stream_keep_the_output_equal_to_the_source(
+def test_schema_changes_and_snapshot_requests_keep_the_output_equal_to_the_source(
         scenario: Scenario) -> None:
-    """Tables read again while the log flows (the policy's requests, served or refused, by
-    both drivers, across crashes): the output still replays to the source table."""
+    """A column added under the sync (followed, the table read again for its values) and
+    tables read again on request (served or refused), by both drivers through the one policy,
+    across crashes: the output still replays to the source table."""
     outcome = run(scenario)
-    assert replay(outcome.events) == outcome.db.rows
+    width = len(outcome.final_state.tables[TABLE].columns)  # the columns the sync captured
+    assert replay(outcome.events) == {k: r[:width] for k, r in outcome.db.rows.items()}
     made = {f"r{s}" for s in scenario.requests}
-    assert set(outcome.final_state.served) <= made
+    assert {s for s in outcome.final_state.served if not s.startswith("schema-")} <= made
+    if outcome.db.log and outcome.db.log[-1].op != "s" and \
+            len(outcome.db.log[-1].after or ()) == len(WIDER.columns) and \
+            outcome.final_state.position is not None and \
+            outcome.final_state.position["seq"] == len(outcome.db.log):
+        assert width == len(WIDER.columns)  # the log phase read a row of the new shape
 
 
 @settings(max_examples=150, deadline=None)
@@ -423,6 +475,17 @@ def test_leaky_current_offset_loses_the_change_and_is_caught(driver: str) -> Non
     outcome = run(hazard_scenario(driver), leaky=True)
     assert outcome.db.rows[(1,)] == (1, 77)
     assert replay(outcome.events)[(1,)] == (1, 10)  # the update was lost
+
+
+@DRIVERS
+def test_a_column_added_before_the_first_watermark_is_followed(driver: str) -> None:
+    """The log phase starts where the snapshot began when that is below every watermark, so a
+    column added after the tables were described but before the first split is met."""
+    scenario = Scenario(initial={(1,): (1, 10)}, schedule=[[Action("alter", 0, 0, False)]],
+                        split_size=10, fetch_size=10, batch_events=10, exactly_once=True,
+                        atomic=False, driver=driver)
+    outcome = run(scenario)
+    assert outcome.final_state.tables[TABLE].column_names == ("id", "v", "w")
 
 
 @pytest.mark.slow

@@ -87,9 +87,12 @@ def test_the_log_phase_starts_at_the_smallest_watermark(db: MemoryDatabase) -> N
         if not splits:
             break
         state = m.fold(state, [FinishedSplit(splits[0], mem(next(marks)), 0)])
-    done = m.finish_snapshot(conn, state)
+    assert state.snapshot_from == mem(0)  # the log's head when the snapshot began
+    done = m.finish_snapshot(conn, replace(state, snapshot_from=mem(5)))
     assert (done.phase, done.position) == (Phase.LOG, mem(3))
     assert done.finished == state.finished
+    done = m.finish_snapshot(conn, state)  # the snapshot began below every watermark
+    assert (done.phase, done.position, done.snapshot_from) == (Phase.LOG, mem(0), None)
 
 
 def test_snapshot_mode_stops_and_forgets_the_splits(db: MemoryDatabase) -> None:
@@ -109,7 +112,7 @@ def test_nothing_read_starts_the_log_at_the_current_offset(db: MemoryDatabase) -
 
 def test_log_batches_run_from_the_position_to_the_head(db: MemoryDatabase) -> None:
     m, conn = machine(split_size=4), MemoryConnection(db)
-    state = finish_all(m, conn, m.start(conn, [SCHEMA]), 5)
+    state = finish_all(m, conn, replace(m.start(conn, [SCHEMA]), snapshot_from=None), 5)
     asked: list[Offset] = []
 
     def head(position: Offset) -> Offset:

@@ -23,11 +23,12 @@ from sdk import (
     Column,
     DialectInfo,
     DialectManager,
-    Heartbeat,
     Key,
     LogicalType,
+    LogItem,
     Offset,
     Row,
+    SchemaChange,
     SnapshotSplit,
     SnapshotView,
     TableId,
@@ -41,6 +42,9 @@ NAME = "mem"
 TABLE = TableId("db", "t")
 SCHEMA = TableSchema(TABLE, (Column("id", LogicalType.INT64, "int", False),
                              Column("v", LogicalType.INT64, "int")), ("id",))
+WIDER = TableSchema(TABLE, (*SCHEMA.columns, Column("w", LogicalType.INT64, "int")), ("id",))
+"""The table after :meth:`MemoryDatabase.add_column`: ``w`` is 0 in the rows it held, and
+``v + 1000`` in the rows written after."""
 
 
 @dataclass
@@ -62,6 +66,12 @@ class MemoryDatabase:
     log: list[Entry] = field(default_factory=list)
     pending: list[int] = field(default_factory=list)
     on_fetch: Callable[[], None] = lambda: None
+    schema: TableSchema = SCHEMA
+
+    def _row(self, key: Key, value: int | None) -> Row:
+        if self.schema is WIDER:
+            return (key[0], value, (value or 0) + 1000)
+        return (key[0], value)
 
     def write(self, op: str, key: Key, value: int | None = None, new_key: Key | None = None,
               delayed: bool = False) -> None:
@@ -70,10 +80,10 @@ class MemoryDatabase:
         if op == "d":
             entry = Entry("d", key, None, before=before)
         elif op == "c":
-            entry = Entry("c", key, (key[0], value))
+            entry = Entry("c", key, self._row(key, value))
         else:
             target = new_key or key
-            entry = Entry("u", target, (target[0], value),
+            entry = Entry("u", target, self._row(target, value),
                           old_key=key if target != key else None, before=before)
         self.log.append(entry)
         if delayed:
@@ -86,6 +96,15 @@ class MemoryDatabase:
         self.publish()
         self.log.append(Entry("t", (), None))
         self.rows.clear()
+
+    def add_column(self) -> None:
+        """Log ``ALTER TABLE t ADD COLUMN w`` (op ``s``, no key): the rows held get 0."""
+        if self.schema is WIDER:
+            return
+        self.publish()
+        self.schema = WIDER
+        self.log.append(Entry("s", (), None))
+        self.rows = {k: (*row, 0) for k, row in self.rows.items()}
 
     def _pending_key(self, key: Key) -> bool:
         return any(key in (self.log[i].key, self.log[i].old_key) for i in self.pending)
@@ -133,7 +152,8 @@ class MemoryDialect:
 
     @hookimpl
     def dialect_info(self) -> DialectInfo:
-        caps = {Capability.EARLIEST} | ({Capability.ATOMIC_SNAPSHOT} if self.atomic else set())
+        caps = {Capability.EARLIEST, Capability.SCHEMA_CHANGES} | \
+            ({Capability.ATOMIC_SNAPSHOT} if self.atomic else set())
         return DialectInfo(NAME, "in-memory simulation", capabilities=frozenset(caps))
 
     @hookimpl
@@ -146,7 +166,7 @@ class MemoryDialect:
 
     @hookimpl
     def describe_table(self, conn: MemoryConnection, table: TableId) -> TableSchema:
-        return SCHEMA
+        return conn.db.schema
 
     @hookimpl
     def table_stats(self, conn: MemoryConnection, table: TableSchema) -> TableStats:
@@ -174,7 +194,7 @@ class MemoryDialect:
             source = conn.view if conn.view is not None else conn.db.rows
             keys = sorted(k for k in source if split.contains(k) and (last is None or k > last)
                           and _meets(split.where, source[k]))
-            batch = [source[k] for k in keys[:fetch_size]]
+            batch = [source[k][:len(table.columns)] for k in keys[:fetch_size]]  # its columns
             if not batch:
                 return
             yield batch
@@ -184,16 +204,24 @@ class MemoryDialect:
 
     @hookimpl
     def stream_log(self, conn: MemoryConnection, tables: Sequence[TableSchema], start: Offset,
-                   end: Offset | None) -> Iterator[ChangeEvent | Heartbeat | TableTruncated]:
+                   end: Offset | None) -> Iterator[LogItem]:
         lo = start["seq"]
         hi = end["seq"] if end is not None else len(conn.db.log)
         assert isinstance(lo, int) and isinstance(hi, int)
         if TABLE not in [t.table for t in tables]:  # changes of tables read only
             return
+        shape = next(t for t in tables if t.table == TABLE)
         for seq in range(lo, hi):
             e = conn.db.log[seq]
             if e.op == "t":
                 yield TableTruncated(TABLE, Offset(NAME, seq=seq))
+                continue
+            row = e.after or e.before
+            if (e.op == "s" or (row is not None and len(row) > len(shape.columns))) and \
+                    len(shape.columns) < len(WIDER.columns):  # announced before its rows
+                shape = WIDER
+                yield SchemaChange(WIDER, Offset(NAME, seq=seq))
+            if e.op == "s":
                 continue
             yield ChangeEvent(TABLE, e.op, e.key, e.after, Offset(NAME, seq=seq),  # type: ignore[arg-type]
                               e.before, e.old_key)
