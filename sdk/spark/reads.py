@@ -8,7 +8,7 @@ import functools
 import gc
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -206,102 +206,183 @@ def read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.Reco
 
 
 def _read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.RecordBatch]:
+    """The partition's output in its mode, chosen once: the batches read (a batch read), the
+    batches staged first (a stream) or, chained, each split applied to the target and the
+    task's report."""
     store = StateStore(spec.state_dir) if partition.stage and spec.state_dir else None
-    dialect = spec.dialect_obj
-    conn: Connection | None = None
     sink = Applier(spec.target) if spec.target is not None else None
-    if sink is not None and (store is None or partition.stage is None):
+    if sink is not None and store is None:
         raise ConfigurationError("option target needs a stream (spark.readStream) with a "
                                  "state.dir: each split is staged before it is applied")
-    pace = throttle(spec.options.snapshot_rows_per_second, partition.share,
-                    partition.paced_from)
-    loader = Pipeline() if sink is not None else None
-    dead = StateStore(spec.state_dir) if spec.state_dir else None
-    prefix = ledger_prefix(store) if store is not None else ""
-    rejected: list[Rejects] = []  # each split's
+    reader = _SplitReader(spec, partition, store)
     try:
-        for split in partition.splits:
-            schema = partition.schema_of(spec, split.table)
+        if sink is not None:
+            yield from _applied(reader, sink)
+        elif store is not None:
+            yield from _staged(reader)
+        else:
+            yield from _read(reader)
+    finally:
+        reader.close()
+        if sink is not None:
+            sink.close()
+
+
+@dataclass
+class _Split:
+    """One split of a task: its table's schema, the name of its stage, what its changes the
+    target refuses go to (``rejects``, written to its dead-letter file ``letter``) and, once
+    read or replayed, its output."""
+
+    split: SnapshotSplit
+    schema: TableSchema
+    name: str
+    rejects: Rejects
+    letter: str
+    watermark: Offset | None = None
+    rows: list[Any] | None = None
+    """The rows as read (None: read as Arrow columns, or replayed from the stage)."""
+    deleted: list[Key] = field(default_factory=list)
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    staged: pa.Table | None = None
+
+
+class _SplitReader:
+    """Reads a task's splits from the source (one connection, opened at the first read and
+    checked against the sync's source; the pace shared with the task's other splits) and
+    stages them in ``store``, if given."""
+
+    def __init__(self, spec: SourceSpec, partition: SplitPartition,
+                 store: StateStore | None) -> None:
+        self.spec, self.partition, self.store = spec, partition, store
+        self.dialect = spec.dialect_obj
+        self.conn: Connection | None = None
+        self.pace = throttle(spec.options.snapshot_rows_per_second, partition.share,
+                             partition.paced_from)
+        self.dead = StateStore(spec.state_dir) if spec.state_dir else None
+        self.rejected: list[Rejects] = []  # each split's
+        self.columnar = not _envelope_out(spec)
+
+    def splits(self) -> Iterator[_Split]:
+        """The partition's splits, in order, not read yet."""
+        for split in self.partition.splits:
             name = stage_name(split)
-            rejects = Rejects(spec.errors_mode, dead)
-            rejected.append(rejects)
-            letter = f"{partition.stage or 'read'}-{name}"  # the split's dead-letter file
-            staged, rows, deleted = None, None, []
-            if store is not None and partition.stage is not None:
-                finished = store.read_json("batches", partition.stage, f"{name}.json")
-                if finished is not None:
-                    staged = store.read_arrow("batches", partition.stage, f"{name}.arrow")
-                    assert staged is not None, f"stage of split {split.split_id} lost its rows"
-            if staged is not None:  # a replay: the rows and watermark read the first time
-                if sink is None:
-                    yield from staged.to_batches(BATCH_ROWS)
-                    continue
-                watermark = FinishedSplit.from_json(finished).watermark
+            rejects = Rejects(self.spec.errors_mode, self.dead)
+            self.rejected.append(rejects)
+            letter = f"{self.partition.stage or 'read'}-{name}"  # the split's dead-letter file
+            yield _Split(split, self.partition.schema_of(self.spec, split.table), name,
+                         rejects, letter)
+
+    def replay(self, one: _Split) -> bool:
+        """Whether ``one`` was staged already (a replay): then its staged rows and watermark,
+        as read the first time, are set on it."""
+        assert self.store is not None and self.partition.stage is not None
+        stage = self.partition.stage
+        finished = self.store.read_json("batches", stage, f"{one.name}.json")
+        if finished is None:
+            return False
+        one.staged = self.store.read_arrow("batches", stage, f"{one.name}.arrow")
+        assert one.staged is not None, f"stage of split {one.split.split_id} lost its rows"
+        one.watermark = FinishedSplit.from_json(finished).watermark
+        return True
+
+    def read(self, one: _Split) -> int:
+        """Read ``one`` from the source into its output batches; the rows it read."""
+        spec, split, schema = self.spec, one.split, one.schema
+        if self.conn is None:
+            self.conn = self.dialect.connect(spec.config)
+            if spec.state_dir:
+                check_task_source(StateStore(spec.state_dir), self.dialect, self.conn)
+        version = self.partition.version_of(split.table)
+        with doing(f"reading {_split_text(split)}", self.dialect.is_retriable, split.table):
+            mark = one.rejects.mark()
+            result = read_split(self.dialect, self.conn, schema, split, spec.options,
+                                view_token=self.partition.view_token, pace=self.pace,
+                                columnar=self.columnar)
+            one.watermark, one.deleted = result.watermark, result.deleted
+            if result.columns is not None:  # read as Arrow: the rows stay columns
+                one.batches = TableBatcher(schema).columns_batches(
+                    result.columns, dumps(one.watermark.to_json()), version)
             else:
-                if conn is None:
-                    conn = dialect.connect(spec.config)
-                    if spec.state_dir:
-                        check_task_source(StateStore(spec.state_dir), dialect, conn)
-                with doing(f"reading {_split_text(split)}", dialect.is_retriable,
-                           split.table):
-                    mark = rejects.mark()
-                    result = read_split(dialect, conn, schema, split, spec.options,
-                                        view_token=partition.view_token, pace=pace,
-                                        columnar=not _envelope_out(spec))
-                    rows, watermark, deleted = result.rows, result.watermark, result.deleted
-                    if result.columns is None:
-                        rows = rejects.rows(schema, rows, mark, watermark)
-                        rejects.write(letter)  # before the stage: a replay reads that
-                    if result.columns is not None:  # read as Arrow: the rows stay columns
-                        rows = None
-                        batches = TableBatcher(schema).columns_batches(
-                            result.columns, dumps(watermark.to_json()),
-                            partition.version_of(split.table))
-                    else:
-                        batches = _split_output(spec, schema, rows, watermark, deleted,
-                                                partition.version_of(split.table))
-                if sink is None and store is None:
-                    yield from batches
-                    continue
-                staged = pa.Table.from_batches(batches, schema=_stage_schema(spec, schema))
-                if store is not None and partition.stage is not None:
-                    store.write_arrow(staged, "batches", partition.stage, f"{name}.arrow")
-                    done = FinishedSplit(split, watermark, result.count)
-                    store.write_json(done.to_json(), "batches", partition.stage, f"{name}.json")
-                if sink is None:
-                    yield from batches
-                    continue
-            assert sink is not None and loader is not None and partition.stage is not None
-            ledger_id = prefix + split_ledger_id(partition.stage, split)
+                one.rows = one.rejects.rows(schema, result.rows, mark, one.watermark)
+                one.rejects.write(one.letter)  # before the stage: a replay reads that
+                one.batches = _split_output(spec, schema, one.rows, one.watermark,
+                                            one.deleted, version)
+        return result.count
+
+    def stage(self, one: _Split, count: int) -> None:
+        """Stage ``one``'s output and mark it finished (``count`` rows read), so a replay
+        serves the same."""
+        assert self.store is not None and self.partition.stage is not None
+        assert one.watermark is not None
+        stage = self.partition.stage
+        one.staged = pa.Table.from_batches(one.batches,
+                                           schema=_stage_schema(self.spec, one.schema))
+        self.store.write_arrow(one.staged, "batches", stage, f"{one.name}.arrow")
+        done = FinishedSplit(one.split, one.watermark, count)
+        self.store.write_json(done.to_json(), "batches", stage, f"{one.name}.json")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+def _read(reader: _SplitReader) -> Iterator[pa.RecordBatch]:
+    """A batch read: each split's batches as read."""
+    for one in reader.splits():
+        reader.read(one)
+        yield from one.batches
+
+
+def _staged(reader: _SplitReader) -> Iterator[pa.RecordBatch]:
+    """A stream's splits: each staged, then its batches; a replayed one's from its stage."""
+    for one in reader.splits():
+        if reader.replay(one):
+            assert one.staged is not None
+            yield from one.staged.to_batches(BATCH_ROWS)
+            continue
+        reader.stage(one, reader.read(one))
+        yield from one.batches
+
+
+def _applied(reader: _SplitReader, sink: Applier) -> Iterator[pa.RecordBatch]:
+    """A chained task: each split staged, then applied to the target (a first read loaded
+    while the next split is read), then the task's report."""
+    stage = reader.partition.stage
+    assert reader.store is not None and stage is not None
+    prefix = ledger_prefix(reader.store)
+    loader = Pipeline()
+    try:
+        for one in reader.splits():
+            if not reader.replay(one):
+                reader.stage(one, reader.read(one))
+            split, schema, watermark, staged = one.split, one.schema, one.watermark, one.staged
+            assert watermark is not None and staged is not None
+            ledger_id = prefix + split_ledger_id(stage, split)
             if split.since is None and sink.loads:  # a first read: rows only, as read
                 # loaded while the next split is read (the split is staged already)
                 loader.submit(functools.partial(
                     _load, sink, split, schema, _table_columns(schema, staged), ledger_id,
-                    rejects, letter, watermark))
+                    one.rejects, one.letter, watermark))
                 continue
             loader.wait()
-            if rows is None:  # a replay
-                rows, deleted = _staged_rows(schema, staged)
-            key_of, table = schema.key_of, schema.table
-            whole_range = split.since is not None and split.where is None  # a table read again
-            with doing(f"applying {_split_text(split)} to the target", table=table):
-                sink.apply(schema, [*(ChangeEvent(table, "r", key_of(r), r, watermark)
-                                      for r in rows), *_deletes(schema, deleted, watermark)],
+            rows, deleted = (one.rows, one.deleted) if one.rows is not None else \
+                _staged_rows(schema, staged)  # replayed or read as columns
+            whole_range = split.since is not None and split.where is None  # read again
+            rejects = one.rejects
+            with doing(f"applying {_split_text(split)} to the target", table=split.table):
+                sink.apply(schema, [*(ChangeEvent(split.table, "r", schema.key_of(r), r,
+                                                  watermark) for r in rows),
+                                    *_deletes(schema, deleted, watermark)],
                            ledger_id, split if whole_range else None,
                            rejects.refused if rejects.skips else None)
-            rejects.write(letter)
-        if sink is not None and loader is not None:
-            with doing("loading snapshot splits into the target"):
-                loader.wait()
-            yield pa.RecordBatch.from_pylist(sink.report(_skipped(rejected)),
-                                             schema=REPORT_ARROW)
+            rejects.write(one.letter)
+        with doing("loading snapshot splits into the target"):
+            loader.wait()
+        yield pa.RecordBatch.from_pylist(sink.report(_skipped(reader.rejected)),
+                                         schema=REPORT_ARROW)
     finally:
-        if loader is not None:
-            loader.shutdown()
-        if conn is not None:
-            conn.close()
-        if sink is not None:
-            sink.close()
+        loader.shutdown()
 
 
 def _load(sink: Applier, split: SnapshotSplit, schema: TableSchema, rows: pa.Table,
