@@ -74,13 +74,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _checkpoint_check(dialect: Any, conn: Any, url: str, checkpoint: str) -> Any:
     """Whether ``conn``'s server is the source ``checkpoint`` follows and its log still holds
     the position the sync resumes from, as a line of ``sdk check``."""
-    from ..dialect.codec import dumps
+    from ..dialect.codec import dumps, position_label
     from ..dialect.errors import LogMismatchError, OffsetExpiredError
     from ..dialect.types import Requirement
     from ..job.spec import checkpoint_paths
     from ..spark.engine_state import check_checkpoint_source
     from ..spark.statestore import StateStore
-    from .report import position_label
 
     name = f"checkpoint {checkpoint} can resume here"
     store = StateStore(checkpoint_paths(checkpoint)[0], create=False)

@@ -6,7 +6,6 @@ thousands separated)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Any, assert_never
 
 from ..algorithm.progress import Part, ProgressReport, TableProgress, TableState
 from ..algorithm.state import Phase
+from ..dialect.codec import position_label
 
 
 @dataclass(frozen=True)
@@ -55,21 +55,6 @@ def state_label(table: TableProgress) -> str:
     if table.version > 1:
         state += f", schema version {table.version}"
     return state
-
-
-def position_label(position: str) -> str:
-    """A log position as shown (``sdk status``, the live display): the fields of the offset
-    (``file mysql-bin.000007 pos 245066236``, ``lsn 23456789``), not its JSON; a change's
-    index within its transaction only when not the first."""
-    try:
-        data = json.loads(position)
-    except ValueError:
-        return position
-    fields = data.get("position") if isinstance(data, dict) else None
-    if not isinstance(fields, dict):
-        return position if fields is None else str(fields)
-    return " ".join(f"{name} {value}" for name, value in fields.items()
-                    if not (name == "n" and value == 0))
 
 
 def phase_label(report: ProgressReport) -> str:

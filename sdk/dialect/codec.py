@@ -114,3 +114,18 @@ def dumps(data: Any) -> str:
 def micros_to_datetime(micros: int) -> dt.datetime:
     """An epoch-microsecond instant as an aware UTC datetime."""
     return _EPOCH + dt.timedelta(microseconds=micros)
+
+
+def position_label(position: str) -> str:
+    """A log position as shown (``sdk status``, the live display, the logs): the fields of
+    the offset (``file mysql-bin.000007 pos 245066236``, ``lsn 23456789``), not its JSON; a
+    change's index within its transaction only when not the first."""
+    try:
+        data = json.loads(position)
+    except ValueError:
+        return position
+    fields = data.get("position") if isinstance(data, dict) else None
+    if not isinstance(fields, dict):
+        return position if fields is None else str(fields)
+    return " ".join(f"{name} {value}" for name, value in fields.items()
+                    if not (name == "n" and value == 0))

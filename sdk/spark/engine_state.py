@@ -29,8 +29,7 @@ from ..algorithm.lineage import (
     source_record,
 )
 from ..algorithm.progress import ProgressReport, TableProgress, with_staged
-from ..app.report import position_label
-from ..dialect.codec import dumps
+from ..dialect.codec import dumps, position_label
 from ..dialect.errors import ConfigurationError, RetriableError
 from ..dialect.manager import Dialect
 from ..dialect.types import (

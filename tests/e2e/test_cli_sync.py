@@ -157,7 +157,8 @@ def test_progress_lines_name_the_log_position_and_a_report_of_the_last_run() -> 
     """The position as the offset's fields, not its JSON (a change's index only when not the
     first); a resumed sync shows the last run's report as ``resuming``, without the caught-up
     and lag figures that were true then."""
-    from sdk.app.report import describe_progress, position_label
+    from sdk.app.report import describe_progress
+    from sdk.dialect.codec import position_label
 
     mysql = '{"dialect":"mysql","position":{"file":"mysql-bin.000007","n":0,"pos":2450}}'
     assert position_label(mysql) == "file mysql-bin.000007 pos 2450"
