@@ -1,4 +1,5 @@
-"""Sphinx configuration of the API reference (built in the tests: tests/project/test_api_docs.py)."""
+"""Sphinx configuration of the API reference (built in the tests:
+tests/project/test_api_docs.py)."""
 
 project = "sdk"
 extensions = ["sphinx.ext.autodoc"]

@@ -2,8 +2,9 @@
 
 The snapshot reads rows with pymysql (``read_range``), the log decodes the binlog's storage
 format (``_rows``): :func:`normalizer` brings pymysql's values to the values the binlog decoder
-gives directly. Differences found on MariaDB 10.11 (``tests/dialects/mysql/test_mysql_dialect.py`` and
-``tests/dialects/mysql/test_mysql_binlog.py`` pin each):
+gives directly. Differences found on MariaDB 10.11
+(``tests/dialects/mysql/test_mysql_dialect.py`` and ``tests/dialects/mysql/test_mysql_binlog.py``
+pin each):
 
 - FLOAT: the binlog holds the float32 value, SELECT text MariaDB rounds to 6 digits
   (3.40282e38 for 3.402823466e38): the snapshot selects ``col * 1e0`` (the value widened to a
