@@ -16,7 +16,7 @@ from ..dialect.types import SchemaChange, TableId, TableSchema, TableTruncated
 from .assigner import choose_key
 from .schema import diff
 from .settings import SyncOptions
-from .state import SyncState
+from .state import Phase, SyncState
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,17 @@ TRUNCATED_REQUEST = "truncated-"
 def busy(state: SyncState, table: TableId) -> bool:
     """Whether ``table`` is being read (or read again) or leaving: a new read of it waits."""
     return table in state.plans or table in state.finished or table in state.leaving
+
+
+def applied_tables(sync: SyncState) -> list[TableId]:
+    """The tables whose rows (all or some) state ``sync`` says were applied to the target,
+    which a resumed sync reads again whole when its target lost them: in the snapshot, those
+    with a split read; then every table but those leaving and those added whose first read
+    has not read a split yet."""
+    if sync.phase is Phase.SNAPSHOT:
+        return [t for t in sync.tables if sync.finished.get(t)]
+    return [t for t in sync.tables if t not in sync.leaving and
+            (t not in sync.plans or t in sync.rereads or sync.finished.get(t))]
 
 
 @dataclass(frozen=True)

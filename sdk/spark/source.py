@@ -48,6 +48,7 @@ from ..algorithm.policy import (
     SCHEMA_REQUEST,
     TRUNCATED_REQUEST,
     RequestStep,
+    applied_tables,
     busy,
     check_recreated,
     fold_schema_changes,
@@ -270,16 +271,6 @@ TARGET_REQUEST = "target-"
 """The id prefix of the requests reading again a table the target lost (:func:`check_target`)."""
 
 
-def written_tables(sync: SyncState) -> list[TableId]:
-    """The tables whose rows (all or some) state ``sync`` says were applied to the target: in
-    the snapshot, those with a split read; then every table but those leaving and those
-    added whose first read has not read a split yet."""
-    if sync.phase is Phase.SNAPSHOT:
-        return [t for t in sync.tables if sync.finished.get(t)]
-    return [t for t in sync.tables if t not in sync.leaving and
-            (t not in sync.plans or t in sync.rereads or sync.finished.get(t))]
-
-
 def check_target(spec: SourceSpec, target: Target) -> None:
     """At the start of a sync resumed from ``spec``'s state directory, before any target table
     is created: each table the checkpoint says was applied to ``target`` that the target lost
@@ -295,7 +286,7 @@ def check_target(spec: SourceSpec, target: Target) -> None:
         return
     sync = engine.sync
     captured = {t.table: t for t in spec.tables}
-    written = [captured[t] for t in written_tables(sync) if t in captured]
+    written = [captured[t] for t in applied_tables(sync) if t in captured]
     lost = target.lost(written)
     lost.update(_emptied(spec, target, [t for t in written if t.table not in lost]))
     if not lost:

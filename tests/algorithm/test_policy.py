@@ -8,12 +8,22 @@ from dataclasses import replace
 import pytest
 from helpers.sim import SCHEMA, TABLE
 
-from sdk import Column, ConfigurationError, FatalSyncError, LogicalType, Offset, TableId
+from sdk import (
+    Column,
+    ConfigurationError,
+    FatalSyncError,
+    FinishedSplit,
+    LogicalType,
+    Offset,
+    SnapshotSplit,
+    TableId,
+)
 from sdk.algorithm import Phase, SyncOptions, SyncState
 from sdk.algorithm.assigner import TablePlan
 from sdk.algorithm.policy import (
     TRUNCATED_REQUEST,
     RequestStep,
+    applied_tables,
     check_recreated,
     fold_schema_changes,
     follow_truncation,
@@ -108,3 +118,18 @@ def test_a_table_created_again_is_read_again_only_as_the_table_captured() -> Non
     for other in (WIDER, NARROWED):
         with pytest.raises(ConfigurationError, match="created again"):
             check_recreated(TABLE, SCHEMA, other, OPTIONS)
+
+
+def test_the_tables_a_state_says_were_applied() -> None:
+    """What a resumed sync checks its target still holds (the rest it reads again whole)."""
+    plan, split = TablePlan(TABLE), FinishedSplit(SnapshotSplit(TABLE, 0, None, None), AT, 1)
+    snapshot = SyncState(Phase.SNAPSHOT, {TABLE: SCHEMA, OTHER: SCHEMA},
+                         plans={TABLE: plan, OTHER: plan})
+    assert applied_tables(snapshot) == []
+    assert applied_tables(replace(snapshot, finished={TABLE: (split,)})) == [TABLE]
+    log = _log_state(tables={TABLE: SCHEMA, OTHER: SCHEMA})
+    assert applied_tables(log) == [TABLE, OTHER]
+    assert applied_tables(replace(log, leaving={OTHER: AT})) == [TABLE]
+    assert applied_tables(replace(log, plans={OTHER: plan})) == [TABLE]  # added, nothing read
+    assert applied_tables(replace(log, plans={OTHER: plan}, rereads={OTHER: None})) == \
+        [TABLE, OTHER]  # read again: its rows are there
