@@ -4,10 +4,10 @@
 its own watermark. ``spark.readStream.format("cdc")`` reads the snapshot in micro-batches of
 splits, then the log, exactly once across crashes:
 
-- Spark keeps only the offsets. Each offset names an immutable state file in ``stateDir``
+- Spark keeps only the offsets. Each offset names an immutable state file in ``state.dir``
   (split cursors, finished splits with watermarks, log position), so offsets stay small.
 - A snapshot batch hands out splits; each task reads its split with the watermark algorithm,
-  stages the merged rows and the watermark in ``stateDir`` and then emits them. A replayed batch
+  stages the merged rows and the watermark in ``state.dir`` and then emits them. A replayed batch
   (crash, retry, second action) serves the staged rows: identical data, identical watermark.
   The next ``latestOffset`` folds the watermarks into the state.
 - A log batch is one task reading the fixed range ``[from, to)`` of the log and filtering it with
@@ -72,6 +72,7 @@ from ..dialect.types import (
     TableSchema,
 )
 from ..job.spec import (
+    READER_OPTIONS,
     BeforePrepare,
     SourceSpec,
     TableWatch,
@@ -193,7 +194,7 @@ def spark_schema(spec: SourceSpec) -> StructType:
 
 
 class CdcDataSource(DataSource):
-    """``format("cdc")``: options ``url``, ``tables``, ``stateDir`` and the algorithm's."""
+    """``format("cdc")``: options ``url``, ``tables``, ``state.dir`` and the algorithm's."""
 
     @classmethod
     def name(cls) -> str:
@@ -225,7 +226,7 @@ class CdcDataSource(DataSource):
         spec = self._spec()
         if spec.target is not None:
             raise ConfigurationError("option target applies a stream's batches exactly once: "
-                                     "use spark.readStream (with a stateDir), not spark.read")
+                                     "use spark.readStream (with a state.dir), not spark.read")
         self._prepare(spec, snapshot_only=True)  # none in consistent views: no log read
         return CdcBatchReader(spec)
 
@@ -233,7 +234,7 @@ class CdcDataSource(DataSource):
         spec = self._spec()
         if not spec.state_dir:
             raise ConfigurationError(
-                'a cdc stream needs option("stateDir", ...) on storage shared by the driver '
+                'a cdc stream needs option("state.dir", ...) on storage shared by the driver '
                 "and the executors, e.g. <checkpointLocation>/cdc-state")
         if spec.target is not None and not getattr(self, "_prepared", False):
             check_target(spec, spec.target)  # a restart: what the target lost is read again
@@ -257,8 +258,8 @@ def save_resolved(state_dir: str, tables: Sequence[TableSchema]) -> str:
 
 def resolved_tables(options: Mapping[str, str]) -> list[TableSchema] | None:
     """The tables option ``resolved`` names, when its token is the recorded one."""
-    lower = {k.lower(): v for k, v in options.items()}
-    token, state_dir = lower.get("resolved"), lower.get("statedir")
+    given = READER_OPTIONS.canonical(options)  # any spelling of the names
+    token, state_dir = given.get("resolved"), given.get("state.dir")
     if not token or not state_dir:
         return None
     data = StateStore(state_dir).read_json(RESOLVED_FILE)
@@ -754,7 +755,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             data = self.store.read_json("batches", name, f"{stage_name(split)}.json")
             if data is None:
                 raise ConfigurationError(f"the watermark of split {split.split_id} is missing "
-                                         f"from {self.store.uri}: was the stateDir cleaned?")
+                                         f"from {self.store.uri}: was the state.dir cleaned?")
             done.append(FinishedSplit.from_json(data))
         return done
 
