@@ -10,13 +10,6 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .errors import ConfigurationError
 
-#: URL schemes that name a built-in dialect under another spelling.
-SCHEME_ALIASES = {
-    "mariadb": "mysql",
-    "postgresql": "postgres",
-    "mssql": "sqlserver",
-}
-
 
 @dataclass(frozen=True)
 class ConnectionConfig:
@@ -46,9 +39,11 @@ class ConnectionConfig:
         """Parse ``scheme://user:password@host:port/database?opt=value``; several hosts may be
         given, comma-separated (``host1:port1,host2``: see :attr:`hosts`).
 
-        ``sqlite:///relative.db`` and ``sqlite:////absolute.db`` name a file. Instead of writing
-        the password in the URL, ``?password_env=NAME`` reads it from an environment variable
-        and ``?password_file=PATH`` from a file.
+        The scheme selects the dialect by its name or a scheme it declares
+        (``DialectInfo.url_schemes``: ``postgresql://`` is ``postgres``). A URL with no host
+        names a file: ``sqlite:///relative.db``, ``sqlite:////absolute.db``. Instead of
+        writing the password in the URL, ``?password_env=NAME`` reads it from an environment
+        variable and ``?password_file=PATH`` from a file.
         """
         hosts: tuple[tuple[str, int | None], ...] = ()
         try:
@@ -65,10 +60,9 @@ class ConnectionConfig:
             raise ConfigurationError(
                 f"bad database URL {mask_url(url)!r}: it needs a scheme such as "
                 "mysql://, postgresql://, sqlite:///")
-        scheme = parts.scheme.lower().split("+")[0]
-        dialect = SCHEME_ALIASES.get(scheme, scheme)
+        dialect = _dialect_of(parts.scheme.lower())
         options = dict(parse_qsl(parts.query))
-        if dialect == "sqlite":
+        if not parts.netloc:  # a file: the path after the scheme's "///" as given
             path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
             return cls(dialect, database=path or None, options=options, url=url)
         database = unquote(parts.path.lstrip("/")) or None
@@ -91,8 +85,6 @@ class ConnectionConfig:
     @property
     def masked_url(self) -> str:
         """The URL with the password replaced by ``***``: safe to log."""
-        if self.dialect == "sqlite":
-            return f"sqlite:///{self.database or ''}"
         auth = ""
         if self.user:
             auth = self.user + (":***" if self.password else "") + "@"
@@ -116,6 +108,14 @@ class ConnectionConfig:
 
     def __str__(self) -> str:
         return self.masked_url
+
+
+def _dialect_of(scheme: str) -> str:
+    """The dialect a URL scheme selects (``delta+s3`` by its ``delta``), as the installed
+    dialects declare their schemes; the scheme itself when none does."""
+    from .manager import default_manager  # the manager parses URLs with this module
+
+    return default_manager().name_for_scheme(scheme)
 
 
 def _hosts(text: str) -> tuple[tuple[str, int | None], ...]:

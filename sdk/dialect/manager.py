@@ -205,12 +205,17 @@ class DialectManager:
         """The dialect a URL's scheme selects, and the parsed URL, its options checked against
         those the dialect declares."""
         config = ConnectionConfig.from_url(url)
-        name = self._named_like(config.dialect) or next(
-            (n for n in self.names if config.dialect in self.get_info(n).url_schemes),
-            config.dialect)
+        name = self.name_for_scheme(config.dialect)
         dialect = self.get(name)
         check_url_options(self.get_info(name), config)
         return dialect, config
+
+    def name_for_scheme(self, scheme: str) -> str:
+        """The dialect a URL scheme selects: the one it names, or the one declaring it among
+        its ``url_schemes``; the scheme itself when none does (the lookup then says so)."""
+        return self._named_like(scheme) or next(
+            (n for n in self.names if scheme in self.get_info(n).url_schemes or
+             scheme.split("+")[0] in self.get_info(n).url_schemes), scheme.split("+")[0])
 
     def _named_like(self, scheme: str) -> str | None:
         """The dialect named ``scheme`` (a URL's, its aliases resolved), or whose name is the
