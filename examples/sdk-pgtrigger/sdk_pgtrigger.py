@@ -121,9 +121,10 @@ class PgTrigger(SqlDialect):
                 f"FOR EACH {each} EXECUTE FUNCTION sdk_capture.record()")
 
     def current_offset(self, conn: Any) -> Offset:
-        (high,) = self.query(conn, "SELECT coalesce(max(id), 0) FROM sdk_capture.changes")[0]
-        # Every id at or below ``high`` was taken by a transaction that had an xid before
-        # ``fence`` was allocated: once the oldest running xid reaches the fence, all ended.
+        (high,) = self.query(conn, "SELECT greatest(max(id), (SELECT max(below) - 1 FROM "
+                             "sdk_capture.purged), 0) FROM sdk_capture.changes")[0]  # not below
+        # the log's start. Every id up to ``high`` was taken by a transaction with an xid below
+        # ``fence``: once the oldest running xid reaches the fence, all ended.
         (fence,) = self.query(conn, "SELECT pg_current_xact_id()::text")[0]
         deadline = time.monotonic() + WAIT_SECONDS
         while int(self.query(conn, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text")[0][0]
