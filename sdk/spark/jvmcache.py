@@ -1,9 +1,9 @@
 """A class-data-sharing archive of the driver JVM's classes: Spark starts in half the time.
 
-Spark's driver JVM loads some 14,000 classes from 280 jars each time ``sdk sync`` starts it:
-4.1-4.6 s to a session and 2.1-2.4 s more to its first job on a two-core machine. From an
-application class-data-sharing archive of those classes (JDK AppCDS: the classes parsed,
-verified and laid out once, then mapped into each JVM), 2.1 s and 0.9 s.
+Spark's driver JVM loads some 14,000 classes from 280 jars each time ``sdk sync`` starts it;
+from an application class-data-sharing archive of those classes (JDK AppCDS: the classes
+parsed, verified and laid out once, then mapped into each JVM) it starts in about half the
+time (figures in docs/operations.md, "Measured costs").
 
 An archive holds one JDK's view of one exact set of jars, so it is made on the machine that
 uses it: a sync whose JVM starts without one lists the classes it loads

@@ -2,11 +2,8 @@
 
 Spark puts ``pyspark.zip`` and the py4j zip of ``SPARK_HOME/python/lib`` first on every Python
 worker's path. Python cannot cache the bytecode of modules imported from a zip, so each worker
-process compiles pyspark again: ~0.6 s of CPU per process, measured here at 0.76 s to import
-``pyspark.daemon`` from the zip against 0.17 s from site-packages. A sync starts about eight
-such processes one after another before its first split (data source lookup, creation, the
-streaming source runner, read planning, the task workers): with the launcher below, a 1M-row
-sync's first tasks started 2.7 s sooner on a two-core machine.
+process compiles pyspark again, and a sync starts several such processes before its first
+split (figures in docs/operations.md, "Measured costs").
 
 When pyspark is the pip-installed package (``SPARK_HOME`` unset or its own directory), the
 zips hold the same code as site-packages; :func:`worker_python` then gives Spark a launcher
