@@ -132,8 +132,9 @@ LOCAL_CHECKPOINTS = \
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 """Spark's checkpoint writer for a local checkpoint. The default goes through Hadoop's
 ``FileContext``, which on a local disk starts a ``readlink`` process for files it commits
-(some processes and milliseconds of driver CPU a batch). This one writes a temporary file and renames it, which a local file system does atomically
-(Spark uses it wherever ``FileContext`` is missing); other file systems keep the default."""
+(some processes and milliseconds of driver CPU a batch). This one writes a temporary file
+and renames it, which a local file system does atomically (Spark uses it wherever
+``FileContext`` is missing); other file systems keep the default."""
 
 class ChangeLog:
     """A ``foreachBatch`` step writing each micro-batch as Parquet under
