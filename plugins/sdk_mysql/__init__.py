@@ -1,5 +1,5 @@
-"""The MySQL and MariaDB dialect: snapshots with pymysql, changes from the binlog with
-python-mysql-replication.
+"""The MySQL and MariaDB dialect: snapshots with pymysql, changes from the binlog read on a
+replication connection of its own and decoded by the dialect.
 
 Visibility (docs/design.md, 'The visibility hazard'): a binlog position is written before the engine
 commit makes a transaction visible, so the raw ``SHOW BINLOG STATUS`` position is not a safe
@@ -596,7 +596,7 @@ class _LiveSchemas:
             return self.conn
         if self.side is None:
             conn = self.conn
-            # as connect opens one; over the settings, which python-mysql-replication adds to
+            # as connect opens one, over the connection's settings
             options = {**conn.settings, "database": conn.database, "charset": "utf8mb4",
                        "autocommit": True, "init_command": SESSION_SETTINGS}
             raw = open_connection(True, **options)

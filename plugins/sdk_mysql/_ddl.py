@@ -160,10 +160,10 @@ def _alter(cursor: _Cursor) -> Emptied | None:
 def _renamed_to(cursor: _Cursor) -> Name | None:
     """The new name an ALTER TABLE's actions give the table (an action ``RENAME [TO | AS]``,
     not ``RENAME COLUMN``, ``INDEX``, ``KEY`` or ``CONSTRAINT``), from the first action on."""
-    tokens = cursor.tokens
-    for i in range(cursor.i, len(tokens) - 1):
+    tokens, first = cursor.tokens, cursor.i
+    for i in range(first, len(tokens) - 1):
         if tokens[i][0] == "word" and tokens[i][1].upper() == "RENAME" and \
-                (i == cursor.i or tokens[i - 1] == ("punct", ",")):
+                (i == first or tokens[i - 1] == ("punct", ",")):
             cursor.i = i + 1
             if cursor.word("COLUMN", "INDEX", "KEY", "CONSTRAINT"):
                 continue

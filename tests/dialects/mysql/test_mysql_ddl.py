@@ -14,6 +14,9 @@ from sdk_mysql._ddl import emptied
     (b"CREATE TABLE t (id int)", None),
     (b"ALTER TABLE t ADD COLUMN x int", None),
     (b"ALTER TABLE t RENAME COLUMN a TO b", None),
+    (b"ALTER TABLE t RENAME COLUMN rename TO x", None),  # a column named like the action
+    (b"ALTER TABLE t RENAME INDEX i TO j, RENAME TO u",
+     ("ALTER TABLE ... RENAME", [(None, "t"), (None, "u")], [])),
     (b"ALTER TABLE t COMMENT 'rename to x'", None),
     (b"DROP TEMPORARY TABLE IF EXISTS t", None),
     (b"CREATE OR REPLACE TEMPORARY TABLE t (id int)", None),
