@@ -485,8 +485,8 @@ class DialectInfo:
     extra: str | None = None
     """The ``pip install 'sdk[EXTRA]'`` that installs the drivers."""
     capabilities: frozenset[Capability] = frozenset()
-    """The capabilities no hook shows (``before_images``); the manager adds the ones the
-    dialect's hooks give."""
+    """The capabilities no hook shows (``before_images``, ``schema_changes``,
+    ``filtered_reads``); the manager adds the ones the dialect's hooks give."""
     url_schemes: tuple[str, ...] = ()
     """URL schemes that select this dialect, besides its name."""
     url_options: tuple[tuple[str, str], ...] | None = None
