@@ -216,7 +216,8 @@ class SyncRunner:
     def run(self, state: SyncState, emit: Callable[[list[ChangeEvent], SyncState], None],
             until: Callable[[SyncState], bool]) -> SyncState:
         """Step until ``until(state)``; ``emit`` gets each step's events and state, to commit
-        them together."""
+        them together (with :attr:`requests`, the reads asked for and not served yet, which a
+        runner made again after a crash must be given back)."""
         while not until(state):
             events, state = self.step(state)
             emit(events, state)
