@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from ..dialect.errors import ConfigurationError, FatalSyncError
-from ..dialect.types import SchemaChange, TableId, TableSchema, TableTruncated
+from ..dialect.types import Offset, SchemaChange, TableId, TableSchema, TableTruncated
 from .assigner import choose_key
 from .schema import diff
 from .settings import SyncOptions
@@ -111,11 +111,26 @@ def truncation_error(item: TableTruncated) -> FatalSyncError:
         "snapshot (restart with a new --checkpoint directory)")
 
 
-def follow_truncation(state: SyncState, item: TableTruncated, has_target: bool) -> bool:
+def read_after(state: SyncState, item: TableTruncated,
+               compare: Callable[[Offset, Offset], int]) -> bool:
+    """Whether every split of ``item``'s table read so far in its first snapshot was read
+    after it (each holds the rows as at a watermark above it), so the truncation is in them
+    already: the log phase may begin below the splits' watermarks, where the snapshot began.
+    Not for a table read again, whose splits send only the keys changed since a position."""
+    splits = state.finished.get(item.table, ())
+    return bool(splits) and item.table not in state.rereads and \
+        all(compare(item.offset, f.watermark) < 0 for f in splits)
+
+
+def follow_truncation(state: SyncState, item: TableTruncated, has_target: bool,
+                      compare: Callable[[Offset, Offset], int] | None = None) -> bool:
     """Whether a log batch passes ``item`` on to be read again whole (a target deletes the
     rows the new read lacks). A stream of row changes cannot carry it: it stops, unless the
-    table was dropped (it leaves the capture at the next look, or comes back as new rows)."""
+    table was dropped (it leaves the capture at the next look, or comes back as new rows).
+    One every split read already holds (``compare`` given) is passed over."""
     if item.table not in state.tables:
+        return False
+    if compare is not None and read_after(state, item, compare):
         return False
     if has_target:
         return True
@@ -129,14 +144,17 @@ def follow_truncation(state: SyncState, item: TableTruncated, has_target: bool) 
 
 def truncations_to_reread(state: SyncState, items: Sequence[TableTruncated],
                           waiting: Iterable[TableId],
-                          exists: Callable[[TableId], bool] | None) -> list[TableTruncated]:
+                          exists: Callable[[TableId], bool] | None,
+                          compare: Callable[[Offset, Offset], int] | None = None
+                          ) -> list[TableTruncated]:
     """The truncations a batch met whose table is read again whole: captured, not waiting
     for a whole read already. ``exists`` (None when the sync looks at the tables itself, and
     a dropped table then leaves) says whether a dropped table is back: one gone for good
     stays captured, with a warning."""
     queued, out = set(waiting), []
     for item in items:
-        if item.table not in state.tables or item.table in queued:
+        if item.table not in state.tables or item.table in queued or \
+                (compare is not None and read_after(state, item, compare)):
             continue
         if exists is not None and item.dropped and not exists(item.table):
             log.warning("table %s: %s at %s, and it is gone (tables.discovery-interval.ms is "

@@ -165,7 +165,7 @@ class SyncRunner:
         try:
             for item in stream:
                 if isinstance(item, TableTruncated):
-                    follow_truncation(batch.state, item, has_target=False)
+                    follow_truncation(batch.state, item, False, self.dialect.compare_offset)
                 elif isinstance(item, SchemaChange) and item.table in shapes:
                     verdict = judge_schema_change(shapes[item.table], item,
                                                   self.schema_changes, self.options)

@@ -596,7 +596,8 @@ class Shapes:
         """Stage a truncation of a captured table for the driver, which reads the table again
         whole (a chained batch: its target deletes the rows the new read lacks), as
         :func:`.policy.follow_truncation` says."""
-        if not follow_truncation(self.engine.sync, item, self.spec.target is not None):
+        if not follow_truncation(self.engine.sync, item, self.spec.target is not None,
+                                 self.spec.dialect_obj.compare_offset):
             return
         self._truncated.append(item.to_json())
         self.store.write_json(self._truncated, "batches", self.state, TRUNCATED_STAGE)

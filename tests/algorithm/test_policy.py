@@ -133,3 +133,25 @@ def test_the_tables_a_state_says_were_applied() -> None:
     assert applied_tables(replace(log, plans={OTHER: plan})) == [TABLE]  # added, nothing read
     assert applied_tables(replace(log, plans={OTHER: plan}, rereads={OTHER: None})) == \
         [TABLE, OTHER]  # read again: its rows are there
+
+
+def test_a_truncation_every_split_was_read_after_is_passed_over() -> None:
+    """The log phase may begin below the splits' watermarks (where the snapshot began): a
+    truncation there is in every split already, and neither stops nor re-reads anything."""
+    def compare(a: Offset, b: Offset) -> int:
+        x, y = a["seq"], b["seq"]
+        assert isinstance(x, int) and isinstance(y, int)
+        return (x > y) - (x < y)
+
+    early = TableTruncated(TABLE, Offset("mem", seq=2))
+    split = FinishedSplit(SnapshotSplit(TABLE, 0, None, None), Offset("mem", seq=5), 1)
+    state = _log_state(finished={TABLE: (split,)})
+    assert not follow_truncation(state, early, False, compare)
+    assert truncations_to_reread(state, [early], [], None, compare) == []
+    late = TableTruncated(TABLE, Offset("mem", seq=5))  # at the watermark: not in the split
+    with pytest.raises(FatalSyncError):
+        follow_truncation(state, late, False, compare)
+    reread = replace(state, rereads={TABLE: None})  # its splits send only keys changed since
+    assert follow_truncation(reread, early, True, compare)
+    with pytest.raises(FatalSyncError):
+        follow_truncation(_log_state(), early, False, compare)  # no split read: pure log

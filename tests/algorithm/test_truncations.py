@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers.sim import SCHEMA, TABLE, MemoryConnection, MemoryDatabase, memory_dialect
+from helpers.sim import SCHEMA, TABLE, MemoryConnection, MemoryDatabase, memory_dialect, replay
 
 from sdk import FatalSyncError, SnapshotSplit
 from sdk.algorithm import SyncOptions, SyncRunner, read_split
@@ -75,3 +75,20 @@ def test_a_staged_truncation_keeps_what_the_driver_needs(tmp_path: Any) -> None:
     store = StateStore(str(tmp_path))
     store.write_json([i.to_json() for i in items], "batches", "s1", TRUNCATED_STAGE)
     assert staged_truncations(store, "s1") == items
+
+
+def test_a_truncation_before_the_first_split_is_in_the_snapshot_already() -> None:
+    """A TRUNCATE after the snapshot began but before the first split is read lies where the
+    log phase starts (the snapshot's beginning), below every split's watermark: the runner
+    goes on, and its output is the table as it is."""
+    db = MemoryDatabase(rows={(k,): (k, k) for k in range(5)})
+    runner = SyncRunner(memory_dialect(), lambda: MemoryConnection(db), SyncOptions())
+    state = runner.start([SCHEMA])
+    db.truncate()
+    db.write("c", (9,), 9)
+    events = []
+    while state.phase.value != "log" or state.position != runner.dialect.current_offset(
+            runner.conn):
+        out, state = runner.step(state)
+        events.extend(out)
+    assert replay(events) == db.rows == {(9,): (9, 9)}
