@@ -119,7 +119,7 @@ def read_after(state: SyncState, item: TableTruncated,
     Not for a table read again, whose splits send only the keys changed since a position."""
     splits = state.finished.get(item.table, ())
     return bool(splits) and item.table not in state.rereads and \
-        all(compare(item.offset, f.watermark) < 0 for f in splits)
+        all(f.split.since is None and compare(item.offset, f.watermark) < 0 for f in splits)
 
 
 def follow_truncation(state: SyncState, item: TableTruncated, has_target: bool,

@@ -155,3 +155,16 @@ def test_a_truncation_every_split_was_read_after_is_passed_over() -> None:
     assert follow_truncation(reread, early, True, compare)
     with pytest.raises(FatalSyncError):
         follow_truncation(_log_state(), early, False, compare)  # no split read: pure log
+
+
+def test_a_truncation_before_the_splits_of_a_read_again_is_followed() -> None:
+    """The splits of a table read again (``since`` set) send only the keys changed since their
+    hand-out: a truncation below their watermarks is not in them, whether the read is still
+    running (``rereads``) or done."""
+    def compare(a: Offset, b: Offset) -> int:
+        return (a["seq"] > b["seq"]) - (a["seq"] < b["seq"])  # type: ignore[operator]
+
+    early = TableTruncated(TABLE, Offset("mem", seq=2))
+    again = FinishedSplit(SnapshotSplit(TABLE, 0, None, None, since=Offset("mem", seq=1)),
+                          Offset("mem", seq=5), 1)
+    assert follow_truncation(_log_state(finished={TABLE: (again,)}), early, True, compare)
