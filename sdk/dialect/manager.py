@@ -93,6 +93,8 @@ class DialectManager:
 
     def __init__(self, *, load_entry_points: bool = True) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._schemes: dict[str, str] = {}
+        """The dialect each URL scheme met selected."""
         self.pm.add_hookspecs(hookspecs)
         self._broken: dict[str, str] = {}
         self._dialects: dict[str, Dialect] = {}
@@ -213,9 +215,14 @@ class DialectManager:
     def name_for_scheme(self, scheme: str) -> str:
         """The dialect a URL scheme selects: the one it names, or the one declaring it among
         its ``url_schemes``; the scheme itself when none does (the lookup then says so)."""
-        return self._named_like(scheme) or next(
-            (n for n in self.names if scheme in self.get_info(n).url_schemes or
-             scheme.split("+")[0] in self.get_info(n).url_schemes), scheme.split("+")[0])
+        name = self._schemes.get(scheme)
+        if name is None:  # stable for the process: a worker parses URLs at every batch
+            name = self._named_like(scheme) or next(
+                (n for n in self.names if scheme in self.get_info(n).url_schemes or
+                 scheme.split("+")[0] in self.get_info(n).url_schemes), scheme.split("+")[0])
+            if self.pm.has_plugin(name):  # one registered later may declare an unknown one
+                self._schemes[scheme] = name
+        return name
 
     def _named_like(self, scheme: str) -> str | None:
         """The dialect named ``scheme`` (a URL's, its aliases resolved), or whose name is the
