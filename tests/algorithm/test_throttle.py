@@ -96,6 +96,7 @@ def test_the_runner_reads_the_snapshot_and_the_log_at_the_limits(tmp_path: Path)
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_spark_tasks_share_the_snapshot_limit(spark: Any, tmp_path: Path) -> None:
     from sdk.spark.sync import run_sync
 
