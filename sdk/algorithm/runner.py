@@ -12,7 +12,7 @@ sequential reference.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..dialect.manager import Dialect
@@ -22,6 +22,7 @@ from ..dialect.types import (
     Connection,
     FinishedSplit,
     Offset,
+    Row,
     SchemaChange,
     SnapshotSplit,
     TableId,
@@ -159,7 +160,7 @@ class SyncRunner:
         read: list[ChangeEvent] = []
         shapes = dict(batch.state.tables)
         changes: list[SchemaChange] = []
-        ignored: dict[TableId, TableSchema] = {}
+        ignored: dict[TableId, Callable[[Row | None], Row | None]] = {}
         stream = self.dialect.stream_log(self.conn, list(shapes.values()), batch.log_from,
                                          batch.state.position)
         try:
@@ -170,7 +171,8 @@ class SyncRunner:
                     verdict = judge_schema_change(shapes[item.table], item,
                                                   self.schema_changes, self.options)
                     if verdict.schema is None:
-                        ignored[item.table] = item.schema
+                        ignored[item.table] = projector(item.schema,
+                                                        batch.state.tables[item.table])
                     else:
                         ignored.pop(item.table, None)
                         shapes[item.table] = verdict.schema
@@ -179,7 +181,9 @@ class SyncRunner:
                     if len(read) == limit:  # the first event not taken starts the next batch
                         batch = self.machine.cut_log_batch(batch, item.offset)
                         break
-                    read.append(self._ignoring(item, ignored, batch.state.tables))
+                    project = ignored.get(item.table)
+                    read.append(item if project is None else replace(
+                        item, after=project(item.after), before=project(item.before)))
                     if self.log_pace is not None:
                         self.log_pace.take(1)
         finally:
@@ -188,16 +192,6 @@ class SyncRunner:
                 close()
         return self.machine.filter_for(batch.state).filter(read), \
             self._follow_schema_changes(batch.state, changes)
-
-    @staticmethod
-    def _ignoring(event: ChangeEvent, ignored: dict[TableId, TableSchema],
-                  tables: Mapping[TableId, TableSchema]) -> ChangeEvent:
-        """``event`` shaped as the sync's columns when its table's change is ignored."""
-        shape = ignored.get(event.table)
-        if shape is None:
-            return event
-        project = projector(shape, tables[event.table])
-        return replace(event, after=project(event.after), before=project(event.before))
 
     def _follow_schema_changes(self, state: SyncState, changes: list[SchemaChange]
                                ) -> SyncState:
