@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+    from .checksum import Checksum
     from .config import ConnectionConfig
     from .types import (
         ChangeEvent,
@@ -426,6 +427,31 @@ def read_range_arrow(conn: Connection, table: TableSchema, split: SnapshotSplit
     """
 
 
+@gives(Capability.CHECKSUM)
+def checksum_range(conn: Connection, table: TableSchema, split: SnapshotSplit
+                   ) -> Checksum | None:
+    """The checksum of the rows ``read_range`` would read for ``split`` (its ``where`` too),
+    computed in the server: their count and the sum of their hashes, as
+    :mod:`sdk.dialect.checksum` defines them (``Checksum.of_sum`` takes the server's sum); or
+    None, having read nothing, when the server cannot write the canonical text of one of
+    ``table``'s columns (the engine then hashes the rows ``read_range`` reads).
+
+    ``sdk verify`` calls it on the source and on a database target alike (``table`` is then
+    the target table, with the source's logical types). With ``row_hashes``: capability
+    ``checksum``; without them ``sdk verify`` reads every row.
+    """
+
+
+@gives(Capability.CHECKSUM)
+def row_hashes(conn: Connection, table: TableSchema, split: SnapshotSplit
+               ) -> Iterator[tuple[Key, int]] | None:
+    """Each row of ``split`` as its key (the values ``read_range`` gives) and its 64-bit hash
+    (:func:`sdk.dialect.checksum.row_hash`), in key order, computed in the server; or None as
+    :func:`checksum_range` (the same tables). ``sdk verify`` calls it to find which rows of a
+    chunk differ. With ``checksum_range``: capability ``checksum``.
+    """
+
+
 @gives(Capability.EARLIEST)
 def earliest_offset(conn: Connection) -> Offset | None:
     """Return the oldest offset still in the log (startup mode ``earliest``).
@@ -501,6 +527,17 @@ def load_snapshot(conn: Connection, table: TableSchema, rows: pa.Table, batch_id
     :func:`sdk.dialect.arrow.python_values` turns a column back into the values ``apply_changes``
     takes, for what the dialect cannot load as it is. Capability ``bulk_load``; without it,
     snapshot rows go through ``apply_changes``.
+    """
+
+
+@_spec(Role.TARGET)
+def read_target_range(conn: Connection, table: TableSchema, split: SnapshotSplit,
+                      fetch_size: int) -> Iterator[Sequence[Row]]:
+    """Read the rows of target table ``table`` (made by ``create_table``) in ``split``'s key
+    range as ``read_range`` would read them from the source: the values ``apply_changes`` was
+    given. ``sdk verify`` compares them with the source's. Without it a target that implements
+    ``read_range`` is read with it (its stored values are the source's); a target with
+    neither cannot be verified.
     """
 
 

@@ -469,6 +469,9 @@ class Capability(StrEnum):
     ARROW_READS = "arrow_reads"
     """``read_range_arrow`` reads a split into an Arrow table, without a Python value per
     cell (used inside a snapshot view)."""
+    CHECKSUM = "checksum"
+    """``checksum_range`` and ``row_hashes`` hash a chunk's rows in the server (``sdk verify``
+    sends two numbers a chunk, not its rows)."""
     BULK_LOAD = "bulk_load"
     """A sync target that loads a snapshot split's rows as one Arrow table
     (``load_snapshot``), without a Python value per cell."""
