@@ -340,6 +340,44 @@ def _skipped_where(state_dir: str, args: argparse.Namespace) -> str:
     return where
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Compare the target with the source chunk by chunk while the sync runs; report the rows
+    that differ (exit 1), repair them with --repair (exit 0 when equal, 2 on an error)."""
+    from ..spark.verify import VerifyJob, default_report_path, run_verify, write_report
+
+    job = VerifyJob(args.checkpoint, args.source, args.target, args.target_schema,
+                    [p.strip() for t in args.table or () for p in t.split(",") if p.strip()],
+                    args.where, args.rows_per_second, args.static, args.repair,
+                    args.chunk_rows, args.parallel, args.report, args.wait_seconds)
+
+    def progress(data: dict[str, Any]) -> None:
+        print(f"verify: {data['chunks']}/{data['chunks_total']} chunks, {data['rows']} rows, "
+              f"{data['differing']} differing, {data['unsettled']} unsettled", flush=True)
+    try:
+        outcome = run_verify(job, progress)
+    except (Exception, KeyboardInterrupt) as exc:
+        _failed(args, exc)
+        return 2
+    path = args.report or default_report_path(args.checkpoint)
+    write_report(outcome, path)
+    for table, why in sorted(outcome.skipped.items()):
+        print(f"  {table}: {why}")
+    shown = [d for result in outcome.results for d in result.differences]
+    for d in shown[:SHOWN_DIFFERENCES]:
+        print(f"  {d.table} key {list(d.key)}: {d.kind}")
+    if len(shown) > SHOWN_DIFFERENCES:
+        print(f"  ... and {len(shown) - SHOWN_DIFFERENCES} more rows (the report has them all)")
+    repaired = f"; read again: {len(outcome.repaired)} request(s)" if outcome.repaired else ""
+    print(f"verified {outcome.rows} rows in {outcome.seconds:.1f} s: "
+          f"{outcome.differences} differing, {outcome.unsettled} unsettled (changing during "
+          f"every read){repaired}; report: {path}")
+    return 0 if outcome.differences == 0 else 1
+
+
+SHOWN_DIFFERENCES = 20
+"""Differing rows ``sdk verify`` prints (the report has them all)."""
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Start an embedded PostgreSQL, fill a shop, sync it to SQLite under writes, verify."""
     from pathlib import Path
@@ -452,6 +490,29 @@ def build_parser() -> argparse.ArgumentParser:
                           "and the --where condition are checked there before the request is "
                           "recorded")
     snapshot.set_defaults(func=cmd_snapshot)
+    verify = sub.add_parser("verify", help=cmd_verify.__doc__)
+    verify.add_argument("--checkpoint", default="sdk-checkpoint")
+    verify.add_argument("--source", required=True, help="the URL of the database the sync reads")
+    verify.add_argument("--target", required=True, help="the URL of the sync's target")
+    verify.add_argument("--target-schema", help="as given to sdk sync")
+    verify.add_argument("--table", action="append", metavar="PATTERNS", help="only these "
+                        "captured tables (comma separated, * and ? as wildcards)")
+    verify.add_argument("--where", help="only the rows meeting this SQL condition (run on "
+                        "both sides)")
+    verify.add_argument("--rows-per-second", type=float, help="read the source no faster")
+    verify.add_argument("--static", action="store_true", help="the source's writes are "
+                        "stopped: compare once, with no sync running")
+    verify.add_argument("--repair", action="store_true", help="ask the sync to read the "
+                        "differing rows again (sdk snapshot), then compare them again")
+    verify.add_argument("--chunk-rows", type=int, default=50_000, help="rows a chunk")
+    verify.add_argument("--parallel", type=int, default=os.cpu_count() or 2,
+                        help="chunks compared at once")
+    verify.add_argument("--report", help="where to write the JSON report (default: "
+                        "verify-<time>.json in the checkpoint's state directory)")
+    verify.add_argument("--wait-seconds", type=float, default=300.0, help="how long a chunk "
+                        "waits for the sync to apply the log past it")
+    _verbose_flag(verify)
+    verify.set_defaults(func=cmd_verify)
     new = sub.add_parser("new-dialect", help=cmd_new_dialect.__doc__)
     new.add_argument("name", help="the dialect's name, e.g. cockroach (package sdk_<name>)")
     new.add_argument("--dir", default=".", help="where to create sdk-<name>/ (default: here)")

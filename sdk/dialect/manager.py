@@ -64,6 +64,8 @@ from .types import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from .checksum import Checksum
+
 ENTRY_POINT_GROUP = "sdk.dialects"
 
 #: Dialects that ship inside the ``sdk`` wheel, with the extra that installs their driver.
@@ -523,6 +525,34 @@ class Dialect:
                       events: Sequence[ChangeEvent], batch_id: str) -> bool:
         result: bool = self._call("apply_changes", conn=conn, table=table, events=events,
                                   batch_id=batch_id)
+        return result
+
+    def checksum_range(self, conn: Connection, table: TableSchema, split: SnapshotSplit
+                       ) -> Checksum | None:
+        """The server's checksum of ``split``; None without the hook or for this table."""
+        if not self.implements("checksum_range"):
+            return None
+        result: Checksum | None = self._call("checksum_range", conn=conn, table=table,
+                                             split=split)
+        return result
+
+    def row_hashes(self, conn: Connection, table: TableSchema, split: SnapshotSplit
+                   ) -> Iterator[tuple[Key, int]] | None:
+        """The server's key and hash of each row of ``split``; None as :meth:`checksum_range`."""
+        if not self.implements("row_hashes"):
+            return None
+        result: Iterator[tuple[Key, int]] | None = self._call("row_hashes", conn=conn,
+                                                              table=table, split=split)
+        return result
+
+    def read_target_range(self, conn: Connection, table: TableSchema, split: SnapshotSplit,
+                          fetch_size: int = 4096) -> Iterator[Sequence[Row]]:
+        """A target table's rows in ``split`` as the source's ``read_range`` gave them: the
+        hook, else ``read_range`` (a target storing the values as they are)."""
+        if not self.implements("read_target_range"):
+            return self.read_range(conn, table, split, fetch_size)
+        result: Iterator[Sequence[Row]] = self._call(
+            "read_target_range", conn=conn, table=table, split=split, fetch_size=fetch_size)
         return result
 
     def read_range_arrow(self, conn: Connection, table: TableSchema, split: SnapshotSplit
