@@ -6,16 +6,15 @@ taken, then the log's position (the chunk's high watermark, ``current_offset``),
 target's once the running sync has applied the log past that watermark
 (:attr:`Verifier.wait_past`): a change made before the source was read is then in the target
 too, so it is no difference. Where the two differ the chunk is cut smaller and compared again,
-down to each row's hash; a row that differs is read again on both sides in a few rounds, and
-is reported only when the target still differs from a source value that held over two rounds
-(a row changed between the reads, the sync not yet past it, settles). A row that never holds
+down to each row's hash; a row that differs is compared again in a few rounds, and is reported
+only when the target still differs from a source hash that held over two rounds (a row changed
+between the reads, the sync not yet past it, settles). A row that never holds
 still is reported apart, as unsettled, not as a difference.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import threading
 import time
@@ -30,7 +29,7 @@ from ..dialect.manager import Dialect
 from ..dialect.types import Connection, Key, Offset, Row, SnapshotSplit, TableSchema
 
 FETCH_ROWS = 5_000
-NARROW_ROWS = 2_000
+NARROW_ROWS = 10_000
 """A differing chunk of more rows than this is cut into :data:`NARROW_PARTS` and each part
 compared again; one of at most this many is compared row by row."""
 NARROW_PARTS = 8
@@ -155,7 +154,7 @@ class Side:
                 return found, True
             return checksum_rows(table, self.rows(table, split)), False
 
-    def hashes(self, table: TableSchema, split: SnapshotSplit) -> dict[str, tuple[Key, int]]:
+    def hashes(self, table: TableSchema, split: SnapshotSplit) -> Hashes:
         """Each row's hash by the canonical text of its key."""
         key_types = [table.columns[i].type for i in table.key_index]
         with self.dialect.passing_faults():
@@ -165,7 +164,7 @@ class Side:
                 found = ((table.key_of(r), row_hash(r, types)) for r in self.rows(table, split))
             return {canonical_row(key, key_types): (key, value) for key, value in found}
 
-    def row_map(self, table: TableSchema, split: SnapshotSplit, wanted: set[str]
+    def row_map(self, table: TableSchema, split: SnapshotSplit, wanted: Mapping[str, Key]
                 ) -> dict[str, Row]:
         """The rows of ``split`` whose key text is in ``wanted``, by key text."""
         key_types = [table.columns[i].type for i in table.key_index]
@@ -176,6 +175,16 @@ class Side:
                 if text in wanted:
                     out[text] = row
         return out
+
+
+@dataclass(frozen=True)
+class SourceRead:
+    """A chunk's source checksum, whether its server computed it, and the log's position
+    after (None when ``--static``)."""
+
+    checksum: Checksum
+    in_server: bool
+    high: Offset | None
 
 
 WaitPast = Callable[[Offset], None]
@@ -198,33 +207,48 @@ class Verifier:
 
     def check(self, chunk: Chunk) -> ChunkResult:
         """Compare ``chunk``; the differing rows, narrowed down to their keys."""
-        result = ChunkResult(chunk)
-        self._compare(chunk, result, top=True)
+        return self.finish(chunk, self.read_source(chunk))
+
+    def read_source(self, chunk: Chunk) -> SourceRead:
+        """The first half of :meth:`check`: the source's checksum of ``chunk`` and its high
+        watermark (run ahead of :meth:`finish`, so the sync's lag is waited for once, not
+        once a chunk)."""
+        checksum, in_server = self.source.checksum(chunk.table, chunk.split)
+        self.took(checksum.rows)
+        high = None if self.wait_past is None else self.source.offset()
+        return SourceRead(checksum, in_server, high)
+
+    def finish(self, chunk: Chunk, read: SourceRead) -> ChunkResult:
+        """The second half of :meth:`check`: once the sync is past ``read``'s watermark,
+        the target's checksum, and where it differs, the rows that do."""
+        if self.wait_past is not None and read.high is not None:
+            self.wait_past(read.high)
+        target, in_target = self.target.checksum(chunk.mirror, chunk.split)
+        result = ChunkResult(chunk, read.checksum.rows, in_server=read.in_server and in_target)
+        if read.checksum != target:
+            self._narrow(chunk, max(read.checksum.rows, target.rows), result)
         return result
 
     def _window(self, read: Callable[[], Any]) -> Any:
-        """``read`` the source between two watermarks, then wait for the sync to pass the
-        high one."""
+        """``read`` the source, then wait for the sync to pass the log's position."""
         found = read()
         if self.wait_past is not None:
             self.wait_past(self.source.offset())
         return found
 
-    def _compare(self, chunk: Chunk, result: ChunkResult, top: bool = False) -> None:
-        table, mirror, split = chunk.table, chunk.mirror, chunk.split
-        source, in_source = self._window(lambda: self.source.checksum(table, split))
-        self.took(source.rows)
-        target, in_target = self.target.checksum(mirror, split)
-        if top:
-            result.rows, result.in_server = source.rows, in_source and in_target
-        if source == target:
+    def _narrow(self, chunk: Chunk, rows: int, result: ChunkResult) -> None:
+        """Cut a differing chunk and compare its parts (all the parts' source checksums in
+        one window), down to its rows."""
+        parts = self._parts(chunk, rows)
+        if len(parts) == 1:
+            self._rows(chunk, result)
             return
-        parts = self._parts(chunk, max(source.rows, target.rows))
-        if len(parts) > 1:
-            for part in parts:
-                self._compare(part, result)
-            return
-        self._rows(chunk, result)
+        sources = self._window(lambda: [self.source.checksum(p.table, p.split)[0]
+                                        for p in parts])
+        for part, source in zip(parts, sources, strict=True):
+            target = self.target.checksum(part.mirror, part.split)[0]
+            if source != target:
+                self._narrow(part, max(source.rows, target.rows), result)
 
     def _parts(self, chunk: Chunk, rows: int) -> list[Chunk]:
         """``chunk`` cut into about :data:`NARROW_PARTS` by the source's keys; itself when it
@@ -245,52 +269,63 @@ class Verifier:
                 for lo, hi in itertools.pairwise(bounds)]
 
     def _rows(self, chunk: Chunk, result: ChunkResult) -> None:
-        """Find the rows of a small chunk that differ, then settle them."""
+        """Find the rows of a small chunk that differ by their hashes, settle them, and read
+        the values of those that still differ (for the report)."""
         table, mirror, split = chunk.table, chunk.mirror, chunk.split
         source = self._window(lambda: self.source.hashes(table, split))
         target = self.target.hashes(mirror, split)
-        differing = {k for k in source.keys() | target.keys()
-                     if source.get(k, (None, None))[1] != target.get(k, (None, None))[1]}
-        if not differing:
-            return  # the chunk's checksums differed by rows changed since: settled
-        found = self._settle(chunk, differing)
-        result.differences.extend(found[0])
-        result.unsettled.extend(found[1])
-        if found[0]:
-            result.ranges.append((split.start, split.end))
+        keys = _differing(source, target)
+        if keys and self.wait_past is not None:
+            keys = self._settle(chunk, keys, source, result)
+        if not keys:
+            return
+        rows = self.source.row_map(table, split, keys), self.target.row_map(mirror, split, keys)
+        for text in sorted(keys):
+            s, t = rows[0].get(text), rows[1].get(text)
+            if s is None and t is None:
+                continue  # gone from both since: nothing to show or repair
+            kind = "missing" if t is None else "extra" if s is None else "changed"
+            result.differences.append(Difference(str(table.table), keys[text], kind, s, t))
+        result.ranges.append((split.start, split.end))
 
-    def _settle(self, chunk: Chunk, keys: set[str]) -> tuple[list[Difference], list[Key]]:
-        """Read rows ``keys`` of ``chunk`` again, in rounds; those whose target differs from a
-        source value that held over two rounds are differences (each round's first, when
-        ``--static``), those still moving at the end are unsettled."""
+    def _settle(self, chunk: Chunk, keys: dict[str, Key], first: Hashes, result: ChunkResult
+                ) -> dict[str, Key]:
+        """Compare the hashes of rows ``keys`` again, in rounds: those whose target differs
+        from a source hash that held over two rounds are differences; those equal by now were
+        changes in flight; those still moving after :attr:`rounds` are ``unsettled``."""
         table, mirror, split = chunk.table, chunk.mirror, chunk.split
-        types = [c.type for c in table.columns]
-        last: dict[str, int | None] = {}
-        seen: dict[str, Key] = {}
-        found: list[Difference] = []
+        last = {text: first.get(text, (None, None))[1] for text in keys}
+        found: dict[str, Key] = {}
         pause = self.pause
-        for round_ in range(self.rounds + 1):
-            source = self._window(functools.partial(self.source.row_map, table, split, keys))
-            target = self.target.row_map(mirror, split, keys)
-            moving = set()
-            for text in sorted(keys):
-                s, t = source.get(text), target.get(text)
-                if s is not None or t is not None:
-                    seen[text] = table.key_of(s if s is not None else t)  # type: ignore[arg-type]
-                s_hash = None if s is None else row_hash(s, types)
-                if s_hash == (None if t is None else row_hash(t, types)):
-                    continue  # equal now: it was a change in flight
-                if self.wait_past is None or (round_ > 0 and last.get(text, -1) == s_hash):
-                    row = s if s is not None else t
-                    assert row is not None
-                    kind = "missing" if t is None else "extra" if s is None else "changed"
-                    found.append(Difference(str(table.table), table.key_of(row), kind, s, t))
-                else:
-                    moving.add(text)
-                last[text] = s_hash
-            keys = moving
-            if not keys:
-                break
+        for _ in range(self.rounds):
             time.sleep(pause)
             pause *= 2
-        return found, [seen[text] for text in sorted(keys) if text in seen]
+            source = self._window(lambda: self.source.hashes(table, split))
+            target = self.target.hashes(mirror, split)
+            now = _differing(source, target, keys)
+            for text, key in now.items():
+                if last[text] == source.get(text, (None, None))[1]:
+                    found[text] = key
+                last[text] = source.get(text, (None, None))[1]
+            keys = {text: key for text, key in now.items() if text not in found}
+            if not keys:
+                break
+        result.unsettled.extend(keys.values())
+        return found
+
+
+Hashes = dict[str, tuple[Key, int]]
+"""Each row's key and hash, by the canonical text of its key."""
+
+
+def _differing(source: Hashes, target: Hashes, among: Mapping[str, Key] | None = None
+               ) -> dict[str, Key]:
+    """The rows (of ``among``, else all) whose hashes differ or that one side lacks."""
+    texts = source.keys() | target.keys() if among is None else among.keys()
+    out = {}
+    for text in texts:
+        s, t = source.get(text), target.get(text)
+        if (s is None) != (t is None) or (s is not None and t is not None and s[1] != t[1]):
+            found = s if s is not None else t
+            out[text] = found[0] if found is not None else among[text]  # type: ignore[index]
+    return out
