@@ -189,7 +189,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from ..job.failures import Exit
     from ..job.spec import checkpoint_paths
     from ..spark import deadletter
-    from ..spark.engine_state import APPLIED_FILE, live_report, readable_checkpoint
+    from ..spark.engine_state import APPLIED_FILE, VERIFY_FILE, live_report, readable_checkpoint
     from ..spark.statestore import StateStore
     from .report import describe_progress
 
@@ -222,10 +222,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     applied = store.read_json(APPLIED_FILE) or {}
     if applied.get("lag_seconds") is not None and progress.lag_seconds is None:
         progress = replace(progress, lag_seconds=float(applied["lag_seconds"]))
+    verified = store.read_json(VERIFY_FILE)
     if args.json:
         owner = store.read_json("owner.json")
         print(json.dumps({**progress.to_json(), "skipped": skipped, "last_run": applied or None,
-                          "owner": owner and {k: owner[k] for k in ("host", "pid", "since")}}))
+                          "owner": owner and {k: owner[k] for k in ("host", "pid", "since")},
+                          "verify": verified}))
         return 0
     if args.table:
         import fnmatch
@@ -241,6 +243,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"source: {source['url']} ({identity or 'no identity recorded'}){checked}")
         for old in source.get("followed", []):
             print(f"  followed a failover from {old.get('url')} at {old.get('until')}")
+    if isinstance(verified, dict):
+        import datetime as dt
+
+        at = dt.datetime.fromtimestamp(float(verified.get("updated_at", 0)), dt.UTC)
+        print(f"{verify_line(verified)} (last report {at:%Y-%m-%d %H:%M:%S} UTC)")
     if args.source:
         for item in advice:
             print(f"  [{'MISSING' if item.required else 'WARN'}] {item.name}: {item.detail}")
@@ -350,14 +357,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     args.where, args.rows_per_second, args.static, args.repair,
                     args.chunk_rows, args.parallel, args.report, args.wait_seconds)
 
+    metrics = None
+    if args.metrics_port is not None:
+        from ..job.metrics import MetricsServer
+
+        metrics = MetricsServer(args.metrics_port, sync=False)
+    tty = sys.stdout.isatty()
+
     def progress(data: dict[str, Any]) -> None:
-        print(f"verify: {data['chunks']}/{data['chunks_total']} chunks, {data['rows']} rows, "
-              f"{data['differing']} differing, {data['unsettled']} unsettled", flush=True)
+        line = verify_line(data)
+        print(f"\r{line}" if tty else line, end="" if tty else "\n", flush=True)
+        if metrics is not None:
+            metrics.update_verify(data)
     try:
         outcome = run_verify(job, progress)
     except (Exception, KeyboardInterrupt) as exc:
         _failed(args, exc)
         return 2
+    finally:
+        if tty:
+            print()
+        if metrics is not None:
+            metrics.close()
     path = args.report or default_report_path(args.checkpoint)
     write_report(outcome, path)
     for table, why in sorted(outcome.skipped.items()):
@@ -372,6 +393,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
           f"{outcome.differences} differing, {outcome.unsettled} unsettled (changing during "
           f"every read){repaired}; report: {path}")
     return 0 if outcome.differences == 0 else 1
+
+
+def verify_line(data: dict[str, Any]) -> str:
+    """A verify's progress (``verify.json``) in one line."""
+    return (f"verify {data.get('state', 'running')}: {data.get('chunks')}/"
+            f"{data.get('chunks_total')} chunks, {data.get('rows')} rows, "
+            f"{data.get('differing')} differing, {data.get('unsettled')} unsettled")
 
 
 SHOWN_DIFFERENCES = 20
@@ -511,6 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "verify-<time>.json in the checkpoint's state directory)")
     verify.add_argument("--wait-seconds", type=float, default=300.0, help="how long a chunk "
                         "waits for the sync to apply the log past it")
+    verify.add_argument("--metrics-port", type=int, help="serve the progress as Prometheus "
+                        "metrics on this port while it runs")
     _verbose_flag(verify)
     verify.set_defaults(func=cmd_verify)
     new = sub.add_parser("new-dialect", help=cmd_new_dialect.__doc__)

@@ -162,17 +162,28 @@ IN_SERVER_TYPES = frozenset(_CANONICAL) - {LogicalType.FLOAT32, LogicalType.FLOA
 another type is hashed by the engine (a dialect may still do more)."""
 
 
+_UNFIT = (ValueError, TypeError, AttributeError, ArithmeticError)
+"""What a canonical form raises for a value that is not of its column's type (SQLite keeps
+any value in any column): such a value is written as its ``str``."""
+
+
 def canonical_value(value: Any, logical: LogicalType) -> str:
     """The canonical text of one value of a column of type ``logical``."""
     if value is None:
         return NULL
-    return _CANONICAL.get(logical, _text)(value)
+    try:
+        return _CANONICAL.get(logical, _text)(value)
+    except _UNFIT:
+        return _text(value)
 
 
 def canonical_row(row: Row, types: Sequence[LogicalType]) -> str:
     """The canonical text of a row whose columns have ``types``."""
-    return SEPARATOR.join([NULL if v is None else _CANONICAL.get(t, _text)(v)
-                           for v, t in zip(row, types, strict=True)])
+    try:
+        return SEPARATOR.join([NULL if v is None else _CANONICAL.get(t, _text)(v)
+                               for v, t in zip(row, types, strict=True)])
+    except _UNFIT:  # a value not of its column's type: value by value
+        return SEPARATOR.join([canonical_value(v, t) for v, t in zip(row, types, strict=True)])
 
 
 def text_hash(text: str) -> int:

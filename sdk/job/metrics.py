@@ -4,8 +4,9 @@
 every couple of seconds (the same figures ``sdk status --json`` prints): the phase, rows read by
 the snapshot and changes applied (counters), their rates, the lag, whether the log caught up,
 restarts after passing faults, and per table its state, schema version, the splits done and
-estimated and the rows read. A custom collector turns the last report into metric families at
-each scrape, on a registry of the sync's own (never the process-wide default one).
+estimated and the rows read; with the last ``sdk verify``'s figures (``sdk verify
+--metrics-port`` serves those alone). A custom collector turns the last report into metric
+families at each scrape, on a registry of the sync's own (never the process-wide default one).
 """
 
 from __future__ import annotations
@@ -99,15 +100,43 @@ def families(report: ProgressReport | Mapping[str, Any], retries: int = 0) -> It
                               "source or target", value=float(retries))
 
 
+VERIFY_FIGURES = (
+    ("chunks", "sdk_verify_chunks_done", "chunks compared by the last sdk verify"),
+    ("chunks_total", "sdk_verify_chunks", "chunks the last sdk verify compares"),
+    ("rows", "sdk_verify_rows", "source rows the last sdk verify compared"),
+    ("differing", "sdk_verify_differing_rows", "rows the last sdk verify found differing "
+     "between source and target"),
+    ("unsettled", "sdk_verify_unsettled_rows", "rows the last sdk verify could not compare "
+     "(changed during every read)"),
+)
+
+
+def verify_families(verify: Mapping[str, Any]) -> Iterator[Metric]:
+    """The metric families of a verify's progress (``verify.json``, see
+    :mod:`sdk.spark.verify`): its figures, whether it runs, when it last reported."""
+    for key, name, help_text in VERIFY_FIGURES:
+        yield _gauge(name, help_text, float(verify.get(key) or 0))
+    yield _gauge("sdk_verify_running", "1 while an sdk verify runs",
+                 1.0 if verify.get("state") == "running" else 0.0)
+    yield _gauge("sdk_verify_updated_seconds", "when the last sdk verify last reported "
+                 "(seconds since the epoch)", float(verify.get("updated_at") or 0))
+
+
 class _Report(Collector):
-    """Collects the metric families of the last report at each scrape."""
+    """Collects the metric families of the last report (and verify) at each scrape."""
 
     def __init__(self) -> None:
         self.report = ProgressReport()
         self.retries = 0
+        self.verify: Mapping[str, Any] | None = None
+        self.sync = True
+        """False for a server of ``sdk verify`` alone (no sync figures)."""
 
     def collect(self) -> Iterator[Metric]:
-        return families(self.report, self.retries)
+        if self.sync:
+            yield from families(self.report, self.retries)
+        if self.verify is not None:
+            yield from verify_families(self.verify)
 
 
     def registry(self) -> CollectorRegistry:
@@ -127,8 +156,9 @@ def render(report: ProgressReport | Mapping[str, Any], retries: int = 0) -> str:
 class MetricsServer:
     """Serves ``/metrics`` from the last report given to :meth:`update`, on its own thread."""
 
-    def __init__(self, port: int, host: str = "0.0.0.0") -> None:
+    def __init__(self, port: int, host: str = "0.0.0.0", sync: bool = True) -> None:
         self._collector = _Report()
+        self._collector.sync = sync
         self.server, self._thread = start_http_server(port, host,
                                                       registry=self._collector.registry())
         self.port = self.server.server_address[1]
@@ -143,6 +173,10 @@ class MetricsServer:
 
     def update(self, report: ProgressReport | Mapping[str, Any]) -> None:
         self._collector.report = ProgressReport.of(report)
+
+    def update_verify(self, verify: Mapping[str, Any] | None) -> None:
+        """Serve a verify's progress too (see :func:`verify_families`)."""
+        self._collector.verify = verify
 
     def close(self) -> None:
         self.server.shutdown()

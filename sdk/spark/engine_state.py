@@ -201,6 +201,10 @@ APPLIED_FILE = "applied.json"
 changes applied and set aside by this run, and the lag then."""
 APPLIED_KEYS = ("applied", "skipped", "lag_seconds")
 
+VERIFY_FILE = "verify.json"
+"""The progress of the last ``sdk verify`` on the checkpoint (:mod:`sdk.spark.verify`):
+``sdk status`` and the sync's metrics show it."""
+
 PROGRESS_FILE = "progress.json"
 PROGRESS_TABLES = "progress-tables.json"
 """The progress report is two files: the per-table figures, written only when they change

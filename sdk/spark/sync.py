@@ -37,6 +37,7 @@ from .engine_state import (
     APPLIED_FILE,
     APPLIED_KEYS,
     PROGRESS_FILE,
+    VERIFY_FILE,
     captured_tables,
     check_checkpoint_source,
     checkpointed,
@@ -321,6 +322,7 @@ class _Run:
                                   | {"updated_at": time.time()}, APPLIED_FILE)
         if self.metrics is not None:
             self.metrics.update(current)
+            self.metrics.update_verify(self.store.read_json(VERIFY_FILE))
             self.metrics.retries = self.retries.count
         self.last_report = time.monotonic()
 

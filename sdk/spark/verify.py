@@ -36,6 +36,7 @@ from ..job.spec import checkpoint_paths
 from ..job.target import Target
 from ..job.verify import Chunk, ChunkResult, Side, SourceRead, Verifier
 from .engine_state import (
+    VERIFY_FILE,
     captured_tables,
     check_checkpoint_source,
     read_progress,
@@ -46,8 +47,6 @@ from .statestore import StateStore
 
 log = logging.getLogger(__name__)
 
-VERIFY_FILE = "verify.json"
-"""The progress of the last ``sdk verify`` on a checkpoint (``sdk status`` shows it)."""
 CHUNK_ROWS = 50_000
 WAIT_SECONDS = 300.0
 """How long a chunk waits for the sync to apply the log past its watermark."""

@@ -196,8 +196,8 @@ def _wait_for_log_phase(process: Any) -> None:
     threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()
 
 
-def test_verify_finds_every_damage_under_a_writer_and_repairs_it(pair: Pair, tmp_path: Path
-                                                                  ) -> None:
+def test_verify_finds_every_damage_under_a_writer_and_repairs_it(
+        pair: Pair, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     checkpoint = tmp_path / "ck"
     args = ["sync", "--source", pair.source_url, "--target", pair.target_url, "--tables",
             pair.table, "--checkpoint", str(checkpoint), "--option", "snapshot.split.size=2000"]
@@ -229,6 +229,11 @@ def test_verify_finds_every_damage_under_a_writer_and_repairs_it(pair: Pair, tmp
             by_key = {d["key"][0]: d for d in data["rows_differing"]}
             assert by_key[3001]["target"]["name"] == "damaged"
             assert by_key[3001]["source"]["name"] == "r3001"
+            capsys.readouterr()
+            assert main(["status", "--checkpoint", str(checkpoint), "--json"]) == 0
+            status = json.loads(capsys.readouterr().out)
+            assert status["verify"]["differing"] == len(damage)
+            assert status["verify"]["state"] == "different"
             code, data = verify(pair, checkpoint, tmp_path / "repair.json", "--repair")
             assert code == 0 and data["repaired"] and data["rows_differing"] == [], data
             code, data = verify(pair, checkpoint, tmp_path / "after.json")
