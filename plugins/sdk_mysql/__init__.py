@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sdk import (
     Capability,
     ChangeEvent,
+    Column,
     ConfigurationError,
     ConnectionConfig,
     DialectInfo,
@@ -42,9 +43,10 @@ from sdk import (
     hookimpl,
 )
 from sdk.dialect.apply import NetChanges, check_target_columns, ledger_tables, net_changes
+from sdk.dialect.checksum import Checksum
 from sdk.dialect.sql import lexicographic_range, with_condition
 
-from . import _arrow, _target, _tls, _visibility
+from . import _arrow, _checksum, _target, _tls, _visibility
 from ._binlog import CONNECTION_LOST, read_changes
 from ._connect import open_connection
 from ._lineage import _quoted, _text, refuse_unlisted
@@ -75,6 +77,7 @@ READ_TIMEOUT_SECONDS = 60
 """Silence after which a binlog connection counts as dead (option ``read_timeout``): the server
 sends events or heartbeats, so a connection quiet this long hangs (a dropped network path, a
 frozen proxy) and is reopened rather than waited on for ever."""
+HASHES_FETCHED = 10_000  # keys and hashes row_hashes fetches at a time
 MAX_GTID_TEXT = 1024  # a longer MySQL GTID set is left out of offsets
 _STATUS_STATEMENTS = ("SHOW BINARY LOG STATUS", "SHOW BINLOG STATUS", "SHOW MASTER STATUS")
 
@@ -402,14 +405,16 @@ server's own ``sql_mode`` (reads are not affected)."""
 _DATES = (LogicalType.DATE, LogicalType.TIMESTAMP, LogicalType.TIMESTAMP_TZ)
 
 
-def _normalized_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]], policy: str
-                     ) -> list[Row]:
+def _normalized_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]], policy: str,
+                     columns: Sequence[Column] | None = None) -> list[Row]:
     """Rows as SELECT gave them on the dialect's connection, brought to the dialect's values.
     Its conversions made each TIMESTAMP an aware UTC datetime, so dates and timestamps only
     need a zero date (the text pymysql leaves) made a BadValue, or None under ``policy``
-    (the ``zero_dates`` option) ``null``."""
+    (the ``zero_dates`` option) ``null``. ``columns``: what the rows hold, if not the
+    table's columns (its key's)."""
     converters = [(i, zero_date(policy) if c.type in _DATES else f)
-                  for i, c in enumerate(table.columns) if (f := normalizer(c, policy))]
+                  for i, c in enumerate(columns or table.columns)
+                  if (f := normalizer(c, policy))]
     if not converters:
         return list(rows)
     out = []
@@ -535,11 +540,13 @@ def current_offset(conn: MySqlConnection) -> Offset:
         conn.query("COMMIT")
 
 
-def _split_query(table: TableSchema, split: SnapshotSplit) -> tuple[str, list[Any]]:
-    """The SELECT of ``split``'s rows (its key range and condition) and its parameters."""
+def _split_query(table: TableSchema, split: SnapshotSplit, select: str | None = None
+                 ) -> tuple[str, list[Any]]:
+    """The SELECT of ``split``'s rows (its key range and condition) and its parameters: of
+    the columns as the snapshot reads them, or of the expressions ``select``."""
     where, args = _key_range(table, split.start, split.end)
     where = with_condition(where, split.where)
-    columns = ", ".join(select_term(c, qp(c.name)) for c in table.columns)
+    columns = select or ", ".join(select_term(c, qp(c.name)) for c in table.columns)
     return f"SELECT {columns} FROM {_table(table.table, True)} WHERE {where}", args
 
 
@@ -564,6 +571,51 @@ def read_range_arrow(conn: MySqlConnection, table: TableSchema, split: SnapshotS
         return None
     return _arrow.read_split(conn.raw, table, *_split_query(table, split),
                              zero_dates=conn.zero_dates)
+
+
+@hookimpl
+def checksum_range(conn: MySqlConnection, table: TableSchema, split: SnapshotSplit
+                   ) -> Checksum | None:
+    """The count and sum of the split's row hashes in one statement (:mod:`._checksum`);
+    None, having read nothing, for a table with a column the server does not write
+    canonically."""
+    hashed = _checksum.row_hash(table, qp, conn.zero_dates)
+    if hashed is None:
+        return None
+    with conn.raw.cursor() as cur:  # args: formatted even when empty (the '%' doubled)
+        cur.execute(*_split_query(table, split, f"COUNT(*), SUM({hashed})"))
+        rows, total = cur.fetchone()
+    return Checksum.of_sum(rows, total)
+
+
+@hookimpl
+def row_hashes(conn: MySqlConnection, table: TableSchema, split: SnapshotSplit
+               ) -> Iterator[tuple[Key, int]] | None:
+    """Each row's key (as ``read_range`` reads it) and hash, in key order; None as
+    :func:`checksum_range`."""
+    hashed = _checksum.row_hash(table, qp, conn.zero_dates)
+    if hashed is None:
+        return None
+    by_name = {c.name: c for c in table.columns}
+    keys = [by_name[k] for k in table.key]
+    sql, args = _split_query(table, split, ", ".join(
+        [*(select_term(c, qp(c.name)) for c in keys), hashed]))
+    return _hashes(conn, table, keys, f"{sql} ORDER BY {', '.join(_key_expressions(table))}",
+                   args)
+
+
+def _hashes(conn: MySqlConnection, table: TableSchema, keys: Sequence[Column], sql: str,
+            args: list[Any]) -> Iterator[tuple[Key, int]]:
+    """The keys and hashes ``sql`` selects, read unbuffered, keys as ``read_range``'s."""
+    import pymysql.cursors
+
+    width = len(keys)
+    with conn.raw.cursor(pymysql.cursors.SSCursor) as cur:
+        cur.execute(sql, args)
+        while batch := cur.fetchmany(HASHES_FETCHED):
+            found = _normalized_rows(table, [r[:width] for r in batch], conn.zero_dates, keys)
+            for key, row in zip(found, batch, strict=True):
+                yield tuple(key), int(row[width])
 
 
 def _check_retained(conn: MySqlConnection, file: str) -> None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sdk import (
     Capability,
     ChangeEvent,
+    Column,
     ConfigurationError,
     ConnectionConfig,
     DialectInfo,
@@ -50,9 +51,10 @@ from sdk import (
     hookimpl,
 )
 from sdk.dialect.apply import LEDGER, check_target_columns, ledger_tables, net_changes
+from sdk.dialect.checksum import MODULUS, Checksum
 from sdk.dialect.sql import row_range, with_condition
 
-from . import _arrow, _capture, _snapshot, _target, _tls
+from . import _arrow, _capture, _checksum, _snapshot, _target, _tls
 from ._connection import PgConnection, q, qp, qualified
 from ._lineage import check_offset as check_offset
 from ._lineage import locate_offset as locate_offset
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 POLL_SECONDS = 0.5  # an open-ended stream_log reads up to a new watermark this often
+HASHES_FETCHED = 10_000  # keys and hashes row_hashes fetches at a time
 UNREACHABLE = ("Connection refused", "timeout expired", "timed out", "No route to host",
                "Network is unreachable", "is starting up", "is shutting down",
                "closed the connection unexpectedly", "in recovery mode")
@@ -383,16 +386,15 @@ def describe_table(conn: PgConnection, table: TableId) -> TableSchema:
     return TableSchema(table, columns, primary, unique)
 
 
-def _select_list(table: TableSchema) -> str:
-    """Columns as the snapshot selects them (in a statement with parameters): types carried as
+def _select_term(column: Column) -> str:
+    """A column as the snapshot selects it (in a statement with parameters): types carried as
     text are cast, so the snapshot and the log both give the server's text form."""
-    out = []
-    for column in table.columns:
-        if kind_of(column) in TEXT_TYPES:
-            out.append(f"{qp(column.name)}::text")
-        else:
-            out.append(qp(column.name))
-    return ", ".join(out)
+    return f"{qp(column.name)}::text" if kind_of(column) in TEXT_TYPES else qp(column.name)
+
+
+def _select_list(table: TableSchema) -> str:
+    """The columns as the snapshot selects them (:func:`_select_term`)."""
+    return ", ".join(map(_select_term, table.columns))
 
 
 def _key_sql(table: TableSchema, quote: Callable[[str], str] = qp) -> list[str]:
@@ -481,12 +483,14 @@ def current_offset(conn: PgConnection) -> Offset:
         time.sleep(0.005)
 
 
-def _split_query(table: TableSchema, split: SnapshotSplit) -> tuple[str, list[Any]]:
-    """The SELECT of ``split``'s rows (its key range and condition) and its parameters."""
+def _split_query(table: TableSchema, split: SnapshotSplit, select: str | None = None
+                 ) -> tuple[str, list[Any]]:
+    """The SELECT of ``split``'s rows (its key range and condition) and its parameters: of
+    the columns as the snapshot reads them, or of the expressions ``select``."""
     where, args = _range(table, split.start, split.end)
     where = with_condition(where, split.where)
-    return (f"SELECT {_select_list(table)} FROM {qualified(table.table, params=True)} "
-            f"WHERE {where}", args)
+    return (f"SELECT {select or _select_list(table)} FROM "
+            f"{qualified(table.table, params=True)} WHERE {where}", args)
 
 
 @hookimpl
@@ -507,6 +511,52 @@ def read_range_arrow(conn: PgConnection, table: TableSchema, split: SnapshotSpli
     if not all(_arrow.readable(c) for c in table.columns):
         return None
     return _arrow.read_split(conn.raw, table, *_split_query(table, split))
+
+
+def _row_hash(conn: PgConnection, table: TableSchema) -> str | None:
+    """The SQL of a row's hash on this server (:func:`._checksum.row_hash`)."""
+    info = conn.raw.info
+    return _checksum.row_hash(table, qp, trim_scale=info.server_version >= 130000,
+                              utf8=info.parameter_status("server_encoding") == "UTF8")
+
+
+@hookimpl
+def checksum_range(conn: PgConnection, table: TableSchema, split: SnapshotSplit
+                   ) -> Checksum | None:
+    """The count and sum of the split's row hashes in one statement (:mod:`._checksum`);
+    None, having read nothing, for a table with a column the server does not write
+    canonically (floats, intervals, JSON)."""
+    hashed = _row_hash(conn, table)
+    if hashed is None:
+        return None
+    ((rows, total),) = conn.query(*_split_query(table, split, f"count(*), sum({hashed})"))
+    return Checksum.of_sum(rows, total)
+
+
+@hookimpl
+def row_hashes(conn: PgConnection, table: TableSchema, split: SnapshotSplit
+               ) -> Iterator[tuple[Key, int]] | None:
+    """Each row's key (selected as ``read_range`` selects it) and hash, in key order; None as
+    :func:`checksum_range`."""
+    hashed = _row_hash(conn, table)
+    if hashed is None:
+        return None
+    by_name = {c.name: c for c in table.columns}
+    keys = ", ".join(_select_term(by_name[k]) for k in table.key)
+    sql, args = _split_query(table, split, f"{keys}, {hashed}")
+    return _hashes(conn, f"{sql} ORDER BY {', '.join(_key_sql(table))}", args, len(table.key))
+
+
+def _hashes(conn: PgConnection, sql: str, args: list[Any], width: int
+            ) -> Iterator[tuple[Key, int]]:
+    """The keys and hashes ``sql`` selects (keys first, ``width`` of them), read with a
+    server-side cursor as ``read_range`` reads rows, hashes made unsigned."""
+    with conn.raw.transaction(), conn.raw.cursor(name="sdk_hashes") as cur:
+        cur.itersize = HASHES_FETCHED
+        cur.execute(sql, args)
+        while batch := cur.fetchmany(HASHES_FETCHED):
+            for row in batch:
+                yield tuple(row[:width]), row[width] % MODULUS
 
 
 @hookimpl

@@ -9,13 +9,15 @@ import threading
 import time
 import uuid
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
+from dataclasses import replace
 from functools import cmp_to_key
 from itertools import pairwise
 from typing import TypeVar
 
 from ..dialect import hookspecs
+from ..dialect.checksum import canonical_row, checksum_rows, hash_rows
 from ..dialect.config import ConnectionConfig
 from ..dialect.manager import Dialect, DialectManager
 from ..dialect.types import (
@@ -31,7 +33,7 @@ from ..dialect.types import (
     TableId,
     TableSchema,
 )
-from .harness import Feature, Harness
+from .harness import Feature, GoldenColumn, Harness
 
 T = TypeVar("T")
 
@@ -133,6 +135,10 @@ class Kit:
         kit (CI and a developer, two dialects' suites) can share one database."""
         return f"{name}_{self.tag}"
 
+    def base_name(self, table: TableSchema) -> str:
+        """The kit's name of one of its tables (:meth:`physical` undone)."""
+        return table.table.name.removesuffix(f"_{self.tag}")
+
     def table_id(self, name: str) -> TableId:
         return self.harness.table_id(self.physical(name))
 
@@ -150,7 +156,7 @@ class Kit:
         self.dialect.prepare_capture(self.conn, [schema])
         return schema
 
-    def items(self, rows: Sequence[tuple[int, str]] = ()) -> TableSchema:
+    def items(self, rows: Sequence[tuple[int, str | None]] = ()) -> TableSchema:
         """``kit_items (id int primary key, v text)``."""
         return self.table("kit_items", [("id", "int"), ("v", "text")], ["id"], rows)
 
@@ -158,6 +164,34 @@ class Kit:
         """``kit_pairs (a text, b int, v text, primary key (a, b))``."""
         return self.table("kit_pairs", [("a", "text"), ("b", "int"), ("v", "text")],
                           ["a", "b"], rows)
+
+    def golden(self, name: str, golden: Sequence[GoldenColumn]
+               ) -> tuple[TableSchema, Callable[[int], int]]:
+        """Table ``name`` of an ``id`` key and a column ``c<i>`` of each golden type, and the
+        function that inserts a row of the golden values per literal (NULL where a column
+        has fewer) and a row of NULLs, ids counted from the one given: it returns how many."""
+        names = [f"c{i}" for i in range(len(golden))]
+        columns = [("id", "int"), *((n, g.sql_type) for n, g in zip(names, golden, strict=True))]
+        depth = max((len(g.literals) for g in golden), default=0)
+        rows = [[g.literals[j] if j < len(g.literals) else "NULL" for g in golden]
+                for j in range(depth)] + [["NULL"] * len(golden)]
+        table = self.table(name, columns, ["id"])
+        quoted = ", ".join(map(self.harness.quote, ["id", *names]))
+
+        def insert(first_id: int) -> int:
+            self.harness.execute(*(
+                self.sql(name, f"INSERT INTO {{t}} ({quoted}) "
+                               f"VALUES ({', '.join([str(first_id + j), *row])})")
+                for j, row in enumerate(rows)))
+            return len(rows)
+        return table, insert
+
+    def mirror(self, source: TableSchema, name: str, rows: Sequence[Row]) -> TableSchema:
+        """``source``'s schema as the kit's table ``name`` of the dialect as a target, holding
+        ``rows`` (:func:`fill_mirror`; dropped after the test)."""
+        self._tables.append(self.physical(name))
+        return fill_mirror(self.dialect, self.conn, source, self.table_id(name), rows,
+                           f"kit {self.tag} {name}")
 
     def insert_sql(self, name: str, columns: Sequence[str], row: Sequence[object]) -> str:
         cols = ", ".join(map(self.harness.quote, columns))
@@ -201,6 +235,14 @@ class Kit:
                     for r in batch]
         return within(DEADLINE_SECONDS, "read_range", read)
 
+    def check_checksums(self, table: TableSchema, split: SnapshotSplit,
+                        rows: Sequence[Row] | None = None) -> bool:
+        """:func:`check_checksums` on the kit's connection, by default of the rows
+        ``read_range`` reads."""
+        if rows is None:
+            rows = self.rows(table, split)
+        return check_checksums(self.dialect, self.conn, table, split, rows)
+
     def splits(self, table: TableSchema, size: int) -> list[SnapshotSplit]:
         """Cut ``table`` with ``next_boundary`` as the planner does."""
         bounds: list[Key | None] = [None]
@@ -234,6 +276,82 @@ class Kit:
                     close()
             return items
         return within(DEADLINE_SECONDS, what, read)
+
+
+def ranges(table: TableSchema, rows: Sequence[Row]) -> list[SnapshotSplit]:
+    """Splits of ``table`` (holding ``rows``) to check a read over: the whole table, a
+    bounded key range, the ranges open at either end, and an empty range (start = end)."""
+    whole = SnapshotSplit(table.table, 0, None, None)
+    keys = sorted(table.key_of(r) for r in rows)
+    if not keys:
+        return [whole]
+    low, high = keys[len(keys) // 4], keys[3 * len(keys) // 4]
+    return [whole, SnapshotSplit(table.table, 1, low, high),
+            SnapshotSplit(table.table, 2, None, low), SnapshotSplit(table.table, 3, high, None),
+            SnapshotSplit(table.table, 4, low, low)]
+
+
+def fill_mirror(dialect: Dialect, conn: Connection, source: TableSchema, table: TableId,
+                rows: Sequence[Row], batch_id: str) -> TableSchema:
+    """``source``'s schema as table ``table`` of ``dialect`` as a target, made by its
+    ``create_table`` and holding ``rows``, applied as a snapshot's ``r`` events."""
+    mirror = replace(source, table=table)
+    dialect.create_table(conn, mirror)
+    at = dialect.current_offset(conn)
+    events = [ChangeEvent(table, "r", source.key_of(r), tuple(r), at) for r in rows]
+    if not dialect.apply_changes(conn, mirror, events, batch_id):
+        raise KitError(f"apply_changes of the first batch of {table} returned False")
+    return mirror
+
+
+def check_checksums(dialect: Dialect, conn: Connection, table: TableSchema,
+                    split: SnapshotSplit, rows: Sequence[Row]) -> bool:
+    """``checksum_range`` and ``row_hashes`` of ``split`` equal the engine's hashes of
+    ``rows`` (:mod:`sdk.dialect.checksum`), or both are None; whether they hashed in the
+    server. A difference names the first row whose hash differs, with its canonical text."""
+    found = within(DEADLINE_SECONDS, "checksum_range",
+                   lambda: dialect.checksum_range(conn, table, split))
+
+    def listed() -> list[tuple[Key, int]] | None:
+        hashes = dialect.row_hashes(conn, table, split)
+        return None if hashes is None else list(hashes)
+    hashes = within(DEADLINE_SECONDS, "row_hashes", listed)
+    if (found is None) != (hashes is None):
+        raise KitError(f"{table.table}: checksum_range returned {found!r} and row_hashes "
+                       f"{'None' if hashes is None else 'hashes'}: both decline a table "
+                       "(None) or neither")
+    if found is None or hashes is None:
+        return False
+    where = f"{table.table} [{split.start}, {split.end})"
+    if hashes != sorted(hash_rows(table, rows), key=lambda pair: pair[0]):
+        raise KitError(f"{where}: row_hashes differ from the engine's: "
+                       f"{hash_difference(table, rows, hashes)}")
+    if found != checksum_rows(table, rows):
+        raise KitError(f"{where}: checksum_range gave {found}, the engine's hashes of the "
+                       f"rows make {checksum_rows(table, rows)} (row_hashes agree with them)")
+    return True
+
+
+def hash_difference(table: TableSchema, rows: Iterable[Row],
+                    hashes: Sequence[tuple[Key, int]]) -> str:
+    """Where a dialect's ``row_hashes`` first differ from the engine's hashes of ``rows``:
+    the key, both hashes and the row's canonical text (whose column is written otherwise)."""
+    types = [c.type for c in table.columns]
+    by_key = {table.key_of(r): r for r in rows}
+    expected = sorted(hash_rows(table, by_key.values()), key=lambda pair: pair[0])
+    for index, (want, got) in enumerate(zip(expected, hashes, strict=False)):
+        if want != got:
+            text = canonical_row(by_key[want[0]], types)
+            return (f"row {index} is key {got[0]!r} with hash {got[1]}; the engine's is key "
+                    f"{want[0]!r} with hash {want[1]} of the canonical text {text!r}")
+    return f"{len(hashes)} hashes where the rows are {len(expected)}"
+
+
+def checksum_declined(harness: Harness) -> frozenset[str]:
+    """The golden types (``GoldenColumn.sql_type``) that the harness's class attribute
+    ``checksum_declined`` says its dialect documents hashing outside the server (none by
+    default): a table with such a column may have no server checksum."""
+    return frozenset(getattr(harness, "checksum_declined", ()))
 
 
 def literal(value: object) -> str:

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import pytest
 
 from ..algorithm import Phase, PhaseHooks, SyncOptions, SyncRunner, SyncState, caught_up
 from ..algorithm.lineage import check_position
+from ..dialect.checksum import IN_SERVER_TYPES, in_server
 from ..dialect.config import ConnectionConfig
 from ..dialect.errors import (
     ConfigurationError,
@@ -56,8 +58,10 @@ from .kit import (
     as_dict,
     check_exactly_once,
     check_visible_between,
+    checksum_declined,
     key_histories,
     load_dialect,
+    ranges,
     requirement_kind,
 )
 
@@ -789,32 +793,20 @@ class TestTypeParity:
         golden = list(kit.harness.golden_columns())
         if not golden:
             pytest.skip("the harness gives no golden_columns")
-        names = [f"c{i}" for i in range(len(golden))]
-        columns = [("id", "int"), *((n, g.sql_type) for n, g in zip(names, golden, strict=True))]
-        depth = max(len(g.literals) for g in golden)
-        literal_rows = [[g.literals[j] if j < len(g.literals) else "NULL" for g in golden]
-                        for j in range(depth)] + [["NULL"] * len(golden)]
-        table = kit.table("kit_golden", columns, ["id"])
-        cols = ", ".join(map(kit.harness.quote, ["id", *names]))
-
-        def insert(first_id: int) -> None:
-            kit.harness.execute(*(
-                kit.sql("kit_golden", f"INSERT INTO {{t}} ({cols}) "
-                                      f"VALUES ({first_id + j}, {', '.join(row)})")
-                for j, row in enumerate(literal_rows)))
-        insert(0)
+        table, insert = kit.golden("kit_golden", golden)
+        count = insert(0)
         snapshot = {r[0]: r[1:] for r in kit.rows(table)}
         low = kit.offset()
         insert(1000)
         logged = {e.key[0] - 1000: e.after[1:] for e in kit.events([table], low, kit.offset())
                   if e.after is not None}
-        assert len(snapshot) == len(literal_rows) == len(logged)
+        assert len(snapshot) == count == len(logged)
         for j in snapshot:
-            for name, g, a, b in zip(names, golden, snapshot[j], logged[j], strict=True):
+            for g, a, b in zip(golden, snapshot[j], logged[j], strict=True):
                 same = a == b or (a != a and b != b)  # NaN equals NaN here
+                value = g.literals[j] if j < len(g.literals) else "NULL"
                 assert same and type(a) is type(b), \
-                    f"{g.sql_type} value {literal_rows[j][names.index(name)]}: read_range " \
-                    f"gives {a!r}, stream_log gives {b!r}"
+                    f"{g.sql_type} value {value}: read_range gives {a!r}, stream_log gives {b!r}"
 
 
 class TestResume:
@@ -920,8 +912,164 @@ class TestFaults:
         assert not kit.dialect.is_retriable(caught.value)
 
 
+def _mirror(kit: Kit, source: TableSchema, rows: Sequence[Row]) -> TableSchema:
+    """A mirror table of ``source`` holding ``rows`` (:meth:`Kit.mirror`); the test is
+    skipped, saying why, when the kit's user may not make it (a capture user without
+    CREATE)."""
+    try:
+        return kit.mirror(source, kit.base_name(source) + "_m", rows)
+    except KitError:
+        raise
+    except Exception as exc:  # whatever the driver raises for a refused CREATE
+        pytest.skip(f"the kit's user cannot make a mirror table with create_table "
+                    f"({type(exc).__name__}: {exc})")
+
+
+def _in_server_golden(kit: Kit, probe: TableSchema | None = None) -> TableSchema | None:
+    """The golden table of the columns whose types a server is expected to hash, less those
+    the harness's ``checksum_declined`` names, filled; None when there is none. ``probe``:
+    the whole golden table, if made already (its description gives the types)."""
+    golden = list(kit.harness.golden_columns())
+    if not golden:
+        pytest.skip("the harness gives no golden_columns")
+    declined = checksum_declined(kit.harness)
+    if probe is None:
+        probe = kit.golden("kit_golden", golden)[0]
+    kept = [g for g, c in zip(golden, probe.columns[1:], strict=True)
+            if c.type in IN_SERVER_TYPES and g.sql_type not in declined]
+    if not kept:
+        return None
+    table, insert = kit.golden("kit_golden_hashed", kept)
+    insert(0)
+    return table
+
+
+@requires(Capability.CHECKSUM)
+class TestChecksums:
+    """10. With ``checksum``: ``checksum_range`` and ``row_hashes`` equal the engine's hashes
+    (:mod:`sdk.dialect.checksum`) of the rows ``read_range`` reads, over the whole table, the
+    splits ``next_boundary`` cuts, bounded, open and empty key ranges and a split's
+    condition; both are None only for a table :func:`~sdk.dialect.checksum.in_server` rejects
+    (or holding a type the harness's ``checksum_declined`` names). On a mirror the dialect
+    made as a target they equal the hashes of the source's rows."""
+
+    def _check(self, kit: Kit, table: TableSchema, splits: Sequence[SnapshotSplit]) -> None:
+        for split in splits:
+            assert kit.check_checksums(table, split), \
+                f"{table.table}: checksum_range and row_hashes returned None for a table " \
+                f"of types {sorted({c.type.value for c in table.columns})}, which a server " \
+                "is expected to hash (sdk.dialect.checksum.in_server)"
+
+    def test_the_servers_hashes_are_the_engines(self, kit: Kit) -> None:
+        rows = [(i * 3 - 40, f"row {i}") for i in range(40)] + \
+            [(300, ""), (301, None), (302, "ünï 😀"), (303, "a,b\tc")]
+        items = kit.items(rows)
+        self._check(kit, items, [*ranges(items, rows), *kit.splits(items, 7)])
+        pairs = [(a, b, f"{a}/{b}") for a in ("B", "a", "ab", "b b", "é") for b in (-2, 0, 7)]
+        table = kit.pairs(pairs)
+        self._check(kit, table, [*ranges(table, pairs), *kit.splits(table, 4)])
+
+    def test_an_empty_table(self, kit: Kit) -> None:
+        items = kit.items()
+        self._check(kit, items, ranges(items, []))
+
+    def test_the_golden_values(self, kit: Kit) -> None:
+        golden = list(kit.harness.golden_columns())
+        if not golden:
+            pytest.skip("the harness gives no golden_columns")
+        table, insert = kit.golden("kit_golden", golden)
+        insert(0)
+        whole = SnapshotSplit(table.table, 0, None, None)
+        declined = checksum_declined(kit.harness)
+        if not kit.check_checksums(table, whole):
+            assert not in_server(table) or any(g.sql_type in declined for g in golden), \
+                f"checksum_range declined the golden table, whose types " \
+                f"{sorted({c.type.value for c in table.columns})} a server is expected to " \
+                "hash (name the types the dialect documents declining in the harness's " \
+                "checksum_declined)"
+        hashed = _in_server_golden(kit, table)
+        if hashed is not None:
+            self._check(kit, hashed, ranges(hashed, kit.rows(hashed)))
+
+    @requires(Capability.FILTERED_READS)
+    def test_a_split_condition(self, kit: Kit) -> None:
+        rows = [(i, f"{i % 3}% off") for i in range(30)]
+        items = kit.items(rows)
+        v = kit.harness.quote("v")
+        self._check(kit, items, [replace(s, where=f"{v} LIKE '1%'")
+                                 for s in ranges(items, rows)])
+
+    @requires(Capability.APPLY)
+    def test_a_mirror_hashes_as_its_source(self, kit: Kit) -> None:
+        sources = [kit.items([(i * 3 - 40, f"row {i}") for i in range(40)] + [(301, None)]),
+                   kit.pairs([(a, b, "x") for a in ("B", "a", "é") for b in (-2, 0, 7)])]
+        hashed = _in_server_golden(kit)
+        sources += [hashed] if hashed is not None else []
+        for source in sources:
+            rows = kit.rows(source)
+            mirror = _mirror(kit, source, rows)
+            for split in ranges(source, rows):
+                inside = [r for r in rows if split.contains(source.key_of(r))]
+                assert kit.check_checksums(mirror, replace(split, table=mirror.table), inside), \
+                    f"{mirror.table}: no server checksum of a mirror whose source has one"
+
+
+@requires(Capability.APPLY, "read_target_range")
+class TestReadTargetRange:
+    """11. With ``read_target_range``: a mirror table made by ``create_table`` and written by
+    ``apply_changes`` (a snapshot's rows, then updates and deletes) reads back in a split's
+    key range as the after images applied, value for value (the golden values too)."""
+
+    def test_a_mirror_reads_back_the_applied_images(self, kit: Kit) -> None:
+        sources = [kit.items([(i * 3 - 40, f"row {i}") for i in range(40)] + [(301, None)]),
+                   kit.pairs([(a, b, "x") for a in ("B", "a", "é") for b in (-2, 0, 7)])]
+        golden = list(kit.harness.golden_columns())
+        if golden:
+            table, insert = kit.golden("kit_golden", golden)
+            insert(0)
+            sources.append(table)
+        for source in sources:
+            rows = kit.rows(source)
+            mirror = _mirror(kit, source, rows)
+            expected = as_dict(source, rows)
+            changes = self._changes(kit, mirror, rows)
+            assert kit.dialect.apply_changes(kit.conn, mirror, changes, f"kit {kit.tag} 2")
+            apply(expected, changes)
+            for split in ranges(source, rows):
+                split = replace(split, table=mirror.table)
+                got = [tuple(r) for b in kit.dialect.read_target_range(kit.conn, mirror, split,
+                                                                       4) for r in b]
+                wanted = {k: r for k, r in expected.items() if split.contains(k)}
+                assert _same(as_dict(mirror, got), wanted) and len(got) == len(wanted), \
+                    f"{mirror.table} [{split.start}, {split.end}): read_target_range gave " \
+                    f"{sorted(got, key=mirror.key_of)}, the applied images are " \
+                    f"{[wanted[k] for k in sorted(wanted)]}"
+
+    def _changes(self, kit: Kit, table: TableSchema, rows: Sequence[Row]) -> list[ChangeEvent]:
+        """Every third row updated to the next row's other values, every fifth deleted."""
+        at, out = kit.offset(), []
+        keys = set(table.key_index)
+        for i, row in enumerate(rows):
+            if i % 5 == 4:
+                out.append(ChangeEvent(table.table, "d", table.key_of(row), None, at, tuple(row)))
+            elif i % 3 == 0:
+                other = rows[(i + 1) % len(rows)]
+                after = tuple(v if j in keys else other[j] for j, v in enumerate(row))
+                out.append(ChangeEvent(table.table, "u", table.key_of(row), after, at, tuple(row)))
+        return out
+
+
+def _same(got: dict[Key, Row], wanted: dict[Key, Row]) -> bool:
+    """The same keys with the same values (NaN equal to NaN)."""
+    return got.keys() == wanted.keys() and all(
+        len(got[k]) == len(wanted[k]) and
+        all(a == b or (a != a and b != b) for a, b in zip(got[k], wanted[k], strict=True))
+        for k in got)
+
+
 __all__ = [
     "TestBoundedStream",
+    "TestChecksums",
     "TestEndToEnd",
     "TestFaults",
     "TestHooks",
@@ -930,6 +1078,7 @@ __all__ = [
     "TestOpenStream",
     "TestPreflight",
     "TestReadRange",
+    "TestReadTargetRange",
     "TestResume",
     "TestSchemaChanges",
     "TestSyncToATarget",
