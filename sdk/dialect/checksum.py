@@ -88,6 +88,9 @@ def _clock(value: dt.time | dt.datetime) -> str:
 def _time(value: Any) -> str:
     if isinstance(value, WideTemporal):
         return _wide(value)
+    if isinstance(value, dt.timedelta):  # a MySQL mirror's TIME column reads back so
+        seconds, micro = divmod(value // dt.timedelta(microseconds=1), 1_000_000)
+        return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{micro:06d}"
     return _clock(value)
 
 
