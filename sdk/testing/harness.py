@@ -93,6 +93,10 @@ class Harness:
 
     skip_reason: ClassVar[str] = "no test database URL given"
 
+    checksum_declined: ClassVar[frozenset[str]] = frozenset()
+    """Golden column types (``GoldenColumn.sql_type``) the dialect documents hashing outside
+    the server: the kit's checksum tests accept no server checksum for a table holding one."""
+
     REQUIRED: ClassVar[tuple[str, ...]] = ("dialect", "admin_connect", "column_type", "table_id")
     """What every harness must define; the rest has defaults."""
 
@@ -208,6 +212,12 @@ class Harness:
         """A URL of this database the server refuses to log in with (a wrong password, an
         unknown user): the kit checks the dialect calls it a ConfigurationError, not a passing
         fault, without the password. None (the default) skips that test."""
+        return None
+
+    def target_url(self) -> str | None:
+        """A URL of this database whose user may create tables: the kit makes its mirror
+        tables (the dialect as a sync target) with it. None (the default): the capture user's
+        URL (a mirror test is skipped when that user may not create tables)."""
         return None
 
     def unprivileged_url(self) -> str | None:

@@ -12,7 +12,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import replace
-from functools import cmp_to_key
+from functools import cached_property, cmp_to_key
 from itertools import pairwise
 from typing import TypeVar
 
@@ -120,6 +120,17 @@ class Kit:
         self._conns.append(conn)
         return conn
 
+    @cached_property
+    def target_conn(self) -> Connection:
+        """A connection as the harness's target user (:meth:`Harness.target_url`), who makes
+        the kit's mirror tables; the kit's own connection when it names none."""
+        url = self.harness.target_url()
+        if url is None:
+            return self.conn
+        conn = self.dialect.connect(ConnectionConfig.from_url(url))
+        self._conns.append(conn)
+        return conn
+
     def close(self) -> None:
         for conn in self._conns:
             with suppress(Exception):  # already closed by the test
@@ -190,7 +201,7 @@ class Kit:
         """``source``'s schema as the kit's table ``name`` of the dialect as a target, holding
         ``rows`` (:func:`fill_mirror`; dropped after the test)."""
         self._tables.append(self.physical(name))
-        return fill_mirror(self.dialect, self.conn, source, self.table_id(name), rows,
+        return fill_mirror(self.dialect, self.target_conn, source, self.table_id(name), rows,
                            f"kit {self.tag} {name}")
 
     def insert_sql(self, name: str, columns: Sequence[str], row: Sequence[object]) -> str:
@@ -236,12 +247,14 @@ class Kit:
         return within(DEADLINE_SECONDS, "read_range", read)
 
     def check_checksums(self, table: TableSchema, split: SnapshotSplit,
-                        rows: Sequence[Row] | None = None) -> bool:
-        """:func:`check_checksums` on the kit's connection, by default of the rows
-        ``read_range`` reads."""
+                        rows: Sequence[Row] | None = None, conn: Connection | None = None
+                        ) -> bool:
+        """:func:`check_checksums` on ``conn`` (by default the kit's connection), by default
+        of the rows ``read_range`` reads."""
         if rows is None:
             rows = self.rows(table, split)
-        return check_checksums(self.dialect, self.conn, table, split, rows)
+        return check_checksums(self.dialect, self.conn if conn is None else conn, table, split,
+                               rows)
 
     def splits(self, table: TableSchema, size: int) -> list[SnapshotSplit]:
         """Cut ``table`` with ``next_boundary`` as the planner does."""
@@ -348,10 +361,10 @@ def hash_difference(table: TableSchema, rows: Iterable[Row],
 
 
 def checksum_declined(harness: Harness) -> frozenset[str]:
-    """The golden types (``GoldenColumn.sql_type``) that the harness's class attribute
-    ``checksum_declined`` says its dialect documents hashing outside the server (none by
-    default): a table with such a column may have no server checksum."""
-    return frozenset(getattr(harness, "checksum_declined", ()))
+    """The golden types (``GoldenColumn.sql_type``) that :attr:`Harness.checksum_declined`
+    says its dialect documents hashing outside the server: a table with such a column may
+    have no server checksum."""
+    return frozenset(harness.checksum_declined)
 
 
 def literal(value: object) -> str:

@@ -1010,7 +1010,8 @@ class TestChecksums:
             mirror = _mirror(kit, source, rows)
             for split in ranges(source, rows):
                 inside = [r for r in rows if split.contains(source.key_of(r))]
-                assert kit.check_checksums(mirror, replace(split, table=mirror.table), inside), \
+                assert kit.check_checksums(mirror, replace(split, table=mirror.table), inside,
+                                           kit.target_conn), \
                     f"{mirror.table}: no server checksum of a mirror whose source has one"
 
 
@@ -1033,12 +1034,13 @@ class TestReadTargetRange:
             mirror = _mirror(kit, source, rows)
             expected = as_dict(source, rows)
             changes = self._changes(kit, mirror, rows)
-            assert kit.dialect.apply_changes(kit.conn, mirror, changes, f"kit {kit.tag} 2")
+            assert kit.dialect.apply_changes(kit.target_conn, mirror, changes,
+                                             f"kit {kit.tag} 2")
             apply(expected, changes)
             for split in ranges(source, rows):
                 split = replace(split, table=mirror.table)
-                got = [tuple(r) for b in kit.dialect.read_target_range(kit.conn, mirror, split,
-                                                                       4) for r in b]
+                got = [tuple(r) for b in kit.dialect.read_target_range(kit.target_conn, mirror,
+                                                                       split, 4) for r in b]
                 wanted = {k: r for k, r in expected.items() if split.contains(k)}
                 assert _same(as_dict(mirror, got), wanted) and len(got) == len(wanted), \
                     f"{mirror.table} [{split.start}, {split.end}): read_target_range gave " \

@@ -109,6 +109,9 @@ class MysqlHarness(Harness):
             GoldenColumn("BOOLEAN", ["TRUE", "FALSE"]),
         ]
 
+    def target_url(self) -> str:
+        return self.admin.url
+
     def refused_login_url(self) -> str:
         c = ConnectionConfig.from_url(self.url or "")
         return f"mysql://{c.user}:not-the-password-4x@{c.host}:{c.port or 3306}/{c.database}"
@@ -183,6 +186,9 @@ class PostgresHarness(Harness):
             GoldenColumn("JSONB", ["'{\"a\": [1, 2.5, null]}'"]),
             GoldenColumn("INTEGER[]", ["'{1,2,NULL}'"]),
         ]
+
+    def target_url(self) -> str:
+        return self.admin_url
 
     def refused_login_url(self) -> str:
         """A role that does not exist (the test servers trust loopback, so a wrong password
