@@ -466,6 +466,34 @@ def _verbose_flag(parser: argparse.ArgumentParser) -> None:
                              "(by default: a short summary, the trace in a file)")
 
 
+def _verify_parser(verify: argparse.ArgumentParser) -> None:
+    """``sdk verify``'s flags."""
+    verify.add_argument("--checkpoint", default="sdk-checkpoint")
+    verify.add_argument("--source", required=True, help="the URL of the database the sync reads")
+    verify.add_argument("--target", required=True, help="the URL of the sync's target")
+    verify.add_argument("--target-schema", help="as given to sdk sync")
+    verify.add_argument("--table", action="append", metavar="PATTERNS", help="only these "
+                        "captured tables (comma separated, * and ? as wildcards)")
+    verify.add_argument("--where", help="only the rows meeting this SQL condition (run on "
+                        "both sides)")
+    verify.add_argument("--rows-per-second", type=float, help="read the source no faster")
+    verify.add_argument("--static", action="store_true", help="the source's writes are "
+                        "stopped: compare once, with no sync running")
+    verify.add_argument("--repair", action="store_true", help="ask the sync to read the "
+                        "differing rows again (sdk snapshot), then compare them again")
+    verify.add_argument("--chunk-rows", type=int, default=50_000, help="rows a chunk")
+    verify.add_argument("--parallel", type=int, default=os.cpu_count() or 2,
+                        help="chunks compared at once")
+    verify.add_argument("--report", help="where to write the JSON report (default: "
+                        "verify-<time>.json in the checkpoint's state directory)")
+    verify.add_argument("--wait-seconds", type=float, default=300.0, help="how long a chunk "
+                        "waits for the sync to apply the log past it")
+    verify.add_argument("--metrics-port", type=int, help="serve the progress as Prometheus "
+                        "metrics on this port while it runs")
+    _verbose_flag(verify)
+    verify.set_defaults(func=cmd_verify)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sdk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -518,31 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "and the --where condition are checked there before the request is "
                           "recorded")
     snapshot.set_defaults(func=cmd_snapshot)
-    verify = sub.add_parser("verify", help=cmd_verify.__doc__)
-    verify.add_argument("--checkpoint", default="sdk-checkpoint")
-    verify.add_argument("--source", required=True, help="the URL of the database the sync reads")
-    verify.add_argument("--target", required=True, help="the URL of the sync's target")
-    verify.add_argument("--target-schema", help="as given to sdk sync")
-    verify.add_argument("--table", action="append", metavar="PATTERNS", help="only these "
-                        "captured tables (comma separated, * and ? as wildcards)")
-    verify.add_argument("--where", help="only the rows meeting this SQL condition (run on "
-                        "both sides)")
-    verify.add_argument("--rows-per-second", type=float, help="read the source no faster")
-    verify.add_argument("--static", action="store_true", help="the source's writes are "
-                        "stopped: compare once, with no sync running")
-    verify.add_argument("--repair", action="store_true", help="ask the sync to read the "
-                        "differing rows again (sdk snapshot), then compare them again")
-    verify.add_argument("--chunk-rows", type=int, default=50_000, help="rows a chunk")
-    verify.add_argument("--parallel", type=int, default=os.cpu_count() or 2,
-                        help="chunks compared at once")
-    verify.add_argument("--report", help="where to write the JSON report (default: "
-                        "verify-<time>.json in the checkpoint's state directory)")
-    verify.add_argument("--wait-seconds", type=float, default=300.0, help="how long a chunk "
-                        "waits for the sync to apply the log past it")
-    verify.add_argument("--metrics-port", type=int, help="serve the progress as Prometheus "
-                        "metrics on this port while it runs")
-    _verbose_flag(verify)
-    verify.set_defaults(func=cmd_verify)
+    _verify_parser(sub.add_parser("verify", help=cmd_verify.__doc__))
     new = sub.add_parser("new-dialect", help=cmd_new_dialect.__doc__)
     new.add_argument("name", help="the dialect's name, e.g. cockroach (package sdk_<name>)")
     new.add_argument("--dir", default=".", help="where to create sdk-<name>/ (default: here)")
