@@ -5,6 +5,7 @@ and the errors. The contract itself is :mod:`sdk.dialect.hookspecs`.
 """
 
 from . import _moved
+from .dialect.checksum import Checksum
 from .dialect.config import ConnectionConfig
 from .dialect.errors import (
     ConfigurationError,
@@ -57,6 +58,7 @@ __all__ = [
     "BadValue",
     "Capability",
     "ChangeEvent",
+    "Checksum",
     "Column",
     "ConfigurationError",
     "Connection",

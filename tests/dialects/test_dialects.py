@@ -200,9 +200,9 @@ BUILTIN_CAPABILITIES = {
     "sqlite": {"atomic_snapshot", "before_images", "apply", "acknowledge", "earliest",
                "filtered_reads", "alter", "bulk_load"},
     "mysql": {"atomic_snapshot", "before_images", "earliest", "apply", "filtered_reads",
-              "alter", "schema_changes", "arrow_reads", "bulk_load"},
+              "alter", "schema_changes", "arrow_reads", "bulk_load", "checksum"},
     "postgres": {"acknowledge", "earliest", "apply", "atomic_snapshot", "filtered_reads",
-                 "alter", "schema_changes", "bulk_load", "arrow_reads"},
+                 "alter", "schema_changes", "bulk_load", "arrow_reads", "checksum"},
     "oracle": {"atomic_snapshot", "earliest"},
     "sqlserver": {"before_images", "earliest", "timestamp"},
 }
