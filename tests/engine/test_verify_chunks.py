@@ -25,9 +25,11 @@ ROWS = 30_000
 
 
 @pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[Side, Side, TableSchema, TableSchema]]:
-    """A SQLite source table of :data:`ROWS` rows (capture prepared) and its SQLite mirror,
-    made and filled by the dialect's target hooks."""
+def pair(request: pytest.FixtureRequest, tmp_path: Path
+         ) -> Iterator[tuple[Side, Side, TableSchema, TableSchema]]:
+    """A SQLite source table (capture prepared) and its SQLite mirror, made and filled by the
+    dialect's target hooks: :data:`ROWS` rows, or as many as the test's parameter says."""
+    count = int(getattr(request, "param", ROWS))
     sqlite = get_dialect("sqlite")
     source_path = tmp_path / "source.db"
     with sqlite3.connect(source_path) as conn:
@@ -35,7 +37,7 @@ def pair(tmp_path: Path) -> Iterator[tuple[Side, Side, TableSchema, TableSchema]
                      "data BLOB)")
         conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)",
                          [(i, f"r{i}", i / 7, f"2026-01-01 10:00:{i % 60:02d}",
-                           bytes([i % 256])) for i in range(ROWS)])
+                           bytes([i % 256])) for i in range(count)])
     source = Side(sqlite, ConnectionConfig.from_url(f"sqlite:///{source_path}"), target=False)
     table = sqlite.describe_table(source.conn(), TableId("main", "t"))
     sqlite.prepare_capture(source.conn(), [table])
@@ -108,6 +110,7 @@ class FakeSync:
         self.each_wait(self.waits)
 
 
+@pytest.mark.parametrize("pair", [2000], indirect=True)
 def test_changes_in_flight_settle_and_real_damage_does_not(pair: tuple) -> None:
     source, target, table, mirror = pair
     sync = FakeSync(target)
@@ -123,6 +126,7 @@ def test_changes_in_flight_settle_and_real_damage_does_not(pair: tuple) -> None:
     assert sync.waits >= 3  # the first read, the rows, a round
 
 
+@pytest.mark.parametrize("pair", [2000], indirect=True)
 def test_a_row_changed_at_every_read_is_unsettled_not_different(pair: tuple) -> None:
     source, target, table, mirror = pair
     sync = FakeSync(target)
@@ -139,6 +143,7 @@ def _result(table: TableSchema, *found: tuple[object, str]) -> ChunkResult:
                                            for k, kind in found], ranges=[((0,), (1000,))])
 
 
+@pytest.mark.parametrize("pair", [10], indirect=True)
 def test_repair_reads_the_keys_or_their_ranges_or_the_whole_table(pair: tuple) -> None:
     table = pair[2]
     assert repair_condition([_result(table, (3, "changed"), (5, "missing"))]) == "id IN (3, 5)"
