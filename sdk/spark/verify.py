@@ -160,28 +160,32 @@ class _Progress:
 
 def running_owner(store: StateStore) -> dict[str, Any] | None:
     """The sync holding the checkpoint's lease, as ``owner.json`` names it; None when none
-    does (on a local disk: its lock is free; elsewhere: the lease is not renewed)."""
+    does. On a local disk the owner's process is looked up when it runs on this host (its
+    lock is not probed: a sync starting at that moment would find it taken); on shared
+    storage the lease must have been renewed lately."""
+    import socket
+
     from .lease import LEASE_SECONDS, CheckpointLease
 
     lease = CheckpointLease(store)
     owner = lease.owner()
-    if not lease.local:
-        fresh = owner is not None and time.time() - float(owner.get("renewed", 0)) <= \
-            LEASE_SECONDS
-        return owner if fresh else None
-    import fcntl
-
-    path = store.path("owner.lock")
-    if not os.path.exists(path):
+    if owner is None:
         return None
-    fd = os.open(path, os.O_RDONLY)
+    if not lease.local:
+        return owner if time.time() - float(owner.get("renewed", 0)) <= LEASE_SECONDS \
+            else None
+    if owner.get("host") != socket.gethostname():
+        return owner  # another host's process: trusted as running
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return owner or {}
-    finally:
-        os.close(fd)  # closing releases a lock taken
-    return None
+        pid = int(owner.get("pid", 0))
+        if pid <= 0:
+            return None
+        os.kill(pid, 0)
+    except (ProcessLookupError, ValueError, TypeError):
+        return None
+    except PermissionError:  # another user's process: it is there
+        pass
+    return owner
 
 
 class SyncWatch:

@@ -80,3 +80,28 @@ def test_on_shared_storage_a_lease_expires_and_the_stalled_owner_learns_it(
     assert first.lost
     second.release()
     assert store.read_json("owner.json") is None
+
+
+def test_verify_tells_a_running_sync_by_its_owner_record(tmp_path: Path) -> None:
+    """``sdk verify`` reads the owner's record, never the lock (a sync starting then would
+    find it taken): a live process of this host holds it, a dead one does not, another
+    host's is trusted; on shared storage, a lease renewed lately."""
+    from sdk.spark.verify import running_owner
+
+    store = StateStore(str(tmp_path / "state"))
+    assert running_owner(store) is None
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "state")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        owner = running_owner(store)
+        assert owner is not None and owner["pid"] == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+    assert running_owner(store) is None  # its record stays; its process is gone
+    record = {"host": "elsewhere.example", "pid": 1, "since": 0.0, "renewed": 0.0}
+    store.write_json(record, "owner.json")
+    assert running_owner(store) == record
+    store.write_json({**record, "host": socket.gethostname(), "pid": 0}, "owner.json")
+    assert running_owner(store) is None
