@@ -128,23 +128,27 @@ STATUS_TABLES = 50
 """Tables ``sdk status`` lists one by one unless ``--table`` or ``--all``."""
 
 
+def _yaml_config(path: str) -> dict[str, Any]:
+    """The settings of a ``--config`` YAML file (a mapping)."""
+    import yaml
+
+    try:
+        with open(path) as file:
+            loaded = yaml.safe_load(file) or {}
+    except OSError as exc:
+        raise SdkError(f"cannot read --config {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise SdkError(f"--config {path} is not valid YAML: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise SdkError(f"--config {path} must hold a mapping of settings")
+    return loaded
+
+
 def _sync_settings(args: argparse.Namespace) -> SyncSettings:
     """Settings from ``--config FILE`` (YAML), overridden by the flags given."""
     from ..job.spec import SYNC_OPTIONS, sync_settings
 
-    loaded: dict[str, Any] = {}
-    if args.config:
-        import yaml
-
-        try:
-            with open(args.config) as file:
-                loaded = yaml.safe_load(file) or {}
-        except OSError as exc:
-            raise SdkError(f"cannot read --config {args.config}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise SdkError(f"--config {args.config} is not valid YAML: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise SdkError(f"--config {args.config} must hold a mapping of settings")
+    loaded = _yaml_config(args.config) if args.config else {}
     options = {str(k): str(v) for k, v in (loaded.pop("options", None) or {}).items()}
     options.update(_options(args.option))
     if isinstance(loaded.get("tables"), list):
@@ -352,6 +356,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     that differ (exit 1), repair them with --repair (exit 0 when equal, 2 on an error)."""
     from ..spark.verify import VerifyJob, default_report_path, run_verify, write_report
 
+    _verify_config(args)
     job = VerifyJob(args.checkpoint, args.source, args.target, args.target_schema,
                     [p.strip() for t in args.table or () for p in t.split(",") if p.strip()],
                     args.where, args.rows_per_second, args.static, args.repair,
@@ -393,6 +398,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
           f"{outcome.differences} differing, {outcome.unsettled} unsettled (changing during "
           f"every read){repaired}; report: {path}")
     return 0 if outcome.differences == 0 else 1
+
+
+def _verify_config(args: argparse.Namespace) -> None:
+    """Fill ``sdk verify``'s source, target, target schema and checkpoint from the sync's
+    ``--config`` file where no flag gives them."""
+    if args.config:
+        from ..job.spec import SYNC_OPTIONS
+
+        loaded = SYNC_OPTIONS.canonical(_yaml_config(args.config))
+        for flag, key in (("source", "source"), ("target", "target"),
+                          ("target_schema", "target.schema"), ("checkpoint", "checkpoint")):
+            if getattr(args, flag) is None and loaded.get(key) is not None:
+                setattr(args, flag, str(loaded[key]))
+    for flag in ("source", "target"):
+        if getattr(args, flag) is None:
+            raise SdkError(f"sdk verify needs --{flag} (or {flag!r} in the --config file)")
+    if args.checkpoint is None:
+        args.checkpoint = "sdk-checkpoint"
 
 
 def verify_line(data: dict[str, Any]) -> str:
@@ -468,9 +491,11 @@ def _verbose_flag(parser: argparse.ArgumentParser) -> None:
 
 def _verify_parser(verify: argparse.ArgumentParser) -> None:
     """``sdk verify``'s flags."""
-    verify.add_argument("--checkpoint", default="sdk-checkpoint")
-    verify.add_argument("--source", required=True, help="the URL of the database the sync reads")
-    verify.add_argument("--target", required=True, help="the URL of the sync's target")
+    verify.add_argument("--config", help="the sync's YAML file: its source, target, "
+                        "target.schema and checkpoint, where no flag gives them")
+    verify.add_argument("--checkpoint", help="default: sdk-checkpoint")
+    verify.add_argument("--source", help="the URL of the database the sync reads")
+    verify.add_argument("--target", help="the URL of the sync's target")
     verify.add_argument("--target-schema", help="as given to sdk sync")
     verify.add_argument("--table", action="append", metavar="PATTERNS", help="only these "
                         "captured tables (comma separated, * and ? as wildcards)")
