@@ -371,7 +371,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     def progress(data: dict[str, Any]) -> None:
         line = verify_line(data)
-        print(f"\r{line}" if tty else line, end="" if tty else "\n", flush=True)
+        print(f"\r{line}\x1b[K" if tty else line, end="" if tty else "\n", flush=True)
         if metrics is not None:
             metrics.update_verify(data)
     try:
@@ -394,9 +394,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if len(shown) > SHOWN_DIFFERENCES:
         print(f"  ... and {len(shown) - SHOWN_DIFFERENCES} more rows (the report has them all)")
     repaired = f"; read again: {len(outcome.repaired)} request(s)" if outcome.repaired else ""
+    unsettled = f", {outcome.unsettled} unsettled (changed at every read: verify again " \
+        "later)" if outcome.unsettled else ""
     print(f"verified {outcome.rows} rows in {outcome.seconds:.1f} s: "
-          f"{outcome.differences} differing, {outcome.unsettled} unsettled (changing during "
-          f"every read){repaired}; report: {path}")
+          f"{outcome.differences} differing{unsettled}{repaired}; report: {path}")
+    if outcome.differences and not job.repair:
+        print("  with the sync running, the same command with --repair (not --static) has it "
+              "read them again" if job.static else
+              "  the same command with --repair has the running sync read them again")
     return 0 if outcome.differences == 0 else 1
 
 

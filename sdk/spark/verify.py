@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import decimal
 import fnmatch
 import json
 import logging
@@ -397,17 +398,16 @@ def repair_condition(results: Sequence[ChunkResult]) -> str | None:
     columns = table.key
     if not all(c.isidentifier() and c.isascii() for c in columns):
         return None
+    lhs = columns[0] if len(columns) == 1 else f"({', '.join(columns)})"
     if len(differences) <= REPAIR_KEYS:
         keys = [_literals(d.key) for d in differences]
         if any(k is None for k in keys):
             return None
         tuples = [k if len(columns) == 1 else f"({k})" for k in keys if k is not None]
-        lhs = columns[0] if len(columns) == 1 else f"({', '.join(columns)})"
         return f"{lhs} IN ({', '.join(tuples)})"
     parts = []
     for lo, hi in (span for r in results for span in r.ranges):
         bounds = []
-        lhs = columns[0] if len(columns) == 1 else f"({', '.join(columns)})"
         for key, op in ((lo, ">="), (hi, "<")):
             if key is None:
                 continue
@@ -425,7 +425,7 @@ def _literals(key: Key) -> str | None:
     for value in key:
         if isinstance(value, bool) or value is None:
             return None
-        if isinstance(value, int | float) or type(value).__name__ == "Decimal":
+        if isinstance(value, int | float | decimal.Decimal):
             out.append(str(value))
         elif isinstance(value, str | dt.date | dt.time):
             text = value if isinstance(value, str) else value.isoformat(sep=" ") \
