@@ -188,7 +188,8 @@ class _Dump:
 
     Two pymysql methods without a public equivalent are used, the ones each of its own commands
     goes through: ``_execute_command`` (sends a command packet with sequence id 0) and
-    ``_read_packet`` (reads one, raising the server's error packet as ``OperationalError``).
+    ``_read_packet`` (reads one, raising the server's error packet as ``OperationalError``),
+    the latter as :func:`_packet_reader` does it on the connection's socket file.
     The connection is pymysql's own class (``_connect``), so they cannot be missing.
 
     A connection lost or silent past ``read_timeout`` is reopened at the end of the last event
@@ -234,7 +235,7 @@ class _Dump:
             file, pos = self.file, self.pos
         connection._execute_command(
             COM_BINLOG_DUMP, struct.pack("<IHI", pos, flags, self.replica_id) + file.encode())
-        self._read = connection._read_packet
+        self._read = _packet_reader(connection)
 
     @staticmethod
     def _checksum_on(cur: Any) -> bool:
@@ -272,7 +273,7 @@ class _Dump:
         self._connect()
         while True:
             try:
-                data: bytes = self._read()._data
+                data: bytes = self._read()
             except OperationalError as exc:
                 if exc.args and exc.args[0] in (2006, 2013):
                     self.close()
@@ -289,6 +290,57 @@ class _Dump:
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
+
+
+def _packet_reader(connection: Any) -> Callable[[], bytes]:
+    """What ``connection._read_packet()._data`` returns (the same checks, errors and closing on
+    a lost connection), without its per-packet objects and calls: a binlog dump is a stream of
+    small packets, four a one-row transaction."""
+    from pymysql.err import InternalError, OperationalError
+    from pymysql.protocol import MysqlPacket
+
+    if connection._current_timeout != connection._read_timeout:
+        connection._sock.settimeout(connection._read_timeout)
+        connection._current_timeout = connection._read_timeout
+    read = connection._rfile.read
+
+    def lost(detail: str = "") -> OperationalError:
+        connection._force_close()
+        return OperationalError(2013, "Lost connection to MySQL server during query" + detail)
+
+    def packet() -> bytes:
+        parts: list[bytes] = []
+        while True:
+            try:
+                header: bytes = read(4)
+            except OSError as exc:
+                raise lost(f" ({exc})") from None
+            if len(header) < 4:
+                raise lost()
+            if header[3] != connection._next_seq_id:
+                connection._force_close()
+                if header[3] == 0:  # MariaDB's error packet at a shutdown
+                    raise lost()
+                raise InternalError(f"Packet sequence number wrong - got {header[3]} expected "
+                                    f"{connection._next_seq_id}")
+            connection._next_seq_id = (header[3] + 1) % 256
+            size = int.from_bytes(header[:3], "little")
+            try:
+                body: bytes = read(size)
+            except OSError as exc:
+                raise lost(f" ({exc})") from None
+            if len(body) < size:
+                raise lost()
+            if size < 0xFFFFFF:
+                break
+            parts.append(body)  # a packet of 16 MB or more comes in parts
+        if parts:
+            body = b"".join([*parts, body])
+        if body[:1] == b"\xff":
+            MysqlPacket(body, connection.encoding).raise_for_error()
+        return body
+
+    return packet
 
 
 def locate_mariadb_gtid(settings: dict[str, Any], gtid: str
