@@ -172,7 +172,11 @@ class Tally:
         return None if self.newest is None else max(0.0, time.time() - self.newest)
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        newest = add_reports(self.applied, [tuple(row) for row in df.collect()], self.skipped)
+        self.add([tuple(row) for row in df.collect()])
+
+    def add(self, reports: list[tuple[Any, ...]]) -> None:
+        """Count task reports (:data:`REPORT_SCHEMA` rows), however their batch ran."""
+        newest = add_reports(self.applied, reports, self.skipped)
         if newest is not None:
             self.batch_lag = max(0.0, time.time() - newest)
             if self.newest is None or newest > self.newest:

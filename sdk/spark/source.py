@@ -98,6 +98,7 @@ from .engine_state import (
     with_cut,
     write_progress,
 )
+from .headstart import next_step, skips, wait_for_driver
 from .reads import (
     LogPartition,
     SplitPartition,
@@ -402,9 +403,23 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The per-table progress this driver wrote last (written again only when changed)."""
         self._applied: Offset | None = None
         """Where the last committed log batch ended (what was applied), once known."""
+        self._head_start: dict[str, Any] | None = None
+        self._head_start_read = False
+
+    def runs_head_start(self) -> None:
+        """This reader runs the driver's head start: it takes up no record."""
+        self._head_start_read = True
+
+    def _driver_record(self) -> dict[str, Any] | None:
+        """What the driver's head start did (:mod:`.headstart`), read once it has stopped."""
+        if not self._head_start_read:
+            self._head_start = wait_for_driver(self.store)
+            self._head_start_read = True
+        return self._head_start
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
+        state["_head_start"], state["_head_start_read"] = None, False
         state["_conn"] = None
         state["_view"] = None
         state["_states"] = {}
@@ -525,6 +540,10 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @_passing_faults
     def initialOffset(self) -> dict[str, Any]:
+        record = self._driver_record()
+        if record and record.get("initial"):  # the driver began this checkpoint
+            self._check_source(record["initial"]["state"])
+            return dict(record["initial"])
         self._check_source(None)
         start_stream(self.store, self.spec.envelope)
         state = self.machine.start(self.conn, self.spec.tables)
@@ -567,6 +586,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Fold the last batch's splits in, then ask the phase machine for the next batch."""
         self._check_source(start["state"])
+        step = next_step(self._driver_record(), start)
+        if step is not None:  # batches the driver ran or began while Spark started
+            return dict(step)
         engine = self._load(start["state"])
         sync = engine.sync
         self._applied = sync.position  # the batch ending at start has committed
@@ -761,7 +783,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @_passing_faults
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        if start == end:
+        if start == end or skips(self._driver_record(), start, end):
             return []
         self._check_source(start["state"])  # a restart replays its last batch first
         engine = self._load(end["state"])

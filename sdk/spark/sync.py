@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..algorithm.lineage import SOURCE_FILE
 from ..dialect.errors import (
@@ -45,10 +47,17 @@ from .engine_state import (
     ledger_prefix,
     live_progress,
 )
+from .headstart import HEAD_START_FILE, HeadStart, local_cores, spark_position, taken_up
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
 from .session import EarlySession, spark_session
-from .source import check_target, noting_changed_tables, save_resolved
+from .source import (
+    CdcDataSource,
+    CdcStreamReader,
+    check_target,
+    noting_changed_tables,
+    save_resolved,
+)
 from .statestore import StateStore
 
 TRANSIENT = ("RetriableError",)
@@ -232,13 +241,49 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
     except BaseException:
         lease.release()
         raise
+    head: HeadStart | None = None
     try:
         run = _Run(settings, resolved, lease, state_dir, metrics, report, report_seconds)
-        return run.follow(_Query(settings, run, reader_options, spark_checkpoint, early))
+        first = {**reader_options, "resolved": save_resolved(state_dir, resolved.tables)}
+        head = _head_start(settings, run, reader_options, first, spark_checkpoint)
+        return run.follow(_Query(settings, run, reader_options, first, spark_checkpoint,
+                                 early, head))
     finally:
+        if head is not None:
+            head.join()
         if metrics is not None:
             metrics.close()
         lease.release()
+
+
+def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str],
+                first: dict[str, str], spark_checkpoint: str) -> HeadStart | None:
+    """Start the driver's head start (:mod:`.headstart`) where it can run: a chained sync on a
+    local master on Linux (its tasks run in forked processes) with a local checkpoint whose
+    last batch committed, after any head start before it was taken up; else None."""
+    cores = local_cores(settings.master)
+    tally = run.mirror
+    if os.environ.get("SDK_HEAD_START", "1") == "0" or cores is None or \
+            sys.platform != "linux" or \
+            not isinstance(tally, Tally) or "://" in settings.checkpoint:
+        return None
+    usable, last = spark_position(spark_checkpoint)
+    if not usable or not taken_up(run.store.read_json(HEAD_START_FILE), last):
+        return None
+    reader_options["cores"] = first["cores"] = str(cores)  # the query's own, so its splits
+
+    def reader() -> CdcStreamReader:
+        source = CdcDataSource(first)
+        return cast(CdcStreamReader, source.streamReader(source.schema()))
+
+    def progress() -> None:
+        run.report_now(run.store.read_json(PROGRESS_FILE) or {})
+
+    head = HeadStart(reader, run.store, last, cores, settings.until, tally.add, progress)
+    run.started, run.began = time.monotonic(), time.time()
+    run.head_started = True
+    head.start()
+    return head
 
 
 class _Run:
@@ -259,6 +304,7 @@ class _Run:
         self.last_report = 0.0
         self.retries = Retries(settings.retry_seconds)
         self.staged: dict[str, FinishedSplit] = {}  # the staged splits live_progress read
+        self.head_started = False  # the run began with the driver's head start
 
     def _mirror(self, resumed: bool) -> Mirror | Tally | None:
         """What applies each batch to the target, if there is one: the tasks themselves
@@ -328,7 +374,8 @@ class _Run:
 
     def follow(self, query: _Query) -> SyncSummary:
         """Run the query until the sync is done, restarting it after a passing fault."""
-        self.started, self.began = time.monotonic(), time.time()
+        if not self.head_started:
+            self.started, self.began = time.monotonic(), time.time()
         stop, now = threading.Event(), threading.Event()  # a first signal, and a second one
         with _signals_set(stop, now):
             while True:
@@ -388,7 +435,8 @@ class _Query:
     fault resolves them again (as a new sync would)."""
 
     def __init__(self, settings: SyncSettings, run: _Run, reader_options: dict[str, str],
-                 spark_checkpoint: str, early: EarlySession | None) -> None:
+                 first: dict[str, str], spark_checkpoint: str, early: EarlySession | None,
+                 head: HeadStart | None) -> None:
         spec = run.spec
         spark = early.session() if early is not None else \
             spark_session(settings.master, rows_in_jvm=spec.target is None)
@@ -404,12 +452,15 @@ class _Query:
         warm_workers(spark, warm_tasks(spark.sparkContext.defaultParallelism), dialects)
         self.spark, self.run, self.checkpoint = spark, run, spark_checkpoint
         self.until, self.options = settings.until, reader_options
-        self.first: dict[str, str] | None = {
-            **reader_options, "resolved": save_resolved(run.state_dir, run.resolved.tables)}
+        first.setdefault("cores", reader_options["cores"])
+        self.first: dict[str, str] | None = first
+        self.head = head
         self.poll_ms = round(spec.head_poll_seconds * 1000)
 
     def start(self) -> Any:
         """Start the query (its first start: with the tables resolved before)."""
+        if self.head is not None:  # its batch in flight ends while the query starts
+            self.head.stop()
         stream = self.spark.readStream.format("cdc").options(**(self.first or self.options))
         writer = stream.load().writeStream.foreachBatch(self.run.each_batch) \
             .option("checkpointLocation", self.checkpoint)

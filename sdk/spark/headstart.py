@@ -1,0 +1,229 @@
+"""The head start: a sync's first micro-batches run by the driver while Spark starts.
+
+On a local master the JVM, the Spark session and the stream take some 5 s before Spark runs a
+task (docs/operations.md, "Measured costs"). Meanwhile the driver plans batches with the
+stream's own reader (:class:`~sdk.spark.source.CdcStreamReader`) and runs their partitions
+with the tasks' own code, on threads: the same reads, stages and ledger-recorded loads. It
+records how far it got in :data:`HEAD_START_FILE`; the stream's source then goes from where
+Spark's checkpoint stands to the last batch the driver completed in one step without tasks,
+and runs a batch the driver left unfinished as Spark replays one (staged splits served from
+their stage, loads the target's ledger holds skipped). Like Spark's own offset log, the record
+names a batch before any of its tasks run, so a driver that dies mid-batch leaves a batch the
+stream replays, never rows the checkpoint does not know of.
+
+The driver holds :data:`HEAD_START_LOCK` while it runs; the stream's source waits for it before
+it reads the record. Only a chained sync (its tasks apply to the target) on a local master on
+Linux with a local checkpoint gets a head start; ``SDK_HEAD_START=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .reads import gc_paused
+
+if TYPE_CHECKING:
+    from .source import CdcStreamReader
+    from .statestore import StateStore
+
+log = logging.getLogger(__name__)
+
+HEAD_START_FILE = "headstart.json"
+"""The record: ``start`` (the state Spark's checkpoint ends at, None when new), ``initial`` (the
+initial offset, for a new checkpoint), ``done`` (the offset after the last batch completed) and
+``planned`` (a batch planned after it whose tasks may not all have run)."""
+HEAD_START_LOCK = "headstart.lock"
+Offset = dict[str, Any]
+_LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?$")
+
+
+def local_cores(master: str) -> int | None:
+    """The task slots of a local master (``local``, ``local[N]``, ``local[*]``), else None."""
+    found = _LOCAL.match(master.strip())
+    if found is None:
+        return None
+    slots = found.group(2)
+    if slots is None:
+        return 1
+    if slots != "*":
+        return int(slots)
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux: the cores this process may use
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def spark_position(checkpoint: str) -> tuple[bool, Offset | None]:
+    """Where Spark's checkpoint ``checkpoint`` (a local directory) ends: (usable, the source
+    offset its last committed batch ended at, None for a new one). Not usable when its last
+    batch is not committed (Spark replays it first) or its offset log cannot be read."""
+    offsets, commits = Path(checkpoint, "offsets"), Path(checkpoint, "commits")
+    numbers = [int(f.name) for f in offsets.glob("*") if f.name.isdigit()] \
+        if offsets.is_dir() else []
+    if not numbers:
+        return True, None
+    last = max(numbers)
+    if not (commits / str(last)).is_file():
+        return False, None
+    lines = (offsets / str(last)).read_text().splitlines()
+    try:  # "v1", the batch's metadata, then one line per source: this query has one
+        offset = json.loads(lines[2]) if len(lines) == 3 and lines[0] == "v1" else None
+    except ValueError:
+        offset = None
+    return (True, offset) if isinstance(offset, dict) and "state" in offset else (False, None)
+
+
+def _base(record: dict[str, Any]) -> str | None:
+    """The state the stream's next batch starts from when it takes the record up."""
+    if record.get("initial"):
+        return str(record["initial"]["state"])
+    return record.get("start")
+
+
+def next_step(record: dict[str, Any] | None, start: Offset) -> Offset | None:
+    """The end of the stream's next batch from ``start`` as the record gives it: the last
+    completed state (a batch without tasks), then the batch left unfinished; None past them."""
+    if not record:
+        return None
+    done, planned = record.get("done"), record.get("planned")
+    if start["state"] == _base(record):
+        return done or planned
+    if done and planned and start["state"] == done["state"]:
+        return planned  # type: ignore[no-any-return]
+    return None
+
+
+def skips(record: dict[str, Any] | None, start: Offset, end: Offset) -> bool:
+    """Whether the batch ``start`` -> ``end`` is the one the driver completed: no tasks."""
+    return record is not None and start["state"] == _base(record) and \
+        record.get("done") == end
+
+
+def taken_up(record: dict[str, Any] | None, last: Offset | None) -> bool:
+    """Whether the stream has gone past everything ``record`` holds, Spark's checkpoint ending
+    at ``last`` (None: new)."""
+    if not record or not (record.get("done") or record.get("planned")):
+        return True
+    if last is None:
+        return False  # a new checkpoint starts at the record's initial offset
+    return next_step(record, last) is None
+
+
+def wait_for_driver(store: StateStore) -> dict[str, Any] | None:
+    """The record, once a driver running a head start on this state directory has stopped."""
+    lock = Path(store.path(HEAD_START_LOCK))
+    if lock.is_file():
+        import fcntl
+
+        with open(lock, "rb") as held:
+            fcntl.flock(held, fcntl.LOCK_SH)  # released when the file closes
+    record = store.read_json(HEAD_START_FILE)
+    return record if isinstance(record, dict) else None
+
+
+class HeadStart:
+    """Runs the stream's first batches on the driver until :meth:`stop` (or until nothing is
+    left to do, or ``until`` is reached); ``reports`` takes each task's report rows."""
+
+    def __init__(self, reader: Callable[[], CdcStreamReader], store: StateStore,
+                 last: Offset | None, cores: int, until: str,
+                 reports: Callable[[list[tuple[Any, ...]]], None],
+                 progress: Callable[[], None]) -> None:
+        self.make_reader, self.store, self.last, self.cores = reader, store, last, cores
+        self.reader: CdcStreamReader | None = None
+        self.until, self.reports, self.progress = until, reports, progress
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock: Any = None
+        self.batches = 0
+
+    def start(self) -> None:
+        """Take the lock (before the stream can look) and start the driver's batches."""
+        import fcntl
+
+        self._lock = open(self.store.path(HEAD_START_LOCK), "wb")  # noqa: SIM115
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        self._thread = threading.Thread(target=self._run, name="sdk-head-start", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask it to stop after the batch in flight (the stream waits for the lock)."""
+        self._stop.set()
+
+    def join(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            self.reader = self.make_reader()  # made here: it resolves the source's tables
+            self.reader.runs_head_start()
+            with gc_paused():
+                self._batches(self.reader)
+        except Exception as exc:  # the stream meets it again and says so, or goes on past it
+            log.debug("head start stopped: %s", exc, exc_info=True)
+        finally:
+            if self.reader is not None:
+                with contextlib.suppress(Exception):
+                    self.reader.stop()
+            self._lock.close()  # releases it
+
+    def _batches(self, reader: CdcStreamReader) -> None:
+        record: dict[str, Any] = {"start": None, "initial": None, "done": None,
+                                  "planned": None}
+        if self.until == "caught-up":
+            reader.prepareForTriggerAvailableNow()
+        if self.last is None:
+            start = record["initial"] = reader.initialOffset()
+        else:
+            start, record["start"] = self.last, self.last["state"]
+        while not self._stop.is_set():
+            end = reader.latestOffset(start, None)  # type: ignore[arg-type]
+            if end == start:
+                return
+            record["planned"] = end
+            self.store.write_json(record, HEAD_START_FILE)  # before any of its tasks runs
+            if self.until == "snapshot" and end["phase"] != "snapshot":
+                return  # the stream runs it: the snapshot is done
+            self._run_batch(reader, start, end)
+            record["done"], record["planned"] = end, None
+            self.store.write_json(record, HEAD_START_FILE)
+            self.batches += 1
+            self.progress()
+            start = end
+
+    def _run_batch(self, reader: CdcStreamReader, start: Offset, end: Offset) -> None:
+        """The batch's partitions, ``cores`` at a time, each in a process forked for it as
+        Spark's tasks run in Python workers of their own (threads would share one
+        interpreter's lock)."""
+        import multiprocessing
+
+        global _READER
+        partitions = reader.partitions(start, end)
+        if not partitions:
+            return
+        _READER = reader
+        context = multiprocessing.get_context("fork")
+        with context.Pool(max(1, min(self.cores, len(partitions)))) as pool:
+            for rows in pool.imap(_task, partitions):
+                self.reports(rows)
+
+
+_READER: CdcStreamReader | None = None
+"""The reader whose partitions the forked processes run."""
+
+
+def _task(partition: Any) -> list[tuple[Any, ...]]:
+    """One partition run as Spark's task runs it: its report rows."""
+    assert _READER is not None
+    rows: list[tuple[Any, ...]] = []
+    for batch in _READER.read(partition):
+        rows += [tuple(r.values()) for r in batch.to_pylist()]
+    return rows

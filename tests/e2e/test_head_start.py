@@ -1,0 +1,127 @@
+"""The driver's head start (``sdk/spark/headstart.py``): ``sdk sync`` MariaDB -> PostgreSQL
+whose first batches the driver runs while Spark starts, the stream taking up what it did; and
+a driver SIGKILLed in the middle of its head start, whose batch the next run replays."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.kill import kill_when, mid_snapshot, paced, sync_process
+
+from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
+
+pytestmark = [pytest.mark.mysql, pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
+
+
+@dataclass
+class Sync:
+    name: str
+    schema: str
+    checkpoint: Path
+    args: list[str]
+
+    def record(self) -> dict[str, Any]:
+        return json.loads((self.checkpoint / "state" / "headstart.json").read_text())
+
+    def spark_batches(self) -> list[str]:
+        offsets = self.checkpoint / "checkpoint" / "offsets"
+        return sorted(f.name for f in offsets.glob("*") if f.name.isdigit()) \
+            if offsets.is_dir() else []
+
+
+@pytest.fixture
+def sync(mysql_admin: Any, mysql_url: str, postgres_admin: Any, postgres_url: str,
+         tmp_path: Path) -> Iterator[Sync]:
+    name = f"t_hs_{uuid.uuid4().hex[:8]}"
+    with mysql_admin.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{name}` (id INT PRIMARY KEY, v VARCHAR(30), "
+                    "amount DECIMAL(12,2), at DATETIME(6))")
+        cur.execute(f"INSERT INTO `{name}` SELECT seq, CONCAT('v', seq), seq / 8, "
+                    "'2024-01-01' + INTERVAL seq SECOND FROM seq_1_to_40000")
+    schema = f"sdk_hs_{uuid.uuid4().hex[:8]}"
+    postgres_admin.execute(f"CREATE SCHEMA {schema} AUTHORIZATION sdk_cdc")
+    checkpoint = tmp_path / "ck"
+    args = ["sync", "--source", mysql_url, "--target", postgres_url, "--tables",
+            f"sdk_test.{name}", "--target-schema", schema, "--checkpoint", str(checkpoint),
+            "--option", "snapshot.split.size=4000"]
+    try:
+        yield Sync(name, schema, checkpoint, args)
+    finally:
+        with mysql_admin.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS `{name}`")
+        postgres_admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def _change(mysql_admin: Any, name: str, round: int = 0) -> int:
+    """Rows deleted, updated and inserted at the source; the number of changes."""
+    with mysql_admin.cursor() as cur:
+        deleted = cur.execute(f"DELETE FROM `{name}` WHERE id % {97 + round} = 0")
+        updated = cur.execute(f"UPDATE `{name}` SET v = 'changed{round}' WHERE id % 89 = 0")
+        inserted = cur.execute(f"INSERT INTO `{name}` SELECT seq, 'new', 2.5, NOW(6) "
+                               f"FROM seq_{50001 + 1000 * round}_to_{50300 + 1000 * round}")
+    return int(deleted + updated + inserted)
+
+
+def _assert_mirror(sync: Sync, mysql_url: str, postgres_url: str) -> None:
+    mysql, pg = get_dialect("mysql"), get_dialect("postgres")
+    source = mysql.connect(ConnectionConfig.from_url(mysql_url))
+    target = pg.connect(ConnectionConfig.from_url(postgres_url))
+    try:
+        schema = mysql.describe_table(source, TableId("sdk_test", sync.name))
+        expected = {r[0]: r for b in mysql.read_range(
+            source, schema, SnapshotSplit(schema.table, 0, None, None), 10000) for r in b}
+        mirror = pg.describe_table(target, TableId(sync.schema, sync.name))
+        got = {r[0]: r for b in pg.read_range(
+            target, mirror, SnapshotSplit(mirror.table, 0, None, None), 10000) for r in b}
+        assert sorted(set(got) - set(expected))[:5] == []  # no row the source lost stays
+        assert got == expected
+    finally:
+        source.close()
+        target.close()
+
+
+def _applied(output: str) -> int:
+    found = re.search(r"applied (\d+) rows in", output)
+    assert found is not None, output
+    return int(found.group(1))
+
+
+def test_the_stream_takes_up_the_batches_the_driver_ran(
+        sync: Sync, mysql_admin: Any, mysql_url: str, postgres_url: str) -> None:
+    first = sync_process([*sync.args, "--until", "snapshot"])
+    output, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, output
+    record = sync.record()
+    assert record["initial"] is not None and record["done"] is not None  # the driver's
+    assert _applied(output) == 40000  # what was applied, counted once
+    _assert_mirror(sync, mysql_url, postgres_url)
+    for round in range(2):  # the first takes up the log batch the snapshot run planned
+        changes = _change(mysql_admin, sync.name, round)
+        resumed = sync_process([*sync.args, "--until", "caught-up"])
+        output, _ = resumed.communicate(timeout=300)
+        assert resumed.returncode == 0, output
+        assert _applied(output) == changes
+        _assert_mirror(sync, mysql_url, postgres_url)
+    record = sync.record()
+    assert record["initial"] is None and record["start"] is not None  # a resumed head start
+    assert record["done"] is not None  # it applied the changes
+
+
+def test_a_driver_killed_in_its_head_start_leaves_a_batch_the_next_run_replays(
+        sync: Sync, mysql_admin: Any, mysql_url: str, postgres_url: str) -> None:
+    kill_when(sync_process([*sync.args, *paced(40000), "--until", "never"]), mid_snapshot)
+    record = sync.record()
+    assert record["planned"] is not None and record["done"] is None  # killed in its batch
+    assert sync.spark_batches() == []  # before Spark's stream planned one
+    _change(mysql_admin, sync.name)  # rows loaded before the kill deleted at the source
+    done = sync_process([*sync.args, "--until", "caught-up"])
+    output, _ = done.communicate(timeout=300)
+    assert done.returncode == 0, output
+    _assert_mirror(sync, mysql_url, postgres_url)

@@ -1,0 +1,69 @@
+"""The head start's record and Spark checkpoint reading (``sdk/spark/headstart.py``): which
+batches the stream steps over, which it runs, and when a driver may start a new head start."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from sdk.spark.headstart import local_cores, next_step, skips, spark_position, taken_up
+
+
+def _offset(state: str) -> dict[str, object]:
+    return {"v": 1, "phase": "snapshot", "state": state, "position": None}
+
+
+S0, S1, S2, S3 = (_offset(f"00000000000{i}-x") for i in range(4))
+
+
+def test_a_new_checkpoint_steps_to_the_last_completed_state_then_runs_the_planned_batch() -> None:
+    record = {"start": None, "initial": S0, "done": S2, "planned": S3}
+    assert next_step(record, S0) == S2 and skips(record, S0, S2)
+    assert next_step(record, S2) == S3 and not skips(record, S2, S3)  # replayed with tasks
+    assert next_step(record, S3) is None  # the stream's own batches from there
+    assert not taken_up(record, None) and not taken_up(record, S0)
+    assert not taken_up(record, S2) and taken_up(record, S3)
+
+
+def test_a_resumed_checkpoint_starts_where_spark_committed() -> None:
+    record = {"start": S1["state"], "initial": None, "done": None, "planned": S2}
+    assert next_step(record, S1) == S2 and not skips(record, S1, S2)
+    assert next_step(record, S0) is None and not taken_up(record, S1)
+    assert taken_up(record, S2)
+    done = {"start": S1["state"], "initial": None, "done": S2, "planned": None}
+    assert skips(done, S1, S2) and taken_up(done, S2) and not taken_up(done, S1)
+
+
+def test_no_record_or_an_empty_one_is_taken_up() -> None:
+    assert taken_up(None, None) and taken_up(None, S1)
+    assert taken_up({"start": None, "initial": S0, "done": None, "planned": None}, None)
+    assert next_step(None, S0) is None and not skips(None, S0, S1)
+
+
+def _batch(checkpoint: Path, number: int, offset: object, committed: bool) -> None:
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "commits").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "offsets" / str(number)).write_text(
+        f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(offset)}')
+    if committed:
+        (checkpoint / "commits" / str(number)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def test_spark_position_reads_the_last_committed_batch(tmp_path: Path) -> None:
+    assert spark_position(str(tmp_path / "none")) == (True, None)
+    _batch(tmp_path, 0, S1, True)
+    _batch(tmp_path, 1, S2, True)
+    (tmp_path / "offsets" / ".1.crc").write_text("")
+    assert spark_position(str(tmp_path)) == (True, S2)
+    _batch(tmp_path, 2, S3, False)  # not committed: Spark replays it first
+    assert spark_position(str(tmp_path)) == (False, None)
+    _batch(tmp_path, 2, "not ours", True)
+    assert spark_position(str(tmp_path)) == (False, None)
+
+
+def test_local_cores_of_a_master() -> None:
+    assert local_cores("local") == 1 and local_cores("local[3]") == 3
+    assert local_cores("local[2,4]") == 2
+    assert local_cores("local[*]") == len(os.sched_getaffinity(0))
+    assert local_cores("spark://127.0.0.1:7077") is None and local_cores("yarn") is None
