@@ -474,12 +474,13 @@ def _read_log(spec: SourceSpec, partition: LogPartition) -> Iterator[pa.RecordBa
 
 def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
                ) -> Iterator[pa.RecordBatch]:
-    """A chained log batch: its changes applied in log order, in chunks of ``BATCH_ROWS``
-    changes (memory stays O(chunk) however far behind the batch starts), each chunk in one
-    transaction per table recording ``log/<state>/<chunk>``, on a writer thread while the
-    next chunk is read (:class:`~sdk.job.target.Pipeline`). The bounded read is repeatable, so a
-    replay cuts the same chunks and skips those that committed. A schema change ends the
-    chunk; the target's table is altered (idempotently) before the next one."""
+    """A chained log batch: its changes applied in log order, in chunks of at most
+    ``BATCH_ROWS`` changes (memory stays O(chunk) however far behind the batch starts; the
+    first ones smaller, :func:`chunk_rows`), each chunk in one transaction per table recording
+    ``log/<state>/<chunk>``, on a writer thread while the next chunk is read
+    (:class:`~sdk.job.target.Pipeline`). The bounded read is repeatable, so a replay cuts the
+    same chunks and skips those that committed. A schema change ends the chunk; the target's
+    table is altered (idempotently) before the next one."""
     assert spec.target is not None
     sink = Applier(spec.target)
     writer = Pipeline()
@@ -490,9 +491,10 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
     prefix = ledger_prefix(shapes.store)
 
     current = dict(shapes.tables)  # the columns of the changes read since the last change
+    limit = chunk_rows(0)  # the changes the chunk being read may hold
 
     def flush() -> None:
-        nonlocal chunk, held, number, mark
+        nonlocal chunk, held, number, mark, limit
         events, ledger = chunk, f"{prefix}{log_ledger_id(partition.state)}/{number}"
         schemas = dict(current)
         rejects = Rejects(spec.errors_mode, shapes.store)
@@ -514,6 +516,7 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
 
         writer.submit(apply)
         chunk, held, number = {}, 0, number + 1
+        limit = chunk_rows(number)
 
     engine = shapes.engine
     last_table: TableId | None = None
@@ -533,7 +536,7 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
                 changes = chunk.setdefault(last_table, [])
             changes.append(item)
             held += 1
-            if held >= BATCH_ROWS:
+            if held >= limit:
                 flush()
                 last_table = None
         flush()
@@ -542,6 +545,19 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
         writer.shutdown()
         sink.close()
     yield pa.RecordBatch.from_pylist(sink.report(_skipped(rejected)), schema=REPORT_ARROW)
+
+
+FIRST_CHUNK_ROWS = 5_000
+"""The changes of a log batch's first chunk; each next one holds twice as many, up to
+``BATCH_ROWS``."""
+
+
+def chunk_rows(number: int) -> int:
+    """The changes chunk ``number`` of a chained log batch holds at most: small first ones, so
+    the writer thread applies while the rest is read rather than after a batch of one chunk;
+    a function of the number alone, so a replay cuts the same chunks. Never more than
+    ``BATCH_ROWS``, so chunk ``n`` ends no later than it did with chunks of ``BATCH_ROWS``."""
+    return min(BATCH_ROWS, FIRST_CHUNK_ROWS << min(number, 30))
 
 
 class Shapes:
