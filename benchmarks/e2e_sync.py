@@ -110,6 +110,13 @@ MYSQL_CHECKSUM = ("SELECT COUNT(*), COALESCE(SUM(CAST(CONV(LEFT(MD5(CONCAT_WS('|
                   "IFNULL(customer_id, '~'), amount, status, IFNULL(note, '~'), "
                   "DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f'))), 15), 16, 10) AS "
                   "UNSIGNED)), 0) FROM {table}")
+# Debian's JDBC drivers (libmariadb-java, libpostgresql-jdbc-java) for the Spark JDBC copy
+JDBC_JARS = {"mysql": Path("/usr/share/java/mariadb-java-client.jar"),
+             "postgres": Path("/usr/share/java/postgresql.jar")}
+# Spark has no dialect for jdbc:mariadb: URLs (its MySQLDialect takes jdbc:mysql only), so the
+# generic one double-quotes every column ("id"), which MariaDB reads as a string literal unless
+# ANSI_QUOTES is on; the session in UTC as the checksums' (the JVM runs in UTC too)
+MARIADB_SESSION = "sql_mode='ANSI_QUOTES',time_zone='+00:00'"  # Connector/J sessionVariables
 
 
 def parts(url: str) -> dict[str, Any]:
@@ -117,6 +124,16 @@ def parts(url: str) -> dict[str, Any]:
     return {"host": u.hostname or "127.0.0.1", "port": u.port,
             "user": unquote(u.username or ""), "password": unquote(u.password or ""),
             "database": u.path.lstrip("/")}
+
+
+def jdbc(url: str, scheme: str, table: str, **params: str) -> dict[str, Any]:
+    """The JDBC URL, table and connection properties of ``url``'s server for Spark."""
+    p = parts(url)
+    port = p["port"] or (3306 if scheme == "mariadb" else 5432)
+    address = f"jdbc:{scheme}://{p['host']}:{port}/{p['database']}"
+    driver = "org.mariadb.jdbc.Driver" if scheme == "mariadb" else "org.postgresql.Driver"
+    return {"url": with_query(address, **params) if params else address, "table": table,
+            "properties": {"user": p["user"], "password": p["password"], "driver": driver}}
 
 
 def with_query(url: str, **params: str) -> str:
@@ -252,6 +269,10 @@ class Sink:
         NULL written as ``null``) into ``target``."""
         raise NotImplementedError
 
+    def jdbc(self, target: str) -> dict[str, Any]:
+        """Where the Spark JDBC copy writes ``target``: URL, table, connection properties."""
+        raise NotImplementedError
+
 
 class PostgresSink(Sink):
     label, url = "PostgreSQL", PG
@@ -273,6 +294,10 @@ class PostgresSink(Sink):
         load = "\\copy " + target + " FROM STDIN" + \
             (f" WITH (NULL '{null}')" if null != "\\N" else "")
         return f"psql {shlex.quote(PG)} -X -v ON_ERROR_STOP=1 -c {shlex.quote(load)}"
+
+    def jdbc(self, target: str) -> dict[str, Any]:
+        # pgjdbc sends each batch of one-row INSERTs as multi-row ones
+        return jdbc(PG, "postgresql", target, reWriteBatchedInserts="true")
 
 
 class MySQLSink(Sink):
@@ -319,6 +344,11 @@ class MySQLSink(Sink):
                 f"-h {p['host']} -P {p['port'] or 3306} -u {shlex.quote(p['user'])} "
                 f"-e {shlex.quote(load)}")
 
+    def jdbc(self, target: str) -> dict[str, Any]:
+        # Connector/J 2.7 sends each batch as multi-row INSERTs with rewriteBatchedStatements
+        return jdbc(MYSQL_ADMIN, "mariadb", target, sessionVariables=MARIADB_SESSION,
+                    rewriteBatchedStatements="true")
+
 
 class Source:
     """One source server: how to make its table, read it by hand, pipe it with its client,
@@ -330,10 +360,43 @@ class Source:
     def __init__(self, cleanup: Cleanup) -> None:
         self.cleanup = cleanup
 
+    def create(self, table: str, rows: int) -> None:
+        raise NotImplementedError
+
+    def checksum(self, table: str) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def hand(self, table: str, sink: Sink, target: str) -> int:
+        raise NotImplementedError
+
+    def pipe(self, table: str, sink: Sink, target: str) -> str:
+        raise NotImplementedError
+
     def sdk_url(self, table: str, run: str) -> str:
         raise NotImplementedError
 
     def pattern(self, table: str) -> str:
+        raise NotImplementedError
+
+    def jdbc(self, table: str) -> dict[str, Any]:
+        """Where the Spark JDBC copy reads ``table``: URL, table, connection properties."""
+        raise NotImplementedError
+
+    def key_range(self, table: str) -> tuple[int, int]:
+        """The least and the greatest id, the Spark JDBC reader's partition bounds."""
+        raise NotImplementedError
+
+    # log case
+    def position(self) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def update(self, table: str, ids: list[int]) -> None:
+        raise NotImplementedError
+
+    def prepare_raw(self, table: str) -> None:
+        raise NotImplementedError
+
+    def raw(self, table: str, start: tuple[str, int], end: tuple[str, int]) -> tuple[int, int]:
         raise NotImplementedError
 
 
@@ -376,6 +439,15 @@ class MySQLSource(Source):
 
     def pattern(self, table: str) -> str:
         return f"{parts(MYSQL)['database']}.{table}"
+
+    def jdbc(self, table: str) -> dict[str, Any]:
+        # Connector/J 2.7 streams a result set in chunks of the statement's fetch size
+        # (Spark sets it from "fetchsize"); MySQL Connector/J's useCursorFetch is not needed
+        return jdbc(MYSQL, "mariadb", table, sessionVariables=MARIADB_SESSION)
+
+    def key_range(self, table: str) -> tuple[int, int]:
+        (low, high), = mysql_exec(MYSQL, f"SELECT MIN(id), MAX(id) FROM {table}")
+        return int(low), int(high)
 
     # log case
     def position(self) -> tuple[str, int]:
@@ -471,6 +543,14 @@ class PostgresSource(Source):
 
     def pattern(self, table: str) -> str:
         return f"public.{table}"
+
+    def jdbc(self, table: str) -> dict[str, Any]:
+        # Spark's PostgresDialect turns autocommit off when fetchsize is set: pgjdbc streams
+        return jdbc(PG, "postgresql", f"public.{table}")
+
+    def key_range(self, table: str) -> tuple[int, int]:
+        (low, high), = pg_exec(PG, f"SELECT min(id), max(id) FROM {table}")
+        return int(low), int(high)
 
     # log case
     def position(self) -> tuple[str, int]:
@@ -639,9 +719,24 @@ def tree_rss(root: int) -> tuple[int, int]:
     return python, jvm
 
 
+def watch(process: subprocess.Popen[Any], poll: Callable[[], None]) -> tuple[int, int]:
+    """Wait for ``process``, calling ``poll`` every 50 ms; returns the peak resident memory
+    (Python, JVM) of its process tree, sampled every 0.25 s."""
+    polls = peak_python = peak_jvm = 0
+    while process.poll() is None:
+        if polls % 5 == 0:
+            python, jvm = tree_rss(process.pid)
+            peak_python, peak_jvm = max(peak_python, python), max(peak_jvm, jvm)
+        polls += 1
+        poll()
+        time.sleep(0.05)
+    return peak_python, peak_jvm
+
+
 def run_sdk(source: Source, sink: Sink, table: str, run: str, checkpoint: Path, schema: str,
-            until: str, options: list[str]) -> SdkRun:
-    """``sdk sync`` as a user runs it, watching its progress.json."""
+            until: str, options: list[str], env: dict[str, str] | None = None) -> SdkRun:
+    """``sdk sync`` as a user runs it (with ``env`` added to the environment), watching its
+    progress.json."""
     command = [*sdk_command(), "sync", "--source", source.sdk_url(table, run), "--target",
                sink.url,
                "--tables", source.pattern(table), "--checkpoint", str(checkpoint),
@@ -653,25 +748,24 @@ def run_sdk(source: Source, sink: Sink, table: str, run: str, checkpoint: Path, 
     before = read_progress(progress)
     first_update = before.get("updated_at") if before else None
     started_at = done_at = None
+
+    def poll() -> None:
+        nonlocal started_at, done_at
+        report = read_progress(progress)
+        if report and report.get("updated_at") != first_update:
+            if started_at is None:
+                started_at = report["started_at"] if until == "snapshot" \
+                    else report["updated_at"]
+            if done_at is None and report.get("phase") in ("log", "done"):
+                done_at = report["updated_at"]
+
     launched = time.time()
     t0 = time.perf_counter()
     with open(log, "w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
-        polls = peak_python = peak_jvm = 0
-        while process.poll() is None:
-            if polls % 5 == 0:
-                python, jvm = tree_rss(process.pid)
-                peak_python, peak_jvm = max(peak_python, python), max(peak_jvm, jvm)
-            polls += 1
-            report = read_progress(progress)
-            if report and report.get("updated_at") != first_update:
-                if started_at is None:
-                    started_at = report["started_at"] if until == "snapshot" \
-                        else report["updated_at"]
-                if done_at is None and report.get("phase") in ("log", "done"):
-                    done_at = report["updated_at"]
-            time.sleep(0.05)
+                                   stdin=subprocess.DEVNULL,
+                                   env={**os.environ, **env} if env else None)
+        peak_python, peak_jvm = watch(process, poll)
     seconds = time.perf_counter() - t0
     output = log.read_text().splitlines()
     if process.returncode != 0:
@@ -700,6 +794,44 @@ def read_progress(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+@dataclass
+class JdbcRun:
+    seconds: float
+    """The whole command: Python, the JVM and the Spark session start, the copy, the stop."""
+    peak_python: int
+    peak_jvm: int
+
+
+def jdbc_jars(source: Source, sink: Sink) -> list[Path]:
+    kinds = {source.kind, "mysql" if isinstance(sink, MySQLSink) else "postgres"}
+    return [JDBC_JARS[kind] for kind in sorted(kinds)]
+
+
+def run_jdbc(source: Source, sink: Sink, table: str, target: str, log: Path) -> JdbcRun:
+    """The Spark user's copy (``_spark_jdbc.py``) as its own process: ``spark.read.jdbc`` of
+    ``table`` partitioned on id between its min and max (found here, before the clock starts)
+    into ``df.write.jdbc`` appending to ``target``, made beforehand."""
+    low, high = source.key_range(table)
+    spec = {"jars": [str(jar) for jar in jdbc_jars(source, sink)],
+            "source": source.jdbc(table), "target": sink.jdbc(target),
+            "lower": low, "upper": high, "partitions": 2 * (os.cpu_count() or 1)}
+    script = Path(__file__).with_name("_spark_jdbc.py")
+    t0 = time.perf_counter()
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                                   stdout=out, stderr=subprocess.STDOUT, text=True)
+        assert process.stdin is not None
+        process.stdin.write(json.dumps(spec))  # the passwords, out of the process list
+        process.stdin.close()
+        peak_python, peak_jvm = watch(process, lambda: None)
+    seconds = time.perf_counter() - t0
+    if process.returncode != 0:
+        output = [x for x in log.read_text().splitlines() if not x.lstrip().startswith("at ")]
+        raise SystemExit(f"the Spark JDBC copy failed with exit {process.returncode}:\n"
+                         + "\n".join(output[-30:]))
+    return JdbcRun(seconds, peak_python, peak_jvm)
 
 
 def run_pipe(command: str) -> int:
@@ -734,6 +866,49 @@ def target_checksum(table: str) -> tuple[int, int]:
     return int(count), int(total)
 
 
+def env_label(env: dict[str, str]) -> str:
+    return " ".join(f"{key}={value}" for key, value in env.items())
+
+
+def snapshot_sdk(source: Source, sink: Sink, table: str, run_name: str, schema: str,
+                 work: Path, args: argparse.Namespace, env: dict[str, str],
+                 expected: tuple[int, int]) -> tuple[SdkRun, bool]:
+    """One ``sdk sync --until snapshot`` into a fresh schema, checked and then dropped."""
+    sink.fresh(schema)
+    checkpoint = work / run_name
+    run = run_sdk(source, sink, table, run_name, checkpoint, schema, "snapshot",
+                  args.sdk_option, env)
+    equal = sink.checksum(f"{schema}.{table}") == expected
+    sink.drop(schema)
+    if isinstance(source, PostgresSource):
+        drop_slot(f"e2e_{run_name}_{TAG}")
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return run, equal
+
+
+def sdk_summary(runs: list[SdkRun], rows: int, label: str) -> tuple[float, float]:
+    """Print the sdk snapshot runs' lines; returns their rates (own, whole command)."""
+    tag = f" [{label}]" if label else ""
+    whole = [r.seconds for r in runs]
+    own = [r.own for r in runs if r.own is not None]
+    startup = [r.startup for r in runs if r.startup is not None]
+    reported = [r.reported for r in runs if r.reported is not None]
+    line(f"sdk sync --until snapshot, whole command{tag}", whole, rows, "rows/s")
+    if own:
+        own_rate = rate(rows, own)
+        line(f"sdk sync, first split to snapshot done (progress.json){tag}", own, rows,
+             "rows/s")
+        print(f"    (launch to first split: {min(startup):.2f} s; the command's own 'applied "
+              f"... in X s' line: {min(reported) if reported else float('nan'):.1f} s)")
+    else:
+        own_rate = float("nan")
+        print(f"  sdk sync{tag}, first split to snapshot done: not found in progress.json")
+    print(f"    (peak resident memory, the most of any run: Python processes together "
+          f"{max(r.peak_python for r in runs) / 2**20:.0f} MiB, JVM "
+          f"{max(r.peak_jvm for r in runs) / 2**20:.0f} MiB)")
+    return own_rate, rate(rows, whole)
+
+
 def snapshot_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Cleanup,
                   work: Path) -> bool:
     table = f"e2e_{source.kind}_{TAG}"
@@ -743,10 +918,21 @@ def snapshot_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup:
     print(f"\n== {source.label} -> {sink.label}, snapshot of {args.rows:,} rows "
           f"(source loaded in {time.perf_counter() - t0:.1f} s; count/checksum "
           f"{expected[0]:,}/{expected[1]})", flush=True)
+    missing = [str(jar) for jar in jdbc_jars(source, sink) if not jar.exists()]
+    with_jdbc = not args.skip_jdbc and not missing
+    if missing and not args.skip_jdbc:
+        print(f"  Spark JDBC copy skipped: {', '.join(missing)} not found", flush=True)
+    compare = env_label(args.compare_env)
     hand_s: list[float] = []
     pipe_s: list[float] = []
+    jdbc_runs: list[JdbcRun] = []
     runs: list[SdkRun] = []
+    compared: list[SdkRun] = []
     checks: dict[str, list[bool]] = {"hand-written": [], "C tools": [], "sdk": []}
+    if compare:
+        checks[f"sdk [{compare}]"] = []
+    if with_jdbc:
+        checks["Spark JDBC"] = []
     for k in range(args.repeat):
         schema = sink.fresh(f"e2e_hand_{source.kind}_{TAG}_{k}", table)
         t = time.perf_counter()
@@ -766,52 +952,62 @@ def snapshot_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup:
         sink.drop(schema)
         print(f"  [{k + 1}/{args.repeat}] C tools {pipe_s[-1]:.2f} s", flush=True)
 
-        schema = sink.fresh(f"e2e_sdk_{source.kind}_{TAG}_{k}")
-        checkpoint = work / f"snap_{source.kind}_{k}"
-        run = run_sdk(source, sink, table, f"snap_{source.kind}_{k}", checkpoint, schema,
-                      "snapshot", args.sdk_option)
-        runs.append(run)
-        checks["sdk"].append(sink.checksum(f"{schema}.{table}") == expected)
-        sink.drop(schema)
-        if isinstance(source, PostgresSource):
-            drop_slot(f"e2e_snap_{source.kind}_{k}_{TAG}")
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        print(f"  [{k + 1}/{args.repeat}] sdk sync --until snapshot {run.seconds:.2f} s "
-              f"(own {run.own if run.own is None else round(run.own, 2)} s, startup "
-              f"{run.startup if run.startup is None else round(run.startup, 2)} s; peak RSS "
-              f"Python {run.peak_python / 2**20:.0f} MiB, JVM {run.peak_jvm / 2**20:.0f} MiB)",
-              flush=True)
+        settings = [("sdk", runs, f"snap_{source.kind}_{k}",
+                     f"e2e_sdk_{source.kind}_{TAG}_{k}", args.sdk_env)]
+        if compare:
+            settings.append((f"sdk [{compare}]", compared, f"snapc_{source.kind}_{k}",
+                             f"e2e_sdkc_{source.kind}_{TAG}_{k}",
+                             {**args.sdk_env, **args.compare_env}))
+        for what, into, run_name, schema, env in settings:
+            run, equal = snapshot_sdk(source, sink, table, run_name, schema, work, args, env,
+                                      expected)
+            into.append(run)
+            checks[what].append(equal)
+            print(f"  [{k + 1}/{args.repeat}] sdk sync --until snapshot"
+                  f"{what[3:]} {run.seconds:.2f} s (own "
+                  f"{run.own if run.own is None else round(run.own, 2)} s, startup "
+                  f"{run.startup if run.startup is None else round(run.startup, 2)} s; peak "
+                  f"RSS Python {run.peak_python / 2**20:.0f} MiB, JVM "
+                  f"{run.peak_jvm / 2**20:.0f} MiB)", flush=True)
+
+        if with_jdbc:
+            schema = sink.fresh(f"e2e_jdbc_{source.kind}_{TAG}_{k}", table)
+            jdbc_run = run_jdbc(source, sink, table, f"{schema}.{table}",
+                                work / f"jdbc_{source.kind}_{k}.log")
+            jdbc_runs.append(jdbc_run)
+            checks["Spark JDBC"].append(sink.checksum(f"{schema}.{table}") == expected)
+            sink.drop(schema)
+            print(f"  [{k + 1}/{args.repeat}] Spark JDBC {jdbc_run.seconds:.2f} s (peak RSS "
+                  f"Python {jdbc_run.peak_python / 2**20:.0f} MiB, JVM "
+                  f"{jdbc_run.peak_jvm / 2**20:.0f} MiB)", flush=True)
 
     rows = args.rows
-    whole = [r.seconds for r in runs]
-    own = [r.own for r in runs if r.own is not None]
-    startup = [r.startup for r in runs if r.startup is not None]
-    reported = [r.reported for r in runs if r.reported is not None]
     hand_rate, pipe_rate = rate(rows, hand_s), rate(rows, pipe_s)
-    whole_rate = rate(rows, whole)
+    jdbc_s = [r.seconds for r in jdbc_runs]
+    jdbc_rate = rate(rows, jdbc_s) if jdbc_s else float("nan")
     reader = "pymysql SSCursor" if source.kind == "mysql" else "psycopg server-side cursor"
     unload = "mariadb -B" if source.kind == "mysql" else "psql \\copy TO"
     writer, load = ("COPY write_row", "psql \\copy FROM") if isinstance(sink, PostgresSink) \
         else ("pymysql executemany", "mariadb LOAD DATA LOCAL")
     tools = f"{unload} | {load}"
-    print(f"{source.label} -> {sink.label}, {rows:,} rows, best of {args.repeat}:")
+    sdk_env = f" (sdk environment: {env_label(args.sdk_env)})" if args.sdk_env else ""
+    print(f"{source.label} -> {sink.label}, {rows:,} rows, best of {args.repeat}{sdk_env}:")
     line(f"hand-written ({reader} -> {writer})", hand_s, rows, "rows/s")
     line(f"C tools ({tools})", pipe_s, rows, "rows/s")
-    line("sdk sync --until snapshot, whole command", whole, rows, "rows/s")
-    if own:
-        own_rate = rate(rows, own)
-        line("sdk sync, first split to snapshot done (progress.json)", own, rows, "rows/s")
-        print(f"    (launch to first split: {min(startup):.2f} s; the command's own 'applied "
-              f"... in X s' line: {min(reported) if reported else float('nan'):.1f} s)")
-    else:
-        own_rate = float("nan")
-        print("  sdk sync, first split to snapshot done: not found in progress.json")
-    print(f"    (peak resident memory, the most of any run: Python processes together "
-          f"{max(r.peak_python for r in runs) / 2**20:.0f} MiB, JVM "
-          f"{max(r.peak_jvm for r in runs) / 2**20:.0f} MiB)")
-    print(f"  ratios (rate/rate), sdk first split to done [whole command]: "
-          f"sdk/hand-written {own_rate / hand_rate:.3f} [{whole_rate / hand_rate:.3f}], "
-          f"sdk/C-tools {own_rate / pipe_rate:.3f} [{whole_rate / pipe_rate:.3f}]")
+    if jdbc_runs:
+        line(f"Spark JDBC (read.jdbc, {2 * (os.cpu_count() or 1)} partitions -> write.jdbc), "
+             "whole command", jdbc_s, rows, "rows/s")
+        print(f"    (peak resident memory, the most of any run: Python "
+              f"{max(r.peak_python for r in jdbc_runs) / 2**20:.0f} MiB, JVM "
+              f"{max(r.peak_jvm for r in jdbc_runs) / 2**20:.0f} MiB)")
+    for label, variant in [("", runs)] + ([(compare, compared)] if compare else []):
+        own_rate, whole_rate = sdk_summary(variant, rows, label)
+        tag = f" [{label}]" if label else ""
+        print(f"  ratios{tag} (rate/rate), sdk first split to done [whole command]: "
+              f"sdk/hand-written {own_rate / hand_rate:.3f} [{whole_rate / hand_rate:.3f}], "
+              f"sdk/C-tools {own_rate / pipe_rate:.3f} [{whole_rate / pipe_rate:.3f}]"
+              + (f", sdk/Spark-JDBC (whole commands) [{whole_rate / jdbc_rate:.3f}]"
+                 if jdbc_runs else ""))
     ok = True
     for what, results in checks.items():
         good = all(results)
@@ -922,7 +1118,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="best of K (spread shown)")
     parser.add_argument("--sdk-option", action="append", default=[], metavar="KEY=VALUE",
                         help="passed to sdk sync as --option (default: none, as a user runs it)")
+    parser.add_argument("--sdk-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="an environment variable of the sdk runs only (repeatable)")
+    parser.add_argument("--compare-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="also run sdk a second time each repeat with these variables "
+                        "(over --sdk-env's), shown on lines of their own (repeatable)")
+    parser.add_argument("--skip-jdbc", action="store_true",
+                        help="no Spark JDBC copy in the snapshot case")
     args = parser.parse_args()
+    for name in ("sdk_env", "compare_env"):
+        pairs = getattr(args, name)
+        if bad := [pair for pair in pairs if "=" not in pair or pair.startswith("=")]:
+            parser.error(f"--{name.replace('_', '-')} takes KEY=VALUE, not {bad[0]!r}")
+        setattr(args, name, dict(pair.split("=", 1) for pair in pairs))
     sources: list[Callable[[Cleanup], Source]] = []
     if args.source in ("mysql", "both"):
         sources.append(MySQLSource)
