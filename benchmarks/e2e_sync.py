@@ -1035,17 +1035,24 @@ def log_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Clea
     print(f"\n== {source.label} -> {sink.label}, log phase: {args.changes:,} one-row UPDATE "
           f"transactions on a {args.log_rows:,}-row table", flush=True)
     ids = [k % args.log_rows + 1 for k in range(args.changes)]
+    compare = env_label(args.compare_env)
+    # sdk as set by --sdk-env, and with --compare-env's variables too: (label, prefix, env)
+    variants = [("", "log", args.sdk_env)]
+    if compare:
+        variants.append((compare, "logc", {**args.sdk_env, **args.compare_env}))
     raw_s: list[float] = []
-    runs: list[SdkRun] = []
+    runs: dict[str, list[SdkRun]] = {label: [] for label, _, _ in variants}
     ok = True
     raw_count = raw_tx = 0
-    for k in range(args.repeat):  # each repeat: a fresh table, checkpoint and target
+    for k in range(args.repeat):  # each repeat: a fresh table, checkpoints and targets
         source.create(table, args.log_rows)
-        schema = sink.fresh(f"e2e_log_{source.kind}_{TAG}_{k}")
-        checkpoint = work / f"log_{source.kind}_{k}"
-        run_name = f"log_{source.kind}_{k}"
-        snap = run_sdk(source, sink, table, run_name, checkpoint, schema, "snapshot",
-                       args.sdk_option)
+        snaps: dict[str, SdkRun] = {}
+        for label, prefix, env in variants:  # each setting's snapshot, before the updates
+            sink.fresh(f"e2e_{prefix}_{source.kind}_{TAG}_{k}")
+            snaps[label] = run_sdk(source, sink, table, f"{prefix}_{source.kind}_{k}",
+                                   work / f"{prefix}_{source.kind}_{k}",
+                                   f"e2e_{prefix}_{source.kind}_{TAG}_{k}", "snapshot",
+                                   args.sdk_option, env)
         source.prepare_raw(table)
         start = source.position()
         t = time.perf_counter()
@@ -1056,47 +1063,59 @@ def log_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Clea
         t = time.perf_counter()
         raw_count, raw_tx = source.raw(table, start, end)
         raw_s.append(time.perf_counter() - t)
-        run = run_sdk(source, sink, table, run_name, checkpoint, schema, "caught-up",
-                      args.sdk_option)
-        runs.append(run)
-        equal = sink.checksum(f"{schema}.{table}") == expected
         counted = raw_count == args.changes
-        ok &= equal and counted
-        print(f"  [{k + 1}/{args.repeat}] snapshot run {snap.seconds:.1f} s; updates made in "
-              f"{made:.1f} s; raw {raw_s[-1]:.2f} s ({raw_count:,} changes, {raw_tx:,} "
-              f"transactions); sdk --until caught-up {run.seconds:.2f} s (own "
-              f"{run.reported} s, applied {run.applied}); mirror == source: {equal}",
-              flush=True)
-        sink.drop(schema)
+        ok &= counted
+        print(f"  [{k + 1}/{args.repeat}] updates made in {made:.1f} s; raw {raw_s[-1]:.2f} s "
+              f"({raw_count:,} changes, {raw_tx:,} transactions)", flush=True)
+        for label, prefix, env in variants:
+            run_name, schema = f"{prefix}_{source.kind}_{k}", \
+                f"e2e_{prefix}_{source.kind}_{TAG}_{k}"
+            checkpoint = work / run_name
+            run = run_sdk(source, sink, table, run_name, checkpoint, schema, "caught-up",
+                          args.sdk_option, env)
+            runs[label].append(run)
+            equal = sink.checksum(f"{schema}.{table}") == expected
+            ok &= equal
+            print(f"  [{k + 1}/{args.repeat}]{f' [{label}]' if label else ''} snapshot run "
+                  f"{snaps[label].seconds:.1f} s; sdk --until caught-up {run.seconds:.2f} s "
+                  f"(own {run.reported} s, applied {run.applied}); mirror == source: {equal}",
+                  flush=True)
+            sink.drop(schema)
+            if isinstance(source, PostgresSource):
+                drop_slot(f"e2e_{run_name}_{TAG}")
+            shutil.rmtree(checkpoint, ignore_errors=True)
         if isinstance(source, PostgresSource):
-            drop_slot(f"e2e_{run_name}_{TAG}")
             drop_slot(f"e2e_raw_{TAG}")
-        shutil.rmtree(checkpoint, ignore_errors=True)
         mysql_or_pg_drop(source, table, cleanup)
 
     n = args.changes
-    whole = [r.seconds for r in runs]
-    own = [r.reported for r in runs if r.reported is not None]
-    raw_rate, whole_rate = rate(n, raw_s), rate(n, whole)
-    own_rate = rate(n, own) if own else float("nan")
+    raw_rate = rate(n, raw_s)
     decoder = "python-mysql-replication BinLogStreamReader" if source.kind == "mysql" else \
         "slot peek, pgoutput decoded, psycopg loaders"
-    print(f"{source.label} -> {sink.label}, log phase, {n:,} changes, best of {args.repeat}:")
+    sdk_env = f" (sdk environment: {env_label(args.sdk_env)})" if args.sdk_env else ""
+    print(f"{source.label} -> {sink.label}, log phase, {n:,} changes, best of "
+          f"{args.repeat}{sdk_env}:")
     line(f"raw decoder ({decoder})", raw_s, n, "changes/s")
-    line("sdk sync --until caught-up, whole command", whole, n, "changes/s")
-    if own:
-        line(f"sdk sync, own run ('applied {runs[0].applied} rows in X s')", own, n,
-             "changes/s")
-    planned = [r.seconds - r.startup for r in runs if r.startup is not None]
-    if planned:
-        line("sdk sync, first log batch planned to the command's exit", planned, n,
-             "changes/s")
-        print(f"    (launch to the first log batch planned: "
-              f"{min(r.startup for r in runs if r.startup is not None):.2f} s)")
-    print(f"  ratios (rate/rate): sdk/raw {own_rate / raw_rate:.3f} (whole command "
-          f"{whole_rate / raw_rate:.3f}"
-          + (f", first log batch to exit {rate(n, planned) / raw_rate:.3f}" if planned else "")
-          + ")")
+    for label, variant in runs.items():
+        tag = f" [{label}]" if label else ""
+        whole = [r.seconds for r in variant]
+        own = [r.reported for r in variant if r.reported is not None]
+        whole_rate = rate(n, whole)
+        own_rate = rate(n, own) if own else float("nan")
+        line(f"sdk sync --until caught-up, whole command{tag}", whole, n, "changes/s")
+        if own:
+            line(f"sdk sync, own run ('applied {variant[0].applied} rows in X s'){tag}", own,
+                 n, "changes/s")
+        planned = [r.seconds - r.startup for r in variant if r.startup is not None]
+        if planned:
+            line(f"sdk sync, first log batch planned to the command's exit{tag}", planned, n,
+                 "changes/s")
+            print(f"    (launch to the first log batch planned: "
+                  f"{min(r.startup for r in variant if r.startup is not None):.2f} s)")
+        print(f"  ratios{tag} (rate/rate): sdk/raw {own_rate / raw_rate:.3f} (whole command "
+              f"{whole_rate / raw_rate:.3f}"
+              + (f", first log batch to exit {rate(n, planned) / raw_rate:.3f}"
+                 if planned else "") + ")")
     print(f"  check: {'OK' if ok else 'MISMATCH'} (raw decoder saw {raw_count:,} of {n:,} "
           f"changes, {raw_tx:,} commits in the range; the mirror's count and checksum equal the "
           "source's after the updates)")
