@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pyspark import cloudpickle
+
 from .reads import gc_paused
 
 if TYPE_CHECKING:
@@ -128,20 +130,27 @@ def wait_for_driver(store: StateStore) -> dict[str, Any] | None:
 
 
 class HeadStart:
-    """Runs the stream's first batches on the driver until :meth:`stop` (or until nothing is
-    left to do, or ``until`` is reached); ``reports`` takes each task's report rows."""
+    """Runs the stream's first batches on the driver until it hands over to the stream
+    (:meth:`hand_over`), the user stops the sync (``stop``: after the batch in flight;
+    ``now``: at once, the batch left to a replay), nothing is left to do or ``until`` is
+    reached; ``reports`` takes each task's report rows."""
 
     def __init__(self, reader: Callable[[], CdcStreamReader], store: StateStore,
                  last: Offset | None, cores: int, until: str,
                  reports: Callable[[list[tuple[Any, ...]]], None],
-                 progress: Callable[[], None]) -> None:
+                 progress: Callable[[], None], stop: threading.Event,
+                 now: threading.Event) -> None:
         self.make_reader, self.store, self.last, self.cores = reader, store, last, cores
-        self.reader: CdcStreamReader | None = None
         self.until, self.reports, self.progress = until, reports, progress
-        self._stop = threading.Event()
+        self.stop, self.now = stop, now
+        self.reader: CdcStreamReader | None = None
+        self._handover = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock: Any = None
+        self._pool: Any = None
         self.batches = 0
+        self.warned = False
+        """Whether it told the user it stops once its batch is done."""
 
     def start(self) -> None:
         """Take the lock (before the stream can look) and start the driver's batches."""
@@ -152,14 +161,17 @@ class HeadStart:
         self._thread = threading.Thread(target=self._run, name="sdk-head-start", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Ask it to stop after the batch in flight (the stream waits for the lock)."""
-        self._stop.set()
+    def hand_over(self) -> None:
+        """Stop after the batch in flight: the stream starts (it waits for the lock)."""
+        self._handover.set()
 
     def join(self) -> None:
-        self._stop.set()
+        self._handover.set()
         if self._thread is not None:
             self._thread.join()
+
+    def _ended(self) -> bool:
+        return self._handover.is_set() or self.stop.is_set()
 
     def _run(self) -> None:
         try:
@@ -170,6 +182,8 @@ class HeadStart:
         except Exception as exc:  # the stream meets it again and says so, or goes on past it
             log.debug("head start stopped: %s", exc, exc_info=True)
         finally:
+            if self._pool is not None:
+                self._pool.terminate()
             if self.reader is not None:
                 with contextlib.suppress(Exception):
                     self.reader.stop()
@@ -184,7 +198,7 @@ class HeadStart:
             start = record["initial"] = reader.initialOffset()
         else:
             start, record["start"] = self.last, self.last["state"]
-        while not self._stop.is_set():
+        while not self._ended():
             end = reader.latestOffset(start, None)  # type: ignore[arg-type]
             if end == start:
                 return
@@ -192,38 +206,76 @@ class HeadStart:
             self.store.write_json(record, HEAD_START_FILE)  # before any of its tasks runs
             if self.until == "snapshot" and end["phase"] != "snapshot":
                 return  # the stream runs it: the snapshot is done
-            self._run_batch(reader, start, end)
+            if not self._run_batch(reader, start, end):
+                return  # stopped at once: the stream replays it
             record["done"], record["planned"] = end, None
             self.store.write_json(record, HEAD_START_FILE)
             self.batches += 1
             self.progress()
             start = end
 
-    def _run_batch(self, reader: CdcStreamReader, start: Offset, end: Offset) -> None:
-        """The batch's partitions, ``cores`` at a time, each in a process forked for it as
-        Spark's tasks run in Python workers of their own (threads would share one
-        interpreter's lock)."""
-        import multiprocessing
-
-        global _READER
+    def _run_batch(self, reader: CdcStreamReader, start: Offset, end: Offset) -> bool:
+        """The batch's partitions, ``cores`` at a time, in processes of their own as Spark's
+        Python workers (threads would share one interpreter's lock; a fork of the driver,
+        whose other threads hold locks, can hang); False when stopped at once."""
         partitions = reader.partitions(start, end)
         if not partitions:
-            return
-        _READER = reader
-        context = multiprocessing.get_context("fork")
-        with context.Pool(max(1, min(self.cores, len(partitions)))) as pool:
-            for rows in pool.imap(_task, partitions):
-                self.reports(rows)
+            return True
+        if self._pool is None:
+            self._pool = _pool(reader, self.cores)
+        pending = [self._pool.apply_async(_task, (_pickled(p),)) for p in partitions]
+        for result in pending:
+            while not result.ready():
+                if self.now.is_set():
+                    return False
+                if self.stop.is_set() and not self.warned:
+                    self.warned = True
+                    log.warning(STOPPING)
+                self.progress()  # the splits staged so far (at the report interval)
+                result.wait(0.1)
+            self.reports(result.get())
+        return True
+
+
+STOPPING = ("sync: stopping once the batch in flight commits; signal again to stop now (a "
+            "restart resumes exactly)")
+
+
+def _pool(reader: CdcStreamReader, cores: int) -> Any:
+    """Worker processes forked from a fresh server process (which imported the engine once),
+    each given ``reader``; killed when that server ends with the driver."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["sdk.spark.headstart", "pyarrow.compute"])
+    return context.Pool(cores, _adopt, (_pickled(reader),))
+
+
+def _pickled(value: Any) -> bytes:
+    """``value`` as Spark pickles a task's (its reader holds closures plain pickle refuses)."""
+    return bytes(cloudpickle.dumps(value))  # type: ignore[no-untyped-call]
 
 
 _READER: CdcStreamReader | None = None
-"""The reader whose partitions the forked processes run."""
+"""The reader whose partitions this worker process runs."""
 
 
-def _task(partition: Any) -> list[tuple[Any, ...]]:
+def _adopt(reader: bytes) -> None:
+    """A worker's start: die with its parent (so with the driver) and load the reader."""
+    import ctypes
+    import signal
+
+    global _READER
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
+    _READER = cloudpickle.loads(reader)
+
+
+def _task(partition: bytes) -> list[tuple[Any, ...]]:
     """One partition run as Spark's task runs it: its report rows."""
     assert _READER is not None
     rows: list[tuple[Any, ...]] = []
-    for batch in _READER.read(partition):
+    for batch in _READER.read(cloudpickle.loads(partition)):
         rows += [tuple(r.values()) for r in batch.to_pylist()]
     return rows

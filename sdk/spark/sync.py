@@ -47,7 +47,14 @@ from .engine_state import (
     ledger_prefix,
     live_progress,
 )
-from .headstart import HEAD_START_FILE, HeadStart, local_cores, spark_position, taken_up
+from .headstart import (
+    HEAD_START_FILE,
+    STOPPING,
+    HeadStart,
+    local_cores,
+    spark_position,
+    taken_up,
+)
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
 from .session import EarlySession, spark_session
@@ -242,12 +249,20 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
         lease.release()
         raise
     head: HeadStart | None = None
+    stop, now = threading.Event(), threading.Event()  # a first signal, and a second one
     try:
-        run = _Run(settings, resolved, lease, state_dir, metrics, report, report_seconds)
-        first = {**reader_options, "resolved": save_resolved(state_dir, resolved.tables)}
-        head = _head_start(settings, run, reader_options, first, spark_checkpoint)
-        return run.follow(_Query(settings, run, reader_options, first, spark_checkpoint,
-                                 early, head))
+        with _signals_set(stop, now):
+            run = _Run(settings, resolved, lease, state_dir, metrics, report, report_seconds)
+            first = {**reader_options, "resolved": save_resolved(state_dir, resolved.tables)}
+            head = _head_start(settings, run, reader_options, first, spark_checkpoint,
+                               stop, now)
+            query = _Query(settings, run, reader_options, first, spark_checkpoint, early, head)
+            if head is not None and stop.is_set():  # stopped in the head start: no stream
+                if not head.warned:
+                    log.warning(STOPPING)
+                head.join()
+                return run.summary()
+            return run.follow(query, stop, now)
     finally:
         if head is not None:
             head.join()
@@ -257,7 +272,8 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
 
 
 def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str],
-                first: dict[str, str], spark_checkpoint: str) -> HeadStart | None:
+                first: dict[str, str], spark_checkpoint: str, stop: threading.Event,
+                now: threading.Event) -> HeadStart | None:
     """Start the driver's head start (:mod:`.headstart`) where it can run: a chained sync on a
     local master on Linux (its tasks run in forked processes) with a local checkpoint whose
     last batch committed, after any head start before it was taken up; else None."""
@@ -279,7 +295,8 @@ def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str
     def progress() -> None:
         run.report_now(run.store.read_json(PROGRESS_FILE) or {})
 
-    head = HeadStart(reader, run.store, last, cores, settings.until, tally.add, progress)
+    head = HeadStart(reader, run.store, last, cores, settings.until, tally.add, progress,
+                     stop, now)
     run.started, run.began = time.monotonic(), time.time()
     run.head_started = True
     head.start()
@@ -372,24 +389,24 @@ class _Run:
             self.metrics.retries = self.retries.count
         self.last_report = time.monotonic()
 
-    def follow(self, query: _Query) -> SyncSummary:
-        """Run the query until the sync is done, restarting it after a passing fault."""
+    def follow(self, query: _Query, stop: threading.Event, now: threading.Event
+               ) -> SyncSummary:
+        """Run the query until the sync is done, restarting it after a passing fault;
+        ``stop`` and ``now`` are set by a first and a second signal."""
         if not self.head_started:
             self.started, self.began = time.monotonic(), time.time()
-        stop, now = threading.Event(), threading.Event()  # a first signal, and a second one
-        with _signals_set(stop, now):
-            while True:
-                try:
-                    active = query.start()
-                except Exception as exc:  # the source unreachable while restarting
-                    self.retries.wait_or_raise(exc, stop)
-                    continue
-                self._watch(active, stop, now)
-                failure = active.exception()
-                if failure is None:
-                    break
-                self.retries.wait_or_raise(failure, stop)
-        return self._summary()
+        while True:
+            try:
+                active = query.start()
+            except Exception as exc:  # the source unreachable while restarting
+                self.retries.wait_or_raise(exc, stop)
+                continue
+            self._watch(active, stop, now)
+            failure = active.exception()
+            if failure is None:
+                break
+            self.retries.wait_or_raise(failure, stop)
+        return self.summary()
 
     def _watch(self, query: Any, stop: threading.Event, now: threading.Event) -> None:
         """Watch a running query until it ends: report, stop it once the sync is done or told
@@ -410,13 +427,12 @@ class _Run:
             done_snapshot = until == "snapshot" and progress.get("phase") in ("log", "done")
             if stop.is_set() or done_snapshot:
                 if stop.is_set() and not now.is_set():
-                    log.warning("sync: stopping once the batch in flight commits; signal "
-                                "again to stop now (a restart resumes exactly)")
+                    log.warning(STOPPING)
                 while query.isActive and query.status["isTriggerActive"] and not now.is_set():
                     time.sleep(0.1)  # let the batch in flight commit
                 query.stop()
 
-    def _summary(self) -> SyncSummary:
+    def summary(self) -> SyncSummary:
         """What the run did (the display told the last of it)."""
         mirror = self.mirror
         progress = live_progress(self.store, self.staged) or {}
@@ -460,7 +476,7 @@ class _Query:
     def start(self) -> Any:
         """Start the query (its first start: with the tables resolved before)."""
         if self.head is not None:  # its batch in flight ends while the query starts
-            self.head.stop()
+            self.head.hand_over()
         stream = self.spark.readStream.format("cdc").options(**(self.first or self.options))
         writer = stream.load().writeStream.foreachBatch(self.run.each_batch) \
             .option("checkpointLocation", self.checkpoint)
