@@ -3,12 +3,14 @@
 
     python benchmarks/e2e_sync.py [--rows 1000000] [--changes 40000] [--log-rows 100000]
         [--source mysql|postgres|both] [--target postgres|mysql] [--skip-log] [--skip-snapshot]
-        [--repeat 1] [--sdk-option KEY=VALUE ...]
+        [--repeat 1] [--sdk-option KEY=VALUE ...] [--skip-jdbc]
+        [--sdk-env KEY=VALUE ...] [--compare-env KEY=VALUE ...]
 
 Needs the servers of scripts/services.sh (SDK_TEST_MYSQL_URL / SDK_TEST_POSTGRES_URL and their
 ``..._ADMIN_URL``, defaulting to the local ones), the ``mariadb`` and ``psql`` clients and the
-``sdk`` command of this environment. Every table, schema, publication, slot and checkpoint it
-makes is named after the process id and removed at the end.
+``sdk`` command of this environment, and for the Spark JDBC copy Debian's JDBC drivers
+(``/usr/share/java/mariadb-java-client.jar``, ``postgresql.jar``). Every table, schema,
+publication, slot and checkpoint it makes is named after the process id and removed at the end.
 
 Snapshot case: one deterministic table (``id BIGINT PRIMARY KEY, customer_id INT, amount
 NUMERIC(12,2), status VARCHAR(16), note VARCHAR(200), created_at TIMESTAMP(6)``; NULLs in
@@ -26,6 +28,24 @@ into a fresh PostgreSQL table by
   the hand-written copy writes with pymysql's ``executemany`` of the one-row INSERT (which it
   sends as multi-row statements of ~1 MB), the C tools load with ``mariadb --local-infile``
   ``LOAD DATA LOCAL INFILE '/dev/stdin'`` (NULLs by ``NULLIF``), the checksum is MariaDB's;
+- Spark JDBC, what a Spark user writes instead of sdk (``_spark_jdbc.py``, run as its own
+  Python process and timed as a whole command like sdk's: Python, the JVM and the Spark session
+  start included): a ``local[*]`` SparkSession (``spark.jars`` = the drivers of source and
+  target, ``spark.ui.enabled=false``, JVM and session time zone UTC), ``spark.read.jdbc``
+  partitioned on the key (``column="id"``, lowerBound/upperBound = the table's min/max id,
+  found beforehand and passed in; ``numPartitions`` = 2 x cores; ``fetchsize`` 10000) and
+  ``df.write.jdbc`` (mode "append", ``batchsize`` 10000) into a fresh table made beforehand
+  with the hand-written copy's DDL (primary key included), so that Spark's type mapping
+  decides nothing of the target. PostgreSQL is read and written through pgjdbc
+  (``reWriteBatchedInserts=true`` on the target; Spark's PostgresDialect turns autocommit off
+  when a fetch size is set, so the reader streams through a cursor), MariaDB through
+  ``jdbc:mariadb://`` and MariaDB Connector/J 2.7, which streams a result set in chunks of the
+  fetch size (no ``useCursorFetch``, a MySQL Connector/J option) and writes with
+  ``rewriteBatchedStatements=true``. Spark has no dialect for ``jdbc:mariadb`` URLs (its
+  MySQLDialect takes ``jdbc:mysql`` only), and its generic one double-quotes column names,
+  which MariaDB reads as string literals: the URL sets ``sql_mode='ANSI_QUOTES'`` (and
+  ``time_zone='+00:00'``) in ``sessionVariables``. ``--skip-jdbc`` leaves it out; without the
+  jars it is skipped with a note;
 - ``sdk sync --until snapshot`` run as a user runs it (a subprocess, fresh ``--checkpoint``,
   fresh ``--target-schema``, default options), timed twice: the whole command, and the sync's
   own run from the first split to the snapshot done. The latter comes from the state dir's
@@ -51,11 +71,18 @@ library), and for PostgreSQL ``pg_logical_slot_peek_binary_changes`` on a slot m
 updates, with the pgoutput messages decoded here and each new tuple typed with psycopg's
 loaders.
 
-Every rate is printed, with the ratios sdk/hand-written, sdk/C-tools and sdk/raw (rate over
-rate: below 1.0 the sdk is slower). Each target is checked against its source: row count and
-an order-independent checksum (the sum of a 60-bit md5 prefix of each row's canonical text,
-computed by each server in SQL). ``--repeat K`` runs each case K times in turn and shows the
-best with the spread (worst - best).
+Every rate is printed, with the ratios sdk/hand-written, sdk/C-tools, sdk/Spark-JDBC (both whole
+commands) and sdk/raw (rate over rate: below 1.0 the sdk is slower). Each target is checked
+against its source: row count and an order-independent checksum (the sum of a 60-bit md5 prefix
+of each row's canonical text, computed by each server in SQL). ``--repeat K`` runs each case K
+times in turn and shows the best with the spread (worst - best).
+
+``--sdk-env KEY=VALUE`` (repeatable) sets an environment variable for the sdk runs only.
+``--compare-env KEY=VALUE`` (repeatable) runs sdk a second time in each repeat with these
+variables too (over ``--sdk-env``'s; in the log case from a snapshot of its own, made before
+the updates), shown on its own lines ("sdk sync ... [KEY=VALUE]") with its own ratios and
+check, so that two settings of sdk are compared in one run (``--compare-env
+SDK_HEAD_START=0``).
 """
 
 from __future__ import annotations
