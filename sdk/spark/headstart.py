@@ -25,6 +25,7 @@ import os
 import re
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,7 +148,7 @@ class HeadStart:
         self._handover = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock: Any = None
-        self._pool: Any = None
+        self._pool: Future[Any] | None = None
         self.batches = 0
         self.warned = False
         """Whether it told the user it stops once its batch is done."""
@@ -177,13 +178,15 @@ class HeadStart:
         try:
             self.reader = self.make_reader()  # made here: it resolves the source's tables
             self.reader.runs_head_start()
-            with gc_paused():
+            with ThreadPoolExecutor(1) as starter, gc_paused():
+                # the workers start (their imports) while the first batch is planned
+                self._pool = starter.submit(_pool, self.reader, self.cores)
                 self._batches(self.reader)
         except Exception as exc:  # the stream meets it again and says so, or goes on past it
             log.debug("head start stopped: %s", exc, exc_info=True)
         finally:
-            if self._pool is not None:
-                self._pool.terminate()
+            if self._pool is not None and self._pool.done() and not self._pool.exception():
+                self._pool.result().terminate()
             if self.reader is not None:
                 with contextlib.suppress(Exception):
                     self.reader.stop()
@@ -221,9 +224,9 @@ class HeadStart:
         partitions = reader.partitions(start, end)
         if not partitions:
             return True
-        if self._pool is None:
-            self._pool = _pool(reader, self.cores)
-        pending = [self._pool.apply_async(_task, (_pickled(p),)) for p in partitions]
+        assert self._pool is not None
+        workers = self._pool.result()
+        pending = [workers.apply_async(_task, (_pickled(p),)) for p in partitions]
         for result in pending:
             while not result.ready():
                 if self.now.is_set():
