@@ -43,9 +43,9 @@ into a fresh PostgreSQL table by
   fetch size (no ``useCursorFetch``, a MySQL Connector/J option) and writes with
   ``rewriteBatchedStatements=true``. Spark has no dialect for ``jdbc:mariadb`` URLs (its
   MySQLDialect takes ``jdbc:mysql`` only), and its generic one double-quotes column names,
-  which MariaDB reads as string literals: the URL sets ``sql_mode='ANSI_QUOTES'`` (and
-  ``time_zone='+00:00'``) in ``sessionVariables``. ``--skip-jdbc`` leaves it out; without the
-  jars it is skipped with a note;
+  which MariaDB reads as string literals: the URL's ``sessionVariables`` add ``ANSI_QUOTES``
+  to the session's ``sql_mode`` (and set ``time_zone='+00:00'``). ``--skip-jdbc`` leaves it
+  out; without the jars it is skipped with a note;
 - ``sdk sync --until snapshot`` run as a user runs it (a subprocess, fresh ``--checkpoint``,
   fresh ``--target-schema``, default options), timed twice: the whole command, and the sync's
   own run from the first split to the snapshot done. The latter comes from the state dir's
@@ -142,8 +142,9 @@ JDBC_JARS = {"mysql": Path("/usr/share/java/mariadb-java-client.jar"),
              "postgres": Path("/usr/share/java/postgresql.jar")}
 # Spark has no dialect for jdbc:mariadb: URLs (its MySQLDialect takes jdbc:mysql only), so the
 # generic one double-quotes every column ("id"), which MariaDB reads as a string literal unless
-# ANSI_QUOTES is on; the session in UTC as the checksums' (the JVM runs in UTC too)
-MARIADB_SESSION = "sql_mode='ANSI_QUOTES',time_zone='+00:00'"  # Connector/J sessionVariables
+# ANSI_QUOTES is on (added to the session's modes, strict mode kept); the session in UTC as the
+# checksums' (the JVM runs in UTC too). Connector/J's sessionVariables, set at connect.
+MARIADB_SESSION = "sql_mode=concat(@@sql_mode,',ANSI_QUOTES'),time_zone='+00:00'"
 
 
 def parts(url: str) -> dict[str, Any]:
