@@ -3,7 +3,8 @@
 On a local master the JVM, the Spark session and the stream take some 5 s before Spark runs a
 task (docs/operations.md, "Measured costs"). Meanwhile the driver plans batches with the
 stream's own reader (:class:`~sdk.spark.source.CdcStreamReader`) and runs their partitions
-with the tasks' own code, on threads: the same reads, stages and ledger-recorded loads. It
+with the tasks' own code, in Python processes of its own (:class:`Worker`, one per core): the
+same reads, stages and ledger-recorded loads. It
 records how far it got in :data:`HEAD_START_FILE`; the stream's source then goes from where
 Spark's checkpoint stands to the last batch the driver completed in one step without tasks,
 and runs a batch the driver left unfinished as Spark replays one (staged splits served from
@@ -12,8 +13,9 @@ names a batch before any of its tasks run, so a driver that dies mid-batch leave
 stream replays, never rows the checkpoint does not know of.
 
 The driver holds :data:`HEAD_START_LOCK` while it runs; the stream's source waits for it before
-it reads the record. Only a chained sync (its tasks apply to the target) on a local master on
-Linux with a local checkpoint gets a head start; ``SDK_HEAD_START=0`` turns it off.
+it reads the record. It is off unless ``SDK_HEAD_START=1``: on two cores the JVM's start-up
+takes the CPU it would use (docs/operations.md has the figures). Only a chained sync (its tasks
+apply to the target) on a local master on Linux with a local checkpoint gets one.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import re
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -148,7 +150,7 @@ class HeadStart:
         self._handover = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock: Any = None
-        self._pool: Future[Any] | None = None
+        self._workers: list[Worker] = []
         self.batches = 0
         self.warned = False
         """Whether it told the user it stops once its batch is done."""
@@ -178,15 +180,15 @@ class HeadStart:
         try:
             self.reader = self.make_reader()  # made here: it resolves the source's tables
             self.reader.runs_head_start()
-            with ThreadPoolExecutor(1) as starter, gc_paused():
-                # the workers start (their imports) while the first batch is planned
-                self._pool = starter.submit(_pool, self.reader, self.cores)
+            # the workers start (their imports) while the first batch is planned
+            self._workers = [Worker(self.reader) for _ in range(self.cores)]
+            with gc_paused():
                 self._batches(self.reader)
         except Exception as exc:  # the stream meets it again and says so, or goes on past it
             log.debug("head start stopped: %s", exc, exc_info=True)
         finally:
-            if self._pool is not None and self._pool.done() and not self._pool.exception():
-                self._pool.result().terminate()
+            for worker in self._workers:
+                worker.close()
             if self.reader is not None:
                 with contextlib.suppress(Exception):
                     self.reader.stop()
@@ -221,22 +223,28 @@ class HeadStart:
         """The batch's partitions, ``cores`` at a time, in processes of their own as Spark's
         Python workers (threads would share one interpreter's lock; a fork of the driver,
         whose other threads hold locks, can hang); False when stopped at once."""
-        partitions = reader.partitions(start, end)
-        if not partitions:
-            return True
-        assert self._pool is not None
-        workers = self._pool.result()
-        pending = [workers.apply_async(_task, (_pickled(p),)) for p in partitions]
-        for result in pending:
-            while not result.ready():
-                if self.now.is_set():
-                    return False
-                if self.stop.is_set() and not self.warned:
-                    self.warned = True
-                    log.warning(STOPPING)
-                self.progress()  # the splits staged so far (at the report interval)
-                result.wait(0.1)
-            self.reports(result.get())
+        todo: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for partition in reader.partitions(start, end):
+            todo.put(partition)
+        results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        feeders = [threading.Thread(target=worker.serve, args=(todo, results), daemon=True)
+                   for worker in self._workers]
+        for feeder in feeders:
+            feeder.start()
+        while any(feeder.is_alive() for feeder in feeders) or not results.empty():
+            if self.now.is_set():
+                for worker in self._workers:
+                    worker.kill()  # the batch cut: the stream replays it
+                return False
+            if self.stop.is_set() and not self.warned:
+                self.warned = True
+                log.warning(STOPPING)
+            self.progress()  # the splits staged so far (at the report interval)
+            with contextlib.suppress(queue.Empty):
+                ok, value = results.get(timeout=0.1)
+                if not ok:
+                    raise RuntimeError(f"a head start task failed: {value}")
+                self.reports(value)
         return True
 
 
@@ -244,14 +252,69 @@ STOPPING = ("sync: stopping once the batch in flight commits; signal again to st
             "restart resumes exactly)")
 
 
-def _pool(reader: CdcStreamReader, cores: int) -> Any:
-    """Worker processes forked from a fresh server process (which imported the engine once),
-    each given ``reader``; killed when that server ends with the driver."""
-    import multiprocessing
+class Worker:
+    """A Python process of its own (``python -m sdk.spark.headstart``) running partitions
+    of ``reader`` as Spark's Python workers run tasks; it dies with the thread that made it
+    (so with the head start, and with the driver)."""
 
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["sdk.spark.headstart", "pyarrow.compute"])
-    return context.Pool(cores, _adopt, (_pickled(reader),))
+    def __init__(self, reader: CdcStreamReader) -> None:
+        import subprocess
+        import sys
+
+        to_worker, self._in = os.pipe()
+        self._out, from_worker = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sdk.spark.headstart", str(to_worker), str(from_worker)],
+            pass_fds=(to_worker, from_worker), stdin=subprocess.DEVNULL)
+        os.close(to_worker)
+        os.close(from_worker)
+        self._send = os.fdopen(self._in, "wb")
+        self._receive = os.fdopen(self._out, "rb")
+        self._reader: bytes | None = _pickled(reader)  # sent with its first partition
+
+    def serve(self, todo: queue.SimpleQueue[Any], results: queue.SimpleQueue[tuple[bool, Any]]
+              ) -> None:
+        """Run partitions from ``todo`` until it is empty, each outcome into ``results``."""
+        while True:
+            try:
+                partition = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                if self._reader is not None:  # it reads it once its imports are done
+                    _write(self._send, self._reader)
+                    self._reader = None
+                _write(self._send, _pickled(partition))
+                results.put(cloudpickle.loads(_read(self._receive)))
+            except (OSError, EOFError, ValueError) as exc:
+                results.put((False, f"worker {self.process.pid} lost: {exc}"))
+                return
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._send.close()  # its end of input: it exits
+        with contextlib.suppress(OSError):
+            self._receive.close()
+        try:
+            self.process.wait(timeout=5)
+        except Exception:
+            self.process.kill()
+
+
+def _write(stream: Any, data: bytes) -> None:
+    stream.write(len(data).to_bytes(8, "big") + data)
+    stream.flush()
+
+
+def _read(stream: Any) -> bytes:
+    size = stream.read(8)
+    if len(size) < 8:
+        raise EOFError("the other side closed")
+    data: bytes = stream.read(int.from_bytes(size, "big"))
+    return data
 
 
 def _pickled(value: Any) -> bytes:
@@ -259,26 +322,34 @@ def _pickled(value: Any) -> bytes:
     return bytes(cloudpickle.dumps(value))  # type: ignore[no-untyped-call]
 
 
-_READER: CdcStreamReader | None = None
-"""The reader whose partitions this worker process runs."""
-
-
-def _adopt(reader: bytes) -> None:
-    """A worker's start: die with its parent (so with the driver) and load the reader."""
+def _serve(read_fd: int, write_fd: int) -> None:
+    """A worker's life: die with the driver's thread that started it, load the reader, then
+    run each partition sent until the input ends, answering (ok, report rows or error)."""
     import ctypes
     import signal
+    import traceback
 
-    global _READER
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
-    _READER = cloudpickle.loads(reader)
+    with os.fdopen(read_fd, "rb") as source, os.fdopen(write_fd, "wb") as sink:
+        reader = cloudpickle.loads(_read(source))
+        while True:
+            try:
+                partition = cloudpickle.loads(_read(source))
+            except EOFError:
+                return
+            try:
+                rows: list[tuple[Any, ...]] = []
+                for batch in reader.read(partition):
+                    rows += [tuple(r.values()) for r in batch.to_pylist()]
+                outcome: tuple[bool, Any] = (True, rows)
+            except Exception as exc:
+                outcome = (False, "".join(traceback.format_exception_only(exc)).strip())
+            _write(sink, _pickled(outcome))
 
 
-def _task(partition: bytes) -> list[tuple[Any, ...]]:
-    """One partition run as Spark's task runs it: its report rows."""
-    assert _READER is not None
-    rows: list[tuple[Any, ...]] = []
-    for batch in _READER.read(cloudpickle.loads(partition)):
-        rows += [tuple(r.values()) for r in batch.to_pylist()]
-    return rows
+if __name__ == "__main__":
+    import sys
+
+    _serve(int(sys.argv[1]), int(sys.argv[2]))

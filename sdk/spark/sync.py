@@ -274,12 +274,12 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
 def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str],
                 first: dict[str, str], spark_checkpoint: str, stop: threading.Event,
                 now: threading.Event) -> HeadStart | None:
-    """Start the driver's head start (:mod:`.headstart`) where it can run: a chained sync on a
-    local master on Linux (its tasks run in forked processes) with a local checkpoint whose
+    """Start the driver's head start (:mod:`.headstart`) when asked (``SDK_HEAD_START=1``)
+    and it can run: a chained sync on a local master on Linux with a local checkpoint whose
     last batch committed, after any head start before it was taken up; else None."""
     cores = local_cores(settings.master)
     tally = run.mirror
-    if os.environ.get("SDK_HEAD_START", "1") == "0" or cores is None or \
+    if os.environ.get("SDK_HEAD_START", "0") != "1" or cores is None or \
             sys.platform != "linux" or \
             not isinstance(tally, Tally) or "://" in settings.checkpoint:
         return None
