@@ -165,13 +165,15 @@ def _sync_settings(args: argparse.Namespace) -> SyncSettings:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     """Copy the chosen tables into the target, then follow every change, exactly once."""
+    from ..spark.headstart import ends_without_spark
     from ..spark.session import EarlySession, jvm_rows
 
     settings = _sync_settings(args)
     # the driver JVM starts before the engine is imported (~0.6 s of it) and while the
-    # source is checked
-    early = EarlySession(settings.master,
-                         rows_in_jvm=jvm_rows(settings.target, settings.changes))
+    # source is checked; not for a sync the driver's head start runs whole
+    chained = settings.target is not None and settings.changes is None
+    early = None if ends_without_spark(settings.master, settings.until, chained) else \
+        EarlySession(settings.master, rows_in_jvm=jvm_rows(settings.target, settings.changes))
     from ..spark.sync import run_sync
 
     reporter = _reporter()

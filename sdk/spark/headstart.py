@@ -26,6 +26,7 @@ import logging
 import os
 import queue
 import re
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -120,6 +121,23 @@ def taken_up(record: dict[str, Any] | None, last: Offset | None) -> bool:
     return next_step(record, last) is None
 
 
+def untouched(record: dict[str, Any] | None, last: Offset | None) -> bool:
+    """Whether the stream has taken up nothing of ``record`` yet (Spark's checkpoint ending at
+    ``last``, None: new): a head start may then go on from where the record ends."""
+    if taken_up(record, last) or record is None:
+        return False
+    return (last is None and bool(record.get("initial"))) or \
+        (last is not None and last["state"] == _base(record))
+
+
+def ends_without_spark(master: str, until: str, chained: bool) -> bool:
+    """Whether a sync may end without starting Spark: a bounded one (``until`` snapshot or
+    caught-up) with a head start, which runs it whole (Spark starts only if it fails)."""
+    return os.environ.get("SDK_HEAD_START", "0") == "1" and chained and \
+        until in ("snapshot", "caught-up") and local_cores(master) is not None and \
+        sys.platform == "linux"
+
+
 def wait_for_driver(store: StateStore) -> dict[str, Any] | None:
     """The record, once a driver running a head start on this state directory has stopped."""
     lock = Path(store.path(HEAD_START_LOCK))
@@ -142,8 +160,12 @@ class HeadStart:
                  last: Offset | None, cores: int, until: str,
                  reports: Callable[[list[tuple[Any, ...]]], None],
                  progress: Callable[[], None], stop: threading.Event,
-                 now: threading.Event) -> None:
+                 now: threading.Event, previous: dict[str, Any] | None = None) -> None:
+        """``previous``: a record the stream has taken up nothing of, to go on from."""
         self.make_reader, self.store, self.last, self.cores = reader, store, last, cores
+        self.previous = previous
+        self.reached = False
+        """Whether it ran the sync to ``until`` (snapshot done, or caught up)."""
         self.until, self.reports, self.progress = until, reports, progress
         self.stop, self.now = stop, now
         self.reader: CdcStreamReader | None = None
@@ -170,6 +192,10 @@ class HeadStart:
 
     def join(self) -> None:
         self._handover.set()
+        self.wait()
+
+    def wait(self) -> None:
+        """Wait until it ends by itself (or is stopped)."""
         if self._thread is not None:
             self._thread.join()
 
@@ -199,18 +225,27 @@ class HeadStart:
                                   "planned": None}
         if self.until == "caught-up":
             reader.prepareForTriggerAvailableNow()
-        if self.last is None:
+        planned = None
+        if self.previous is not None:  # go on from a record no stream took up
+            record = dict(self.previous)
+            start = record["done"] or record["initial"] or self.last
+            assert start is not None  # untouched(): the record's initial or Spark's last
+            planned = record["planned"]
+        elif self.last is None:
             start = record["initial"] = reader.initialOffset()
         else:
             start, record["start"] = self.last, self.last["state"]
         while not self._ended():
-            end = reader.latestOffset(start, None)  # type: ignore[arg-type]
+            end = planned or reader.latestOffset(start, None)  # type: ignore[arg-type]
+            planned = None
             if end == start:
+                self.reached = self.until == "caught-up"
                 return
             record["planned"] = end
             self.store.write_json(record, HEAD_START_FILE)  # before any of its tasks runs
             if self.until == "snapshot" and end["phase"] != "snapshot":
-                return  # the stream runs it: the snapshot is done
+                self.reached = True
+                return  # the snapshot is done: the stream, when one runs, runs this batch
             if not self._run_batch(reader, start, end):
                 return  # stopped at once: the stream replays it
             record["done"], record["planned"] = end, None

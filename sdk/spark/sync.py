@@ -51,9 +51,11 @@ from .headstart import (
     HEAD_START_FILE,
     STOPPING,
     HeadStart,
+    ends_without_spark,
     local_cores,
     spark_position,
     taken_up,
+    untouched,
 )
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
@@ -251,18 +253,23 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
     head: HeadStart | None = None
     stop, now = threading.Event(), threading.Event()  # a first signal, and a second one
     try:
-        with _signals_set(stop, now):
-            run = _Run(settings, resolved, lease, state_dir, metrics, report, report_seconds)
-            first = {**reader_options, "resolved": save_resolved(state_dir, resolved.tables)}
-            head = _head_start(settings, run, reader_options, first, spark_checkpoint,
-                               stop, now)
+        run = _Run(settings, resolved, lease, state_dir, metrics, report, report_seconds)
+        first = {**reader_options, "resolved": save_resolved(state_dir, resolved.tables)}
+        head = _head_start(settings, run, reader_options, first, spark_checkpoint, stop, now)
+        # a head start heeds signals while Spark starts; without one they stop it at once
+        with _signals_set(stop, now) if head is not None else contextlib.nullcontext():
+            if head is not None and ends_without_spark(settings.master, settings.until, True):
+                head.wait()  # a bounded sync: Spark starts only if the head start fell short
+                if head.reached or stop.is_set():
+                    return run.summary()
             query = _Query(settings, run, reader_options, first, spark_checkpoint, early, head)
-            if head is not None and stop.is_set():  # stopped in the head start: no stream
-                if not head.warned:
-                    log.warning(STOPPING)
+        if head is not None and stop.is_set():  # stopped in the head start: no stream
+            if not head.warned:
+                log.warning(STOPPING)
+            with _signals_set(stop, now):
                 head.join()
-                return run.summary()
-            return run.follow(query, stop, now)
+            return run.summary()
+        return run.follow(query, stop, now)
     finally:
         if head is not None:
             head.join()
@@ -284,7 +291,9 @@ def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str
             not isinstance(tally, Tally) or "://" in settings.checkpoint:
         return None
     usable, last = spark_position(spark_checkpoint)
-    if not usable or not taken_up(run.store.read_json(HEAD_START_FILE), last):
+    record = run.store.read_json(HEAD_START_FILE)
+    previous = record if usable and untouched(record, last) else None
+    if not usable or (previous is None and not taken_up(record, last)):
         return None
     reader_options["cores"] = first["cores"] = str(cores)  # the query's own, so its splits
 
@@ -296,7 +305,7 @@ def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str
         run.report_now(run.store.read_json(PROGRESS_FILE) or {})
 
     head = HeadStart(reader, run.store, last, cores, settings.until, tally.add, progress,
-                     stop, now)
+                     stop, now, previous)
     run.started, run.began = time.monotonic(), time.time()
     run.head_started = True
     head.start()
@@ -395,17 +404,18 @@ class _Run:
         ``stop`` and ``now`` are set by a first and a second signal."""
         if not self.head_started:
             self.started, self.began = time.monotonic(), time.time()
-        while True:
-            try:
-                active = query.start()
-            except Exception as exc:  # the source unreachable while restarting
-                self.retries.wait_or_raise(exc, stop)
-                continue
-            self._watch(active, stop, now)
-            failure = active.exception()
-            if failure is None:
-                break
-            self.retries.wait_or_raise(failure, stop)
+        with _signals_set(stop, now):
+            while True:
+                try:
+                    active = query.start()
+                except Exception as exc:  # the source unreachable while restarting
+                    self.retries.wait_or_raise(exc, stop)
+                    continue
+                self._watch(active, stop, now)
+                failure = active.exception()
+                if failure is None:
+                    break
+                self.retries.wait_or_raise(failure, stop)
         return self.summary()
 
     def _watch(self, query: Any, stop: threading.Event, now: threading.Event) -> None:

@@ -1,6 +1,7 @@
-"""The driver's head start (``sdk/spark/headstart.py``): ``sdk sync`` MariaDB -> PostgreSQL
-whose first batches the driver runs while Spark starts, the stream taking up what it did; and
-a driver SIGKILLed in the middle of its head start, whose batch the next run replays."""
+"""The driver's head start (``sdk/spark/headstart.py``, ``SDK_HEAD_START=1``): bounded
+``sdk sync`` runs MariaDB -> PostgreSQL that the driver runs whole, Spark's stream taking up what
+they did later; and a driver SIGKILLed in the middle of its head start, whose batch the next
+run replays (its head start, or Spark's stream)."""
 
 from __future__ import annotations
 
@@ -94,35 +95,50 @@ def _applied(output: str) -> int:
     return int(found.group(1))
 
 
-def test_the_stream_takes_up_the_batches_the_driver_ran(
-        sync: Sync, mysql_admin: Any, mysql_url: str, postgres_url: str) -> None:
+def test_bounded_syncs_run_in_the_head_start_and_the_stream_takes_them_up(
+        sync: Sync, mysql_admin: Any, mysql_url: str, postgres_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     first = sync_process([*sync.args, "--until", "snapshot"])
     output, _ = first.communicate(timeout=300)
     assert first.returncode == 0, output
     record = sync.record()
     assert record["initial"] is not None and record["done"] is not None  # the driver's
+    assert sync.spark_batches() == []  # it ran the whole snapshot: Spark never started
     assert _applied(output) == 40000  # what was applied, counted once
     _assert_mirror(sync, mysql_url, postgres_url)
-    for round in range(2):  # the first takes up the log batch the snapshot run planned
+    for round in range(3):  # two head starts going on from the record, then Spark's stream
+        if round == 2:
+            monkeypatch.setenv("SDK_HEAD_START", "0")
         changes = _change(mysql_admin, sync.name, round)
         resumed = sync_process([*sync.args, "--until", "caught-up"])
         output, _ = resumed.communicate(timeout=300)
         assert resumed.returncode == 0, output
         assert _applied(output) == changes
         _assert_mirror(sync, mysql_url, postgres_url)
-    record = sync.record()
-    assert record["initial"] is None and record["start"] is not None  # a resumed head start
-    assert record["done"] is not None  # it applied the changes
+        assert (sync.spark_batches() == []) == (round < 2)
+    assert sync.record()["initial"] == record["initial"]  # Spark began where the driver did
 
 
+@pytest.mark.parametrize("head_start", ["1", "0"], ids=["head-start", "stream"])
 def test_a_driver_killed_in_its_head_start_leaves_a_batch_the_next_run_replays(
-        sync: Sync, mysql_admin: Any, mysql_url: str, postgres_url: str) -> None:
-    kill_when(sync_process([*sync.args, *paced(40000), "--until", "never"]), mid_snapshot)
+        sync: Sync, mysql_admin: Any, mysql_url: str, postgres_admin: Any, postgres_url: str,
+        monkeypatch: pytest.MonkeyPatch, head_start: str) -> None:
+    table = f"{sync.schema}.{sync.name}"
+
+    def loaded(line: str) -> bool:  # a split of rows the source then deletes is in the mirror
+        if not mid_snapshot(line):
+            return False
+        (count,), = postgres_admin.execute(f"SELECT count(*) FROM {table} WHERE id % 97 = 0")
+        return bool(count)
+
+    kill_when(sync_process([*sync.args, *paced(40000), "--until", "never"]), loaded)
     record = sync.record()
     assert record["planned"] is not None and record["done"] is None  # killed in its batch
     assert sync.spark_batches() == []  # before Spark's stream planned one
     _change(mysql_admin, sync.name)  # rows loaded before the kill deleted at the source
+    monkeypatch.setenv("SDK_HEAD_START", head_start)  # the rerun's driver, or Spark's stream
     done = sync_process([*sync.args, "--until", "caught-up"])
     output, _ = done.communicate(timeout=300)
     assert done.returncode == 0, output
+    assert (sync.spark_batches() == []) == (head_start == "1")
     _assert_mirror(sync, mysql_url, postgres_url)

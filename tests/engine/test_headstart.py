@@ -7,7 +7,14 @@ import json
 import os
 from pathlib import Path
 
-from sdk.spark.headstart import local_cores, next_step, skips, spark_position, taken_up
+from sdk.spark.headstart import (
+    local_cores,
+    next_step,
+    skips,
+    spark_position,
+    taken_up,
+    untouched,
+)
 
 
 def _offset(state: str) -> dict[str, object]:
@@ -67,3 +74,12 @@ def test_local_cores_of_a_master() -> None:
     assert local_cores("local[2,4]") == 2
     assert local_cores("local[*]") == len(os.sched_getaffinity(0))
     assert local_cores("spark://127.0.0.1:7077") is None and local_cores("yarn") is None
+
+
+def test_a_head_start_goes_on_only_from_a_record_the_stream_took_nothing_of() -> None:
+    new = {"start": None, "initial": S0, "done": S2, "planned": S3}
+    assert untouched(new, None)  # Spark never started: the driver may go on from S2
+    assert not untouched(new, S2) and not untouched(new, S3)  # Spark took some or all up
+    resumed = {"start": S1["state"], "initial": None, "done": S2, "planned": None}
+    assert untouched(resumed, S1) and not untouched(resumed, S2)
+    assert not untouched(None, None) and not untouched(new, S0 | {"state": "other"})
