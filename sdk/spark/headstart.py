@@ -250,6 +250,7 @@ class HeadStart:
                 return  # stopped at once: the stream replays it
             record["done"], record["planned"] = end, None
             self.store.write_json(record, HEAD_START_FILE)
+            _drop_stages(self.store, end["state"])
             self.batches += 1
             self.progress()
             start = end
@@ -281,6 +282,16 @@ class HeadStart:
                     raise RuntimeError(f"a head start task failed: {value}")
                 self.reports(value)
         return True
+
+
+def _drop_stages(store: StateStore, done: str) -> None:
+    """Delete the staged splits of the batches before the one ending at state ``done``: their
+    splits are folded into it, so no replay reads them (as a commit of the stream deletes
+    them; with no stream started, a head start must)."""
+    below = int(done.split("-", 1)[0])
+    for name in store.list_dir("batches"):
+        if int(name.split("-", 1)[0]) < below:
+            store.delete_dir("batches", name)
 
 
 STOPPING = ("sync: stopping once the batch in flight commits; signal again to stop now (a "

@@ -104,6 +104,8 @@ def test_bounded_syncs_run_in_the_head_start_and_the_stream_takes_them_up(
     record = sync.record()
     assert record["initial"] is not None and record["done"] is not None  # the driver's
     assert sync.spark_batches() == []  # it ran the whole snapshot: Spark never started
+    stages = list((sync.checkpoint / "state" / "batches").iterdir())
+    assert [s.name for s in stages] == [record["done"]["state"]]  # older ones dropped
     assert _applied(output) == 40000  # what was applied, counted once
     _assert_mirror(sync, mysql_url, postgres_url)
     for round in range(3):  # two head starts going on from the record, then Spark's stream
