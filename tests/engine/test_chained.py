@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from helpers.sources import make_source
+from helpers.sources import chained_spec, make_source
 
 from sdk import ConnectionConfig, get_dialect
 from sdk.algorithm import Phase, PhaseMachine, SyncState
@@ -30,12 +30,7 @@ def applied_of(batches: list[pa.RecordBatch]) -> dict[str, int]:
 
 
 def test_a_replayed_split_applies_its_staged_rows_once(tmp_path: Path) -> None:
-    url = make_source(tmp_path, rows=500)
-    target_url = f"sqlite:///{tmp_path}/target.db"
-    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
-                    "target": target_url, "snapshot.split.size": "100"})
-    assert spec.target is not None
-    spec.target.create_tables(spec.tables)
+    spec, target_url = chained_spec(tmp_path, rows=500, **{"snapshot.split.size": "100"})
     dialect = get_dialect("sqlite")
     source = dialect.connect(spec.config)
     splits = PhaseMachine(dialect, spec.options).all_splits(source, spec.tables)
@@ -85,12 +80,7 @@ def test_a_log_batch_is_applied_in_chunks_once(tmp_path: Path,
     from sdk.job.target import Applier
     from sdk.spark import reads
 
-    url = make_source(tmp_path, rows=10)
-    target_url = f"sqlite:///{tmp_path}/target.db"
-    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
-                    "target": target_url})
-    assert spec.target is not None
-    spec.target.create_tables(spec.tables)
+    spec, target_url = chained_spec(tmp_path, rows=10)
     table = spec.tables[0]
     changes = [ChangeEvent(table.table, "c", (i,), (i, f"v{i}", 1.0, b"x"), Offset("sqlite", n=i))
                for i in range(7)]
@@ -200,12 +190,7 @@ def test_a_log_batch_past_its_limit_is_cut_and_the_next_reads_on(tmp_path: Path)
     the batches after it read on from the cut, and the target ends equal."""
     from sdk.spark.reads import LogPartition, read_log
 
-    url = make_source(tmp_path, rows=10)
-    target_url = f"sqlite:///{tmp_path}/target.db"
-    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
-                    "target": target_url, "log.batch.changes": "4"})
-    assert spec.target is not None
-    spec.target.create_tables(spec.tables)
+    spec, target_url = chained_spec(tmp_path, rows=10, **{"log.batch.changes": "4"})
     table, dialect = spec.tables[0], get_dialect("sqlite")
     conn = dialect.connect(spec.config)
     store = StateStore(str(tmp_path / "state"))
@@ -242,12 +227,7 @@ def test_a_log_batch_past_its_bytes_is_cut_where_a_replay_cuts_it(tmp_path: Path
     where its estimate (every 64th change sampled) passes the limit, the same on a replay."""
     from sdk.spark.reads import BatchSize, LogPartition, read_log
 
-    url = make_source(tmp_path, rows=300)
-    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
-                    "target": f"sqlite:///{tmp_path}/target.db",
-                    "log.batch.bytes": str(100 * 1040)})
-    assert spec.target is not None
-    spec.target.create_tables(spec.tables)
+    spec, _ = chained_spec(tmp_path, rows=300, **{"log.batch.bytes": str(100 * 1040)})
     table, dialect = spec.tables[0], get_dialect("sqlite")
     conn = dialect.connect(spec.config)
     start = dialect.current_offset(conn)

@@ -9,11 +9,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from helpers.sources import make_source
+from helpers.sources import chained_spec
 
 from sdk import ConnectionConfig, get_dialect
 from sdk.algorithm import Phase, SyncState
-from sdk.job.spec import resolve
 from sdk.spark.engine_state import EngineState
 from sdk.spark.statestore import StateStore
 from sdk_sqlite import read_target
@@ -38,12 +37,7 @@ def test_a_log_batch_is_cut_into_growing_chunks_and_a_replay_writes_nothing(
     from sdk.job.target import Applier
     from sdk.spark import reads
 
-    url = make_source(tmp_path, rows=10)
-    target_url = f"sqlite:///{tmp_path}/target.db"
-    spec = resolve({"url": url, "tables": "items", "state.dir": str(tmp_path / "state"),
-                    "target": target_url})
-    assert spec.target is not None
-    spec.target.create_tables(spec.tables)
+    spec, target_url = chained_spec(tmp_path, rows=10)
     table = spec.tables[0]
     changes = [ChangeEvent(table.table, "u", (i % 10,), (i % 10, f"v{i}", 1.0, b"x"),
                            Offset("sqlite", n=i)) for i in range(20)]

@@ -1,10 +1,12 @@
-"""SQLite sources the engine tests sync from: a table of rows, and random changes to it."""
+"""SQLite sources the engine tests sync from: a table of rows, a chained read of it into a
+SQLite target, and random changes to it."""
 
 from __future__ import annotations
 
 import random
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 
 def make_source(tmp_path: Path, rows: int = 2000) -> str:
@@ -19,6 +21,19 @@ def make_source(tmp_path: Path, rows: int = 2000) -> str:
         conn.executemany("INSERT INTO pairs VALUES (?, ?, ?)",
                          [(a, b, "x") for a in "abc" for b in range(30)])
     return f"sqlite:///{path}"
+
+
+def chained_spec(tmp_path: Path, rows: int, **options: str) -> tuple[Any, str]:
+    """The resolved spec of a chained read of :func:`make_source`'s ``items`` into a SQLite
+    target (its tables made), and the target's URL."""
+    from sdk.job.spec import resolve
+
+    target_url = f"sqlite:///{tmp_path}/target.db"
+    spec = resolve({"url": make_source(tmp_path, rows=rows), "tables": "items",
+                    "state.dir": str(tmp_path / "state"), "target": target_url, **options})
+    assert spec.target is not None
+    spec.target.create_tables(spec.tables)
+    return spec, target_url
 
 
 def random_change(conn: sqlite3.Connection, rng: random.Random, keys: int) -> None:
