@@ -379,7 +379,10 @@ def _serve(read_fd: int, write_fd: int) -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
     with os.fdopen(read_fd, "rb") as source, os.fdopen(write_fd, "wb") as sink:
-        reader = cloudpickle.loads(_read(source))
+        try:
+            reader = cloudpickle.loads(_read(source))
+        except EOFError:  # closed before it was given a partition (fewer than the workers)
+            return
         while True:
             try:
                 partition = cloudpickle.loads(_read(source))

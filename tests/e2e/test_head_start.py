@@ -119,6 +119,8 @@ def test_bounded_syncs_run_in_the_head_start_and_the_stream_takes_them_up(
         _assert_mirror(sync, mysql_url, postgres_url)
         assert (sync.spark_batches() == []) == (round < 2)
     assert sync.record()["initial"] == record["initial"]  # Spark began where the driver did
+    errors = sync.checkpoint.parent / "sync-errors.txt"
+    assert "Error" not in (errors.read_text() if errors.exists() else "")  # its workers quiet
 
 
 @pytest.mark.parametrize("head_start", ["1", "0"], ids=["head-start", "stream"])
