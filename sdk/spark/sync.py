@@ -301,8 +301,9 @@ def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str
         source = CdcDataSource(first)
         return cast(CdcStreamReader, source.streamReader(source.schema()))
 
-    def progress() -> None:
-        run.report_now(run.store.read_json(PROGRESS_FILE) or {})
+    def progress() -> None:  # asked every 0.1 s while a batch runs: the file read when due
+        if run.due():
+            run.report_now(run.store.read_json(PROGRESS_FILE) or {})
 
     head = HeadStart(reader, run.store, last, cores, settings.until, tally.add, progress,
                      stop, now, previous)
@@ -377,11 +378,15 @@ class _Run:
             report["lag_seconds"] = 0.0 if progress.get("caught_up") else mirror.lag_seconds
         return report
 
+    def due(self) -> bool:
+        """Whether a report is due (someone to tell, and the interval passed)."""
+        return time.monotonic() - self.last_report >= self.report_seconds and \
+            (self.report is not None or self.metrics is not None)
+
     def report_now(self, progress: dict[str, Any]) -> None:
         """Report the progress (to ``report``, the applied file and the metrics) when it is
         time to."""
-        if time.monotonic() - self.last_report < self.report_seconds or \
-                (self.report is None and self.metrics is None):
+        if not self.due():
             return
         current = self.with_applied(live_progress(self.store, self.staged) or progress)
         if progress.get("updated_at", self.began) < self.began:  # the last run's report
