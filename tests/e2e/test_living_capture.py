@@ -8,6 +8,7 @@ delivered twice."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -154,14 +155,18 @@ def _read_until(process: Any, *moments: Callable[[str], bool], timeout: float = 
     assert process.stdout is not None
     waiting = list(moments)
     deadline = time.monotonic() + timeout
+    last: collections.deque[str] = collections.deque(maxlen=6)
     for line in process.stdout:
+        last.append(line.rstrip())
         waiting = [m for m in waiting if not m(line)]
         if not waiting:
             return
         if time.monotonic() > deadline:
             break
     os.killpg(process.pid, signal.SIGKILL)
-    raise AssertionError(f"the sync did not get there (exit {process.wait()})")
+    shown = "\n".join(last)
+    raise AssertionError(f"the sync did not get there (exit {process.wait()}); its last lines:\n"
+                         f"{shown}")
 
 
 def _kill(process: Any) -> None:
