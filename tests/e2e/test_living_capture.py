@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from helpers.changes import assert_once
-from helpers.kill import sync_process
+from helpers.kill import paced, sync_process
 from helpers.servers import MYSQL_ADMIN_URL
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
@@ -199,7 +199,8 @@ def test_tables_created_and_dropped_while_streaming_are_followed_exactly_once(
     args = ["sync", "--source", source.url, "--target", postgres_url, "--tables", patterns,
             "--target-schema", target_schema, "--checkpoint", str(tmp_path / "ck"),
             "--option", "snapshot.split.size=1000", "--option", "snapshot.splits-per-batch=1",
-            "--option", "tables.discovery-interval.ms=300"]
+            "--option", "tables.discovery-interval.ms=300",
+            *paced(8000)]  # c's 8 splits over ~8 s: progress lines show it in the middle
     if not chained:
         args += ["--changes", str(tmp_path / "changes")]
     state_dir = str(tmp_path / "ck" / "state")
