@@ -82,7 +82,7 @@ times in turn and shows the best with the spread (worst - best).
 variables too (over ``--sdk-env``'s; in the log case from a snapshot of its own, made before
 the updates), shown on its own lines ("sdk sync ... [KEY=VALUE]") with its own ratios and
 check, so that two settings of sdk are compared in one run (``--compare-env
-SDK_HEAD_START=0``).
+SDK_HEAD_START=off``).
 """
 
 from __future__ import annotations

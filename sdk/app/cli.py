@@ -172,7 +172,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     # the driver JVM starts before the engine is imported (~0.6 s of it) and while the
     # source is checked; not for a sync the driver's head start runs whole
     chained = settings.target is not None and settings.changes is None
-    early = None if ends_without_spark(settings.master, settings.until, chained) else \
+    early = None if ends_without_spark(settings.head_start, settings.master, settings.until,
+                                       chained) else \
         EarlySession(settings.master, rows_in_jvm=jvm_rows(settings.target, settings.changes))
     from ..spark.sync import run_sync
 

@@ -135,6 +135,8 @@ READER_OPTIONS = SOURCE_OPTIONS + ALGORITHM_OPTIONS
 
 UNTIL = ("snapshot", "caught-up", "never")
 
+_ON_OFF = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
+
 SYNC_OPTIONS = OptionTable(
     Option("source", "source", text, None, "source database URL", "sync", (), "required"),
     Option("target", "target", text, "sqlite:///sdk-mirror.db",
@@ -157,6 +159,12 @@ SYNC_OPTIONS = OptionTable(
     Option("metrics.port", "metrics_port", _port, None, "serve Prometheus metrics at "
            "http://<host>:PORT/metrics while the sync runs", "sync",
            deprecated=("metrics_port",)),
+    Option("head-start", "head_start", choice("auto", "on", "off", aliases=_ON_OFF), "auto",
+           "whether the driver runs the first micro-batches itself, in worker processes of its "
+           "own, while Spark starts (a `--target` without `--changes`, a local master, Linux, "
+           "a local checkpoint): `auto` for `--until snapshot` or `caught-up` (run whole, "
+           "Spark never starts unless it falls short), `on` for `never` too, `off` never. "
+           "The environment's `SDK_HEAD_START=on|off` stands in for `auto`", "sync"),
 )
 """``sdk sync``'s settings: each is a YAML key and a ``--flag`` (its name, ``.`` written ``-``:
 ``--target-schema``); the source and algorithm options go in ``--option KEY=VALUE`` / the YAML
@@ -506,6 +514,7 @@ class SyncSettings:
     changes: str | None = _SYNC_DEFAULTS["changes"]
     retry_seconds: float = _SYNC_DEFAULTS["retry_seconds"]
     metrics_port: int | None = _SYNC_DEFAULTS["metrics_port"]
+    head_start: str = _SYNC_DEFAULTS["head_start"]
 
 
 def sync_settings(values: Mapping[str, Any], options: Mapping[str, str]) -> SyncSettings:

@@ -13,9 +13,10 @@ names a batch before any of its tasks run, so a driver that dies mid-batch leave
 stream replays, never rows the checkpoint does not know of.
 
 The driver holds :data:`HEAD_START_LOCK` while it runs; the stream's source waits for it before
-it reads the record. It is off unless ``SDK_HEAD_START=1``: on two cores the JVM's start-up
-takes the CPU it would use (docs/operations.md has the figures). Only a chained sync (its tasks
-apply to the target) on a local master on Linux with a local checkpoint gets one.
+it reads the record. By default (``head-start: auto``) only a bounded sync gets one, which it
+then runs whole without starting Spark; beside a JVM starting, on two cores, the JVM takes the
+CPU it would use (docs/operations.md has the figures). Only a chained sync (its tasks apply to
+the target) on a local master on Linux with a local checkpoint gets one.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ initial offset, for a new checkpoint), ``done`` (the offset after the last batch
 ``planned`` (a batch planned after it whose tasks may not all have run)."""
 HEAD_START_LOCK = "headstart.lock"
 Offset = dict[str, Any]
+_ON_OFF = {"on": "on", "1": "on", "true": "on", "off": "off", "0": "off", "false": "off"}
 _LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?$")
 
 
@@ -130,12 +132,25 @@ def untouched(record: dict[str, Any] | None, last: Offset | None) -> bool:
         (last is not None and last["state"] == _base(record))
 
 
-def ends_without_spark(master: str, until: str, chained: bool) -> bool:
+def wanted(setting: str, until: str) -> bool:
+    """Whether the ``head-start`` setting asks for a head start on a sync run ``until``:
+    ``auto`` (the environment's ``SDK_HEAD_START=on|off`` in its place, when set) for a bounded
+    one, ``on`` always, ``off`` never."""
+    if setting == "auto":
+        setting = _ON_OFF.get(os.environ.get("SDK_HEAD_START", "").strip().lower(), "auto")
+    return setting == "on" or (setting == "auto" and until in ("snapshot", "caught-up"))
+
+
+def possible(master: str, chained: bool) -> bool:
+    """Whether a sync can have a head start: a chained one, on a local master, on Linux."""
+    return chained and local_cores(master) is not None and sys.platform == "linux"
+
+
+def ends_without_spark(setting: str, master: str, until: str, chained: bool) -> bool:
     """Whether a sync may end without starting Spark: a bounded one (``until`` snapshot or
     caught-up) with a head start, which runs it whole (Spark starts only if it fails)."""
-    return os.environ.get("SDK_HEAD_START", "0") == "1" and chained and \
-        until in ("snapshot", "caught-up") and local_cores(master) is not None and \
-        sys.platform == "linux"
+    return until in ("snapshot", "caught-up") and wanted(setting, until) and \
+        possible(master, chained)
 
 
 def wait_for_driver(store: StateStore) -> dict[str, Any] | None:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -53,9 +51,11 @@ from .headstart import (
     HeadStart,
     ends_without_spark,
     local_cores,
+    possible,
     spark_position,
     taken_up,
     untouched,
+    wanted,
 )
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
@@ -258,7 +258,8 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
         head = _head_start(settings, run, reader_options, first, spark_checkpoint, stop, now)
         # a head start heeds signals while Spark starts; without one they stop it at once
         with _signals_set(stop, now) if head is not None else contextlib.nullcontext():
-            if head is not None and ends_without_spark(settings.master, settings.until, True):
+            if head is not None and ends_without_spark(settings.head_start, settings.master,
+                                                       settings.until, True):
                 head.wait()  # a bounded sync: Spark starts only if the head start fell short
                 if head.reached or stop.is_set():
                     return run.summary()
@@ -281,14 +282,14 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
 def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str],
                 first: dict[str, str], spark_checkpoint: str, stop: threading.Event,
                 now: threading.Event) -> HeadStart | None:
-    """Start the driver's head start (:mod:`.headstart`) when asked (``SDK_HEAD_START=1``)
-    and it can run: a chained sync on a local master on Linux with a local checkpoint whose
-    last batch committed, after any head start before it was taken up; else None."""
+    """Start the driver's head start (:mod:`.headstart`) when the ``head-start`` setting asks
+    for one and it can run: a chained sync on a local master on Linux with a local checkpoint
+    whose last batch committed, after any head start before it was taken up; else None."""
     cores = local_cores(settings.master)
     tally = run.mirror
-    if os.environ.get("SDK_HEAD_START", "0") != "1" or cores is None or \
-            sys.platform != "linux" or \
-            not isinstance(tally, Tally) or "://" in settings.checkpoint:
+    if cores is None or not isinstance(tally, Tally) or \
+            not wanted(settings.head_start, settings.until) or \
+            not possible(settings.master, True) or "://" in settings.checkpoint:
         return None
     usable, last = spark_position(spark_checkpoint)
     record = run.store.read_json(HEAD_START_FILE)

@@ -1,4 +1,4 @@
-"""The driver's head start (``sdk/spark/headstart.py``, ``SDK_HEAD_START=1``): bounded
+"""The driver's head start (``sdk/spark/headstart.py``, ``--head-start``): bounded
 ``sdk sync`` runs MariaDB -> PostgreSQL that the driver runs whole, Spark's stream taking up what
 they did later; and a driver SIGKILLed in the middle of its head start, whose batch the next
 run replays (its head start, or Spark's stream)."""
@@ -40,7 +40,7 @@ class Sync:
 @pytest.fixture
 def sync(mysql_admin: Any, mysql_url: str, postgres_admin: Any, postgres_url: str,
          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sync]:
-    monkeypatch.setenv("SDK_HEAD_START", "1")  # the sync processes inherit it
+    monkeypatch.setenv("SDK_HEAD_START", "on")  # the sync processes inherit it (auto's stand-in)
     name = f"t_hs_{uuid.uuid4().hex[:8]}"
     with mysql_admin.cursor() as cur:
         cur.execute(f"CREATE TABLE `{name}` (id INT PRIMARY KEY, v VARCHAR(30), "
@@ -96,8 +96,7 @@ def _applied(output: str) -> int:
 
 
 def test_bounded_syncs_run_in_the_head_start_and_the_stream_takes_them_up(
-        sync: Sync, mysql_admin: Any, mysql_url: str, postgres_url: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        sync: Sync, mysql_admin: Any, mysql_url: str, postgres_url: str) -> None:
     first = sync_process([*sync.args, "--until", "snapshot"])
     output, _ = first.communicate(timeout=300)
     assert first.returncode == 0, output
@@ -109,10 +108,9 @@ def test_bounded_syncs_run_in_the_head_start_and_the_stream_takes_them_up(
     assert _applied(output) == 40000  # what was applied, counted once
     _assert_mirror(sync, mysql_url, postgres_url)
     for round in range(3):  # two head starts going on from the record, then Spark's stream
-        if round == 2:
-            monkeypatch.setenv("SDK_HEAD_START", "0")
         changes = _change(mysql_admin, sync.name, round)
-        resumed = sync_process([*sync.args, "--until", "caught-up"])
+        setting = ["--head-start", "off" if round == 2 else "auto"]
+        resumed = sync_process([*sync.args, *setting, "--until", "caught-up"])
         output, _ = resumed.communicate(timeout=300)
         assert resumed.returncode == 0, output
         assert _applied(output) == changes
@@ -123,10 +121,10 @@ def test_bounded_syncs_run_in_the_head_start_and_the_stream_takes_them_up(
     assert "Error" not in (errors.read_text() if errors.exists() else "")  # its workers quiet
 
 
-@pytest.mark.parametrize("head_start", ["1", "0"], ids=["head-start", "stream"])
+@pytest.mark.parametrize("head_start", ["on", "off"], ids=["head-start", "stream"])
 def test_a_driver_killed_in_its_head_start_leaves_a_batch_the_next_run_replays(
         sync: Sync, mysql_admin: Any, mysql_url: str, postgres_admin: Any, postgres_url: str,
-        monkeypatch: pytest.MonkeyPatch, head_start: str) -> None:
+        head_start: str) -> None:
     table = f"{sync.schema}.{sync.name}"
 
     def loaded(line: str) -> bool:  # a split of rows the source then deletes is in the mirror
@@ -140,9 +138,9 @@ def test_a_driver_killed_in_its_head_start_leaves_a_batch_the_next_run_replays(
     assert record["planned"] is not None and record["done"] is None  # killed in its batch
     assert sync.spark_batches() == []  # before Spark's stream planned one
     _change(mysql_admin, sync.name)  # rows loaded before the kill deleted at the source
-    monkeypatch.setenv("SDK_HEAD_START", head_start)  # the rerun's driver, or Spark's stream
-    done = sync_process([*sync.args, "--until", "caught-up"])
+    # the rerun's driver, or Spark's stream (the flag over the environment's)
+    done = sync_process([*sync.args, "--head-start", head_start, "--until", "caught-up"])
     output, _ = done.communicate(timeout=300)
     assert done.returncode == 0, output
-    assert (sync.spark_batches() == []) == (head_start == "1")
+    assert (sync.spark_batches() == []) == (head_start == "on")
     _assert_mirror(sync, mysql_url, postgres_url)

@@ -7,13 +7,18 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
+from sdk.job.spec import sync_settings
 from sdk.spark.headstart import (
+    ends_without_spark,
     local_cores,
     next_step,
     skips,
     spark_position,
     taken_up,
     untouched,
+    wanted,
 )
 
 
@@ -83,3 +88,21 @@ def test_a_head_start_goes_on_only_from_a_record_the_stream_took_nothing_of() ->
     resumed = {"start": S1["state"], "initial": None, "done": S2, "planned": None}
     assert untouched(resumed, S1) and not untouched(resumed, S2)
     assert not untouched(None, None) and not untouched(new, S0 | {"state": "other"})
+
+
+def test_the_head_start_setting_gives_bounded_syncs_one_by_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SDK_HEAD_START", raising=False)
+    assert sync_settings({"source": "sqlite:///x.db"}, {}).head_start == "auto"
+    assert wanted("auto", "snapshot") and wanted("auto", "caught-up")
+    assert not wanted("auto", "never") and wanted("on", "never")
+    assert not wanted("off", "snapshot")
+    assert sync_settings({"source": "x", "head-start": False}, {}).head_start == "off"
+    assert ends_without_spark("auto", "local[2]", "caught-up", chained=True)
+    assert not ends_without_spark("auto", "local[2]", "caught-up", chained=False)
+    assert not ends_without_spark("auto", "spark://127.0.0.1:7077", "snapshot", chained=True)
+    assert not ends_without_spark("on", "local[2]", "never", chained=True)  # Spark follows
+    monkeypatch.setenv("SDK_HEAD_START", "off")  # stands in for auto, not for a given on/off
+    assert not wanted("auto", "snapshot") and wanted("on", "snapshot")
+    monkeypatch.setenv("SDK_HEAD_START", "1")
+    assert wanted("auto", "never")
