@@ -159,12 +159,12 @@ SYNC_OPTIONS = OptionTable(
     Option("metrics.port", "metrics_port", _port, None, "serve Prometheus metrics at "
            "http://<host>:PORT/metrics while the sync runs", "sync",
            deprecated=("metrics_port",)),
-    Option("head-start", "head_start", choice("auto", "on", "off", aliases=_ON_OFF), "auto",
+    Option("head-start", "head_start", choice("auto", "on", "off", aliases=_ON_OFF), None,
            "whether the driver runs the first micro-batches itself, in worker processes of its "
            "own, while Spark starts (a `--target` without `--changes`, a local master, Linux, "
-           "a local checkpoint): `auto` for `--until snapshot` or `caught-up` (run whole, "
-           "Spark never starts unless it falls short), `on` for `never` too, `off` never. "
-           "The environment's `SDK_HEAD_START=on|off` stands in for `auto`", "sync"),
+           "a local checkpoint; experimental): `auto` for `--until snapshot` or `caught-up` "
+           "(run whole, Spark never starts unless it falls short), `on` for `never` too, `off` "
+           "never. Unset: the environment's `SDK_HEAD_START`, else `off`", "sync", (), "off"),
 )
 """``sdk sync``'s settings: each is a YAML key and a ``--flag`` (its name, ``.`` written ``-``:
 ``--target-schema``); the source and algorithm options go in ``--option KEY=VALUE`` / the YAML
@@ -514,7 +514,8 @@ class SyncSettings:
     changes: str | None = _SYNC_DEFAULTS["changes"]
     retry_seconds: float = _SYNC_DEFAULTS["retry_seconds"]
     metrics_port: int | None = _SYNC_DEFAULTS["metrics_port"]
-    head_start: str = _SYNC_DEFAULTS["head_start"]
+    head_start: str | None = _SYNC_DEFAULTS["head_start"]
+    """``auto``, ``on`` or ``off``; None: the environment's ``SDK_HEAD_START``, else off."""
 
 
 def sync_settings(values: Mapping[str, Any], options: Mapping[str, str]) -> SyncSettings:

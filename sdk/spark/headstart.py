@@ -13,10 +13,12 @@ names a batch before any of its tasks run, so a driver that dies mid-batch leave
 stream replays, never rows the checkpoint does not know of.
 
 The driver holds :data:`HEAD_START_LOCK` while it runs; the stream's source waits for it before
-it reads the record. By default (``head-start: auto``) only a bounded sync gets one, which it
-then runs whole without starting Spark; beside a JVM starting, on two cores, the JVM takes the
-CPU it would use (docs/operations.md has the figures). Only a chained sync (its tasks apply to
-the target) on a local master on Linux with a local checkpoint gets one.
+it reads the record. It is off unless the ``head-start`` setting (or ``SDK_HEAD_START``) asks
+for it: a batch it completes is not yet a commit (the source's log is not acknowledged, older
+states are kept, a failover's relocation does not know its record). ``auto`` gives a bounded
+sync one, which it runs whole without starting Spark; beside a JVM starting, on two cores, the
+JVM takes the CPU it would use (docs/operations.md has the figures). Only a chained sync (its
+tasks apply to the target) on a local master on Linux with a local checkpoint gets one.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ initial offset, for a new checkpoint), ``done`` (the offset after the last batch
 ``planned`` (a batch planned after it whose tasks may not all have run)."""
 HEAD_START_LOCK = "headstart.lock"
 Offset = dict[str, Any]
-_ON_OFF = {"on": "on", "1": "on", "true": "on", "off": "off", "0": "off", "false": "off"}
+_ON_OFF = {"on": "on", "1": "on", "true": "on", "off": "off", "0": "off", "false": "off",
+           "auto": "auto"}
 _LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?$")
 
 
@@ -132,12 +135,12 @@ def untouched(record: dict[str, Any] | None, last: Offset | None) -> bool:
         (last is not None and last["state"] == _base(record))
 
 
-def wanted(setting: str, until: str) -> bool:
+def wanted(setting: str | None, until: str) -> bool:
     """Whether the ``head-start`` setting asks for a head start on a sync run ``until``:
-    ``auto`` (the environment's ``SDK_HEAD_START=on|off`` in its place, when set) for a bounded
-    one, ``on`` always, ``off`` never."""
-    if setting == "auto":
-        setting = _ON_OFF.get(os.environ.get("SDK_HEAD_START", "").strip().lower(), "auto")
+    ``auto`` for a bounded one, ``on`` always, ``off`` never; None (not set): the
+    environment's ``SDK_HEAD_START`` (``auto``, ``on``/``1``, ``off``/``0``), else off."""
+    if setting is None:
+        setting = _ON_OFF.get(os.environ.get("SDK_HEAD_START", "").strip().lower(), "off")
     return setting == "on" or (setting == "auto" and until in ("snapshot", "caught-up"))
 
 
@@ -146,7 +149,7 @@ def possible(master: str, chained: bool) -> bool:
     return chained and local_cores(master) is not None and sys.platform == "linux"
 
 
-def ends_without_spark(setting: str, master: str, until: str, chained: bool) -> bool:
+def ends_without_spark(setting: str | None, master: str, until: str, chained: bool) -> bool:
     """Whether a sync may end without starting Spark: a bounded one (``until`` snapshot or
     caught-up) with a head start, which runs it whole (Spark starts only if it fails)."""
     return until in ("snapshot", "caught-up") and wanted(setting, until) and \

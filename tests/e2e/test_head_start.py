@@ -40,7 +40,7 @@ class Sync:
 @pytest.fixture
 def sync(mysql_admin: Any, mysql_url: str, postgres_admin: Any, postgres_url: str,
          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sync]:
-    monkeypatch.setenv("SDK_HEAD_START", "on")  # the sync processes inherit it (auto's stand-in)
+    monkeypatch.setenv("SDK_HEAD_START", "on")  # the sync processes inherit it
     name = f"t_hs_{uuid.uuid4().hex[:8]}"
     with mysql_admin.cursor() as cur:
         cur.execute(f"CREATE TABLE `{name}` (id INT PRIMARY KEY, v VARCHAR(30), "

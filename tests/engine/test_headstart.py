@@ -90,10 +90,10 @@ def test_a_head_start_goes_on_only_from_a_record_the_stream_took_nothing_of() ->
     assert not untouched(None, None) and not untouched(new, S0 | {"state": "other"})
 
 
-def test_the_head_start_setting_gives_bounded_syncs_one_by_default(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_head_start_setting_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SDK_HEAD_START", raising=False)
-    assert sync_settings({"source": "sqlite:///x.db"}, {}).head_start == "auto"
+    assert sync_settings({"source": "sqlite:///x.db"}, {}).head_start is None
+    assert not wanted(None, "snapshot")
     assert wanted("auto", "snapshot") and wanted("auto", "caught-up")
     assert not wanted("auto", "never") and wanted("on", "never")
     assert not wanted("off", "snapshot")
@@ -102,7 +102,8 @@ def test_the_head_start_setting_gives_bounded_syncs_one_by_default(
     assert not ends_without_spark("auto", "local[2]", "caught-up", chained=False)
     assert not ends_without_spark("auto", "spark://127.0.0.1:7077", "snapshot", chained=True)
     assert not ends_without_spark("on", "local[2]", "never", chained=True)  # Spark follows
-    monkeypatch.setenv("SDK_HEAD_START", "off")  # stands in for auto, not for a given on/off
-    assert not wanted("auto", "snapshot") and wanted("on", "snapshot")
+    monkeypatch.setenv("SDK_HEAD_START", "auto")  # stands in for an unset setting only
+    assert wanted(None, "snapshot") and not wanted(None, "never")
+    assert not wanted("off", "snapshot")
     monkeypatch.setenv("SDK_HEAD_START", "1")
-    assert wanted("auto", "never")
+    assert wanted(None, "never")
