@@ -135,7 +135,9 @@ READER_OPTIONS = SOURCE_OPTIONS + ALGORITHM_OPTIONS
 
 UNTIL = ("snapshot", "caught-up", "never")
 
-_ON_OFF = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
+HEAD_START = choice("auto", "on", "off", aliases={
+    "true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"})
+"""The ``head-start`` setting's parser (the flag, the YAML key, ``SDK_HEAD_START``)."""
 
 SYNC_OPTIONS = OptionTable(
     Option("source", "source", text, None, "source database URL", "sync", (), "required"),
@@ -159,7 +161,7 @@ SYNC_OPTIONS = OptionTable(
     Option("metrics.port", "metrics_port", _port, None, "serve Prometheus metrics at "
            "http://<host>:PORT/metrics while the sync runs", "sync",
            deprecated=("metrics_port",)),
-    Option("head-start", "head_start", choice("auto", "on", "off", aliases=_ON_OFF), None,
+    Option("head-start", "head_start", HEAD_START, None,
            "whether the driver runs the first micro-batches itself, in worker processes of its "
            "own, while Spark starts (a `--target` without `--changes`, a local master, Linux, "
            "a local checkpoint; experimental): `auto` for `--until snapshot` or `caught-up` "

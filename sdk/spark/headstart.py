@@ -51,8 +51,6 @@ initial offset, for a new checkpoint), ``done`` (the offset after the last batch
 ``planned`` (a batch planned after it whose tasks may not all have run)."""
 HEAD_START_LOCK = "headstart.lock"
 Offset = dict[str, Any]
-_ON_OFF = {"on": "on", "1": "on", "true": "on", "off": "off", "0": "off", "false": "off",
-           "auto": "auto"}
 _LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?$")
 
 
@@ -140,7 +138,12 @@ def wanted(setting: str | None, until: str) -> bool:
     ``auto`` for a bounded one, ``on`` always, ``off`` never; None (not set): the
     environment's ``SDK_HEAD_START`` (``auto``, ``on``/``1``, ``off``/``0``), else off."""
     if setting is None:
-        setting = _ON_OFF.get(os.environ.get("SDK_HEAD_START", "").strip().lower(), "off")
+        from ..job.spec import HEAD_START
+
+        try:
+            setting = HEAD_START(os.environ.get("SDK_HEAD_START", "off"))
+        except ValueError:
+            setting = "off"
     return setting == "on" or (setting == "auto" and until in ("snapshot", "caught-up"))
 
 
