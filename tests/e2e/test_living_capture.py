@@ -34,6 +34,9 @@ from sdk.spark.statestore import StateStore
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 
 
+COLUMNS = "id INT PRIMARY KEY, v VARCHAR(40), n INT"
+
+
 @dataclass
 class Source:
     """A source server the test writes to: its CDC URL, the schema its tables live in, and a
@@ -44,17 +47,15 @@ class Source:
     schema: str
     run: Callable[[str], None]
     quote: Callable[[str], str]
+    filled: Callable[[str, int], str]
     live: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def create(self, name: str, rows: int) -> None:
-        table = self.quote(name)
-        self.run(f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(40), n INT)")
-        step = 5000
-        for start in range(1, rows + 1, step):
-            values = ", ".join(f"({i}, 'v{i}', {i % 97})"
-                               for i in range(start, min(start + step, rows + 1)))
-            self.run(f"INSERT INTO {table} VALUES {values}")
+        """Create the table with its ``rows`` in one statement or transaction: the sync
+        discovering it sees all of them or none, so it plans the same splits however the
+        machine's timing falls."""
+        self.run(self.filled(self.quote(name), rows))
         with self.lock:
             self.live.append(name)
 
@@ -106,7 +107,9 @@ def source(request: pytest.FixtureRequest) -> Iterator[Source]:
                     ConnectionConfig.from_url(MYSQL_ADMIN_URL))
             local.conn.query(sql)
         yield Source("mysql", request.getfixturevalue("mysql_url"), f"sdk_test.lc{tag}",
-                     run_mysql, lambda n: f"`lc{tag}_{n}`")
+                     run_mysql, lambda n: f"`lc{tag}_{n}`",
+                     lambda t, n: f"CREATE TABLE {t} ({COLUMNS}) SELECT seq AS id, "
+                                  f"CONCAT('v', seq) AS v, seq % 97 AS n FROM seq_1_to_{n}")
         for name in "abcds":
             run_mysql(f"DROP TABLE IF EXISTS `lc{tag}_{name}`")
         return
@@ -121,7 +124,10 @@ def source(request: pytest.FixtureRequest) -> Iterator[Source]:
     url = f"{cdc_url}{sep}slot=sdk_s_{tag}&publication=sdk_p_{tag}"
     try:
         yield Source("postgres", url, schema, lambda sql: writer.execute(sql).close(),
-                     lambda n: f"{schema}.{n}")
+                     lambda n: f"{schema}.{n}",
+                     lambda t, n: f"BEGIN; CREATE TABLE {t} ({COLUMNS}); INSERT INTO {t} "
+                                  f"SELECT g, 'v' || g, g % 97 FROM generate_series(1, {n}) g; "
+                                  "COMMIT")
     finally:
         writer.close()
         admin.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
