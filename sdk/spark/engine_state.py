@@ -503,19 +503,22 @@ def follow_failover(store: StateStore, dialect: Dialect, conn: Connection,
 def _reads_from(store: StateStore, dialect: Dialect) -> Offset | None:
     """The lowest log position a sync on ``store`` can read from again: the resume position
     of the state of the last batch Spark committed, as ``sdk sync``'s Spark checkpoint beside
-    the state directory records it (None when there is none: a query of the user's own)."""
+    the state directory records it, or of the last one the driver's head start completed
+    past it (None when there is none: a query of the user's own)."""
     base, _, leaf = store.uri.rstrip("/").rpartition("/")
     if leaf != "state":
         return None
     spark = StateStore(f"{base}/checkpoint", create=False)
+    from .headstart import HEAD_START_FILE, resumed_state  # it imports this module's users
+
     batches = [int(n) for n in spark.list_dir("commits") if n.isdigit()]
-    if not batches:
-        return None
-    text = spark.read_bytes("offsets", str(max(batches)))
+    text = spark.read_bytes("offsets", str(max(batches))) if batches else None
     try:
         name = json.loads(text.decode().splitlines()[2])["state"] if text else None
     except (ValueError, IndexError, KeyError, TypeError):
         return None
+    record = store.read_json(HEAD_START_FILE)
+    name = resumed_state(record if isinstance(record, dict) else None, name)
     if not isinstance(name, str) or store.read_json("states", f"{name}.json") is None:
         return None
     return resume_position(EngineState.load(store, name).sync, dialect)

@@ -13,12 +13,13 @@ names a batch before any of its tasks run, so a driver that dies mid-batch leave
 stream replays, never rows the checkpoint does not know of.
 
 The driver holds :data:`HEAD_START_LOCK` while it runs; the stream's source waits for it before
-it reads the record. It is off unless the ``head-start`` setting (or ``SDK_HEAD_START``) asks
-for it: a batch it completes is not yet a commit (the source's log is not acknowledged, older
-states are kept, a failover's relocation does not know its record). ``auto`` gives a bounded
-sync one, which it runs whole without starting Spark; beside a JVM starting, on two cores, the
-JVM takes the CPU it would use (docs/operations.md has the figures). Only a chained sync (its
-tasks apply to the target) on a local master on Linux with a local checkpoint gets one.
+it reads the record. A batch it completes is committed for the stream (the source's log
+acknowledged, older states dropped but the one Spark's checkpoint stands at); the stream and a
+failover's relocation resume from it (:func:`resumed_state`). The ``head-start`` setting (or
+``SDK_HEAD_START``) asks for one: ``auto`` gives a bounded sync one, which it runs whole
+without starting Spark; beside a JVM starting, on two cores, the JVM takes the CPU it would
+use (docs/operations.md has the figures). Only a chained sync (its tasks apply to the target)
+on a local master on Linux with a local checkpoint gets one.
 """
 
 from __future__ import annotations
@@ -93,6 +94,18 @@ def _base(record: dict[str, Any]) -> str | None:
     if record.get("initial"):
         return str(record["initial"]["state"])
     return record.get("start")
+
+
+def resumed_state(record: dict[str, Any] | None, committed: str | None) -> str | None:
+    """The state a stream resumes from whose Spark checkpoint last committed the state
+    ``committed`` (None: nothing yet): the end of the driver's last completed batch when the
+    stream has not taken it up yet (that batch was committed for it), else ``committed``."""
+    if not record or not record.get("done"):
+        return committed
+    base = _base(record)
+    if committed == base or (committed is None and record.get("initial")):
+        return str(record["done"]["state"])
+    return committed
 
 
 def next_step(record: dict[str, Any] | None, start: Offset) -> Offset | None:
@@ -271,7 +284,8 @@ class HeadStart:
                 return  # stopped at once: the stream replays it
             record["done"], record["planned"] = end, None
             self.store.write_json(record, HEAD_START_FILE)
-            _drop_stages(self.store, end["state"])
+            reader.settle(end, keep={_base(record) or ""})  # as Spark's commit, the state
+            # its checkpoint stands at kept: the stream steps from there to this batch's end
             self.batches += 1
             self.progress()
             start = end
@@ -303,16 +317,6 @@ class HeadStart:
                     raise RuntimeError(f"a head start task failed: {value}")
                 self.reports(value)
         return True
-
-
-def _drop_stages(store: StateStore, done: str) -> None:
-    """Delete the staged splits of the batches before the one ending at state ``done``: their
-    splits are folded into it, so no replay reads them (as a commit of the stream deletes
-    them; with no stream started, a head start must)."""
-    below = int(done.split("-", 1)[0])
-    for name in store.list_dir("batches"):
-        if int(name.split("-", 1)[0]) < below:
-            store.delete_dir("batches", name)
 
 
 STOPPING = ("sync: stopping once the batch in flight commits; signal again to stop now (a "

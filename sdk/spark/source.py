@@ -12,8 +12,9 @@ splits, then the log, exactly once across crashes:
   The next ``latestOffset`` folds the watermarks into the state.
 - A log batch is one task reading the fixed range ``[from, to)`` of the log and filtering it with
   the finished splits; bounded reads are repeatable, so a replay gives the same rows.
-- The dialect's log is released (``acknowledge_offset``) only in ``commit``, only up to the
-  committed end.
+- The dialect's log is released (``acknowledge_offset``) only up to a committed end
+  (:meth:`CdcStreamReader.settle`): in ``commit``, in the driver's head start, and for the
+  last batch once ``sdk sync`` stopped the stream.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
@@ -98,7 +99,7 @@ from .engine_state import (
     with_cut,
     write_progress,
 )
-from .headstart import next_step, skips, wait_for_driver
+from .headstart import next_step, resumed_state, skips, wait_for_driver
 from .reads import (
     LogPartition,
     SplitPartition,
@@ -532,6 +533,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                     self.spec.state_dir or "") is not None:
             self._states.clear()  # loaded before the positions moved
             self._chunks = {}
+        name = resumed_state(self._driver_record(), name)  # past what the driver committed
         sync = self._load(name).sync if name is not None else None
         position = resume_position(sync, dialect) if sync is not None else None
         if position is not None:
@@ -812,14 +814,21 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @_passing_faults
     def commit(self, end: dict[str, Any]) -> None:
+        self.settle(end)
+
+    def settle(self, end: dict[str, Any], keep: Collection[str] = ()) -> None:
+        """What a committed batch ending at ``end`` allows: the log acknowledged up to it, and
+        the stages and states before it dropped, but for the states named in ``keep`` (the
+        driver's head start keeps the one Spark's checkpoint stands at)."""
         engine = self._load(end["state"])
         if engine.sync.phase is Phase.LOG and engine.sync.position is not None:
             self.spec.dialect_obj.acknowledge_offset(self.conn, engine.sync.position)
-        self._collect_garbage(engine.seq)
+        self._collect_garbage(engine.seq, keep)
 
-    def _collect_garbage(self, committed_seq: int) -> None:
-        """Drop the stages and states of batches before the committed one: Spark never goes
-        back to them (a restart replays at most the batch after the last commit)."""
+    def _collect_garbage(self, committed_seq: int, keep_states: Collection[str] = ()) -> None:
+        """Drop the stages and states of batches before the committed one but ``keep_states``:
+        Spark never goes back to them (a restart replays at most the batch after the last
+        commit)."""
         for name in self.store.list_dir("batches"):
             if int(name.split("-", 1)[0]) < committed_seq:
                 self.store.delete_dir("batches", name)
@@ -831,7 +840,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pointer = self.store.read_json("states", file)
             if pointer is None:
                 continue
-            if int(file.split("-", 1)[0]) < committed_seq - 1:
+            if int(file.split("-", 1)[0]) < committed_seq - 1 and \
+                    file.removesuffix(".json") not in keep_states:
                 drop.append((file, pointer["content"]))
             else:
                 keep.add(pointer["content"])

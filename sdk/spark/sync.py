@@ -270,7 +270,9 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
             with _signals_set(stop, now):
                 head.join()
             return run.summary()
-        return run.follow(query, stop, now)
+        summary = run.follow(query, stop, now)
+        _settle_committed(first, spark_checkpoint)
+        return summary
     finally:
         if head is not None:
             head.join()
@@ -297,21 +299,44 @@ def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str
     if not usable or (previous is None and not taken_up(record, last)):
         return None
     reader_options["cores"] = first["cores"] = str(cores)  # the query's own, so its splits
-
-    def reader() -> CdcStreamReader:
-        source = CdcDataSource(first)
-        return cast(CdcStreamReader, source.streamReader(source.schema()))
-
     def progress() -> None:  # asked every 0.1 s while a batch runs: the file read when due
         if run.due():
             run.report_now(run.store.read_json(PROGRESS_FILE) or {})
 
-    head = HeadStart(reader, run.store, last, cores, settings.until, tally.add, progress,
-                     stop, now, previous)
+    head = HeadStart(lambda: _stream_reader(first), run.store, last, cores, settings.until,
+                     tally.add, progress, stop, now, previous)
     run.started, run.began = time.monotonic(), time.time()
     run.head_started = True
     head.start()
     return head
+
+
+def _stream_reader(options: dict[str, str]) -> CdcStreamReader:
+    """A stream reader of the query's own ``options``, in the driver's process."""
+    source = CdcDataSource(options)
+    return cast(CdcStreamReader, source.streamReader(source.schema()))
+
+
+def _settle_committed(first: dict[str, str], spark_checkpoint: str) -> None:
+    """Once the stream stopped: what its last committed batch allows (the source's log
+    acknowledged up to it, older states dropped). Spark does it for a batch as it plans the
+    next one, so a bounded sync would otherwise hold a run's worth of log at the source (a
+    PostgreSQL slot's WAL) until its next run; a failure is left to that run."""
+    if "://" in spark_checkpoint:
+        return
+    usable, last = spark_position(spark_checkpoint)
+    if not usable or last is None:
+        return
+    reader = None
+    try:
+        reader = _stream_reader(first)
+        reader.settle(last)
+    except Exception as exc:
+        log.warning("sync: the source's log is acknowledged by the next run, not this one: %s",
+                    exc)
+    finally:
+        if reader is not None:
+            reader.stop()
 
 
 class _Run:

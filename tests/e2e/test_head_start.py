@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from helpers.kill import kill_when, mid_snapshot, paced, sync_process
+from helpers.servers import with_query
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 
@@ -144,3 +145,54 @@ def test_a_driver_killed_in_its_head_start_leaves_a_batch_the_next_run_replays(
     assert done.returncode == 0, output
     assert (sync.spark_batches() == []) == (head_start == "on")
     _assert_mirror(sync, mysql_url, postgres_url)
+
+
+def test_a_batch_the_head_start_completes_is_committed_at_the_source(
+        postgres_admin: Any, postgres_url: str, tmp_path: Path) -> None:
+    """A PostgreSQL source's slot advances past the changes a head start applied (as Spark's
+    commit advances it), so the server may drop their WAL; Spark's stream takes up the
+    checkpoint after."""
+    tag = uuid.uuid4().hex[:8]
+    source, mirror, slot = f"hs_src_{tag}", f"hs_dst_{tag}", f"sdk_s_{tag}"
+    for schema in (source, mirror):
+        postgres_admin.execute(f"CREATE SCHEMA {schema} AUTHORIZATION sdk_cdc")
+    postgres_admin.execute(f"CREATE TABLE {source}.t (id INT PRIMARY KEY, v TEXT)")
+    postgres_admin.execute(f"ALTER TABLE {source}.t OWNER TO sdk_cdc")
+    postgres_admin.execute(f"INSERT INTO {source}.t SELECT g, 'v' || g "
+                           "FROM generate_series(1, 5000) g")
+    url = with_query(postgres_url, slot=slot, publication=slot)
+    args = ["sync", "--source", url, "--target", postgres_url, "--tables", f"{source}.t",
+            "--target-schema", mirror, "--checkpoint", str(tmp_path / "ck"),
+            "--until", "caught-up"]
+
+    def run(setting: str) -> None:
+        process = sync_process([*args, "--head-start", setting])
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, output
+
+    def confirmed() -> int:
+        (lsn,), = postgres_admin.execute(
+            "SELECT confirmed_flush_lsn - '0/0' FROM pg_replication_slots WHERE slot_name = %s",
+            (slot,)).fetchall()
+        return int(lsn)
+
+    try:
+        run("auto")
+        for round, setting in enumerate(["auto", "off"]):
+            postgres_admin.execute(f"UPDATE {source}.t SET v = 'r{round}' WHERE id % 7 = 0")
+            (written,), = postgres_admin.execute(
+                "SELECT pg_current_wal_lsn() - '0/0'").fetchall()
+            run(setting)
+            assert confirmed() >= written  # its changes acknowledged, by the driver or Spark
+            assert (not (tmp_path / "ck" / "checkpoint" / "offsets").is_dir()) == \
+                (setting == "auto")
+            (differ,), = postgres_admin.execute(
+                f"SELECT count(*) FROM (SELECT * FROM {source}.t EXCEPT "
+                f"SELECT * FROM {mirror}.t) d").fetchall()
+            assert differ == 0
+    finally:
+        postgres_admin.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
+                               "pg_replication_slots WHERE slot_name = %s", (slot,))
+        postgres_admin.execute(f"DROP PUBLICATION IF EXISTS {slot}")
+        for schema in (source, mirror):
+            postgres_admin.execute(f"DROP SCHEMA {schema} CASCADE")

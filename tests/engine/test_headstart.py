@@ -14,6 +14,7 @@ from sdk.spark.headstart import (
     ends_without_spark,
     local_cores,
     next_step,
+    resumed_state,
     skips,
     spark_position,
     taken_up,
@@ -45,6 +46,19 @@ def test_a_resumed_checkpoint_starts_where_spark_committed() -> None:
     assert taken_up(record, S2)
     done = {"start": S1["state"], "initial": None, "done": S2, "planned": None}
     assert skips(done, S1, S2) and taken_up(done, S2) and not taken_up(done, S1)
+
+
+def test_a_stream_resumes_past_what_the_driver_committed_for_it() -> None:
+    new = {"start": None, "initial": S0, "done": S2, "planned": S3}
+    assert resumed_state(new, None) == S2["state"]  # Spark never committed a batch
+    assert resumed_state(new, S0["state"]) == S2["state"]
+    assert resumed_state(new, S3["state"]) == S3["state"]  # Spark took it up and went on
+    resumed = {"start": S1["state"], "initial": None, "done": S2, "planned": None}
+    assert resumed_state(resumed, S1["state"]) == S2["state"]
+    assert resumed_state(resumed, None) is None  # not this record's checkpoint
+    planned = {"start": S1["state"], "initial": None, "done": None, "planned": S2}
+    assert resumed_state(planned, S1["state"]) == S1["state"]  # nothing completed
+    assert resumed_state(None, S1["state"]) == S1["state"]
 
 
 def test_no_record_or_an_empty_one_is_taken_up() -> None:
