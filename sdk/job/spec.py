@@ -164,9 +164,9 @@ SYNC_OPTIONS = OptionTable(
     Option("head-start", "head_start", HEAD_START, None,
            "whether the driver runs the first micro-batches itself, in worker processes of its "
            "own, while Spark starts (a `--target` without `--changes`, a local master, Linux, "
-           "a local checkpoint; experimental): `auto` for `--until snapshot` or `caught-up` "
-           "(run whole, Spark never starts unless it falls short), `on` for `never` too, `off` "
-           "never. Unset: the environment's `SDK_HEAD_START`, else `off`", "sync", (), "off"),
+           "a local checkpoint): `auto` for `--until snapshot` or `caught-up` (run whole, "
+           "Spark never starts unless it falls short), `on` for `never` too, `off` never. "
+           "Unset: the environment's `SDK_HEAD_START`, else `auto`", "sync", (), "auto"),
 )
 """``sdk sync``'s settings: each is a YAML key and a ``--flag`` (its name, ``.`` written ``-``:
 ``--target-schema``); the source and algorithm options go in ``--option KEY=VALUE`` / the YAML

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark import cloudpickle
 
+from ..dialect.errors import ConfigurationError
 from .reads import gc_paused
 
 if TYPE_CHECKING:
@@ -149,14 +150,16 @@ def untouched(record: dict[str, Any] | None, last: Offset | None) -> bool:
 def wanted(setting: str | None, until: str) -> bool:
     """Whether the ``head-start`` setting asks for a head start on a sync run ``until``:
     ``auto`` for a bounded one, ``on`` always, ``off`` never; None (not set): the
-    environment's ``SDK_HEAD_START`` (``auto``, ``on``/``1``, ``off``/``0``), else off."""
+    environment's ``SDK_HEAD_START`` (``auto``, ``on``/``1``, ``off``/``0``), else ``auto``."""
     if setting is None:
         from ..job.spec import HEAD_START
 
+        given = os.environ.get("SDK_HEAD_START", "auto")
         try:
-            setting = HEAD_START(os.environ.get("SDK_HEAD_START", "off"))
+            setting = HEAD_START(given)
         except ValueError:
-            setting = "off"
+            raise ConfigurationError(f"SDK_HEAD_START takes auto, on or off, not {given!r}: "
+                                     "set it to one of them or unset it") from None
     return setting == "on" or (setting == "auto" and until in ("snapshot", "caught-up"))
 
 

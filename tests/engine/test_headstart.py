@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sdk.dialect.errors import ConfigurationError
 from sdk.job.spec import sync_settings
 from sdk.spark.headstart import (
     ends_without_spark,
@@ -104,10 +105,10 @@ def test_a_head_start_goes_on_only_from_a_record_the_stream_took_nothing_of() ->
     assert not untouched(None, None) and not untouched(new, S0 | {"state": "other"})
 
 
-def test_the_head_start_setting_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_head_start_is_auto_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SDK_HEAD_START", raising=False)
     assert sync_settings({"source": "sqlite:///x.db"}, {}).head_start is None
-    assert not wanted(None, "snapshot")
+    assert wanted(None, "snapshot") and wanted(None, "caught-up") and not wanted(None, "never")
     assert wanted("auto", "snapshot") and wanted("auto", "caught-up")
     assert not wanted("auto", "never") and wanted("on", "never")
     assert not wanted("off", "snapshot")
@@ -116,8 +117,10 @@ def test_the_head_start_setting_is_off_unless_asked(monkeypatch: pytest.MonkeyPa
     assert not ends_without_spark("auto", "local[2]", "caught-up", chained=False)
     assert not ends_without_spark("auto", "spark://127.0.0.1:7077", "snapshot", chained=True)
     assert not ends_without_spark("on", "local[2]", "never", chained=True)  # Spark follows
-    monkeypatch.setenv("SDK_HEAD_START", "auto")  # stands in for an unset setting only
-    assert wanted(None, "snapshot") and not wanted(None, "never")
-    assert not wanted("off", "snapshot")
+    monkeypatch.setenv("SDK_HEAD_START", "off")  # stands in for an unset setting only
+    assert not wanted(None, "snapshot") and wanted("auto", "snapshot")
     monkeypatch.setenv("SDK_HEAD_START", "1")
     assert wanted(None, "never")
+    monkeypatch.setenv("SDK_HEAD_START", "sometimes")
+    with pytest.raises(ConfigurationError, match="SDK_HEAD_START takes auto, on or off"):
+        wanted(None, "snapshot")
