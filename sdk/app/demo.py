@@ -182,10 +182,13 @@ def run_demo(workdir: Path, rows: int, report: Any) -> DemoResult:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     marker.touch()
+    from ..spark.headstart import ends_without_spark
     from ..spark.session import DEFAULT_MASTER, EarlySession, jvm_rows
 
-    # the Spark session starts while the embedded server starts and the shop is filled
-    early = EarlySession(DEFAULT_MASTER, rows_in_jvm=jvm_rows(_mirror(workdir), None))
+    # the Spark session starts while the embedded server starts and the shop is filled,
+    # unless the driver's head start runs the (bounded) syncs whole
+    early = None if ends_without_spark(None, DEFAULT_MASTER, "snapshot", chained=True) else \
+        EarlySession(DEFAULT_MASTER, rows_in_jvm=jvm_rows(_mirror(workdir), None))
     print(f"starting an embedded PostgreSQL in {workdir / 'pgdata'} ...", flush=True)
     admin_url = start_postgres(workdir / "pgdata")
     try:
@@ -200,9 +203,9 @@ def _mirror(workdir: Path) -> str:
 
 
 def _sync_and_verify(workdir: Path, admin_url: str, rows: int, report: Any,
-                     early: EarlySession) -> DemoResult:
+                     early: EarlySession | None) -> DemoResult:
     """Fill the shop, sync it while a writer changes it, catch up and compare (``early``:
-    the Spark session, starting)."""
+    the Spark session, starting, if one is needed)."""
     from ..spark.sync import run_sync
 
     counts = create_shop(admin_url, rows)

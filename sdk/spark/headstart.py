@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark import cloudpickle
 
-from ..dialect.errors import ConfigurationError
+from ..dialect.errors import ConfigurationError, RetriableError
+from ..job.failures import task_error
 from .reads import gc_paused
 
 if TYPE_CHECKING:
@@ -249,6 +250,9 @@ class HeadStart:
                 self._batches(self.reader)
         except Exception as exc:  # the stream meets it again and says so, or goes on past it
             log.debug("head start stopped: %s", exc, exc_info=True)
+            found = task_error(str(exc))
+            if isinstance(found, RetriableError):  # a passing fault: say what it was
+                log.warning("sync: %s; restarting from the checkpoint on Spark", found)
         finally:
             for worker in self._workers:
                 worker.close()

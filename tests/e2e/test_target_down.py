@@ -28,7 +28,11 @@ ROWS = 120_000
 
 @pytest.mark.skipif(not pg15_available(), reason="no PostgreSQL 15 binaries in "
                     f"{PG15_BIN} to start a target of the test's own")
-def test_a_target_down_mid_batch_is_retried_and_the_sync_ends_equal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("head_start", ["auto", "off"], ids=["head-start", "stream"])
+def test_a_target_down_mid_batch_is_retried_and_the_sync_ends_equal(tmp_path: Path,
+                                                                    head_start: str) -> None:
+    """In the driver's head start (Spark then starts from the checkpoint) or in Spark's
+    stream (the query restarted)."""
     source = tmp_path / "src.db"
     with sqlite3.connect(source) as conn:
         conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)")
@@ -39,7 +43,8 @@ def test_a_target_down_mid_batch_is_retried_and_the_sync_ends_equal(tmp_path: Pa
         sync = subprocess.Popen(
             [sys.executable, "-m", "sdk.app.cli", "sync", "--source", f"sqlite:///{source}",
              "--target", url, "--checkpoint", str(tmp_path / "ck"), "--until", "caught-up",
-             "--option", "snapshot.split.size=4000", "--option", "snapshot.batch.rows=8000"],
+             "--option", "snapshot.split.size=4000", "--option", "snapshot.batch.rows=8000",
+             "--head-start", head_start],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYSPARK_PYTHON": sys.executable})
         try:
