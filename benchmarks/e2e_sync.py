@@ -2,8 +2,8 @@
 (issue #18's acceptance figures).
 
     python benchmarks/e2e_sync.py [--rows 1000000] [--changes 40000] [--log-rows 100000]
-        [--source mysql|postgres|both] [--target postgres|mysql] [--skip-log] [--skip-snapshot]
-        [--repeat 1] [--sdk-option KEY=VALUE ...] [--skip-jdbc]
+        [--per-transaction 1] [--source mysql|postgres|both] [--target postgres|mysql]
+        [--skip-log] [--skip-snapshot] [--repeat 1] [--sdk-option KEY=VALUE ...] [--skip-jdbc]
         [--sdk-env KEY=VALUE ...] [--compare-env KEY=VALUE ...]
 
 Needs the servers of scripts/services.sh (SDK_TEST_MYSQL_URL / SDK_TEST_POSTGRES_URL and their
@@ -59,7 +59,8 @@ into a fresh PostgreSQL table by
   driver and Spark's Python workers) and its JVM (run with ``--rows 5000000`` beside the
   default to see that memory stays O(split) as the table grows).
 
-Log case: ``--changes`` one-row UPDATE transactions on a ``--log-rows`` table after a
+Log case: ``--changes`` one-row UPDATEs, committed ``--per-transaction`` at a time (one each
+by default), on a ``--log-rows`` table after a
 ``sdk sync --until snapshot`` of it, then ``sdk sync --until caught-up`` resuming from that
 checkpoint: the whole command, the sync's own time as its last line reports it ("applied N
 rows in X s": from after the Spark session start to the query's stop), and the time from the
@@ -418,7 +419,7 @@ class Source:
     def position(self) -> tuple[str, int]:
         raise NotImplementedError
 
-    def update(self, table: str, ids: list[int]) -> None:
+    def update(self, table: str, ids: list[int], per_transaction: int = 1) -> None:
         raise NotImplementedError
 
     def prepare_raw(self, table: str) -> None:
@@ -482,13 +483,18 @@ class MySQLSource(Source):
         (file, pos, *_), = mysql_exec(MYSQL_ADMIN, "SHOW MASTER STATUS")
         return str(file), int(pos)
 
-    def update(self, table: str, ids: list[int]) -> None:
+    def update(self, table: str, ids: list[int], per_transaction: int = 1) -> None:
         conn = mysql_connect(MYSQL_ADMIN, multi=True)
+        step = max(500, per_transaction)
         try:
             with conn.cursor() as cur:
-                for i in range(0, len(ids), 500):  # one-row autocommit statements, 500 a trip
-                    cur.execute("".join(f"UPDATE {table} SET amount = amount + 1, status = "
-                                        f"'updated' WHERE id = {k};" for k in ids[i:i + 500]))
+                for i in range(0, len(ids), step):  # one-row statements, 500 or more a trip
+                    sql = [f"UPDATE {table} SET amount = amount + 1, status = 'updated' "
+                           f"WHERE id = {k};" for k in ids[i:i + step]]
+                    if per_transaction > 1:  # autocommit statements otherwise
+                        sql = [part for j in range(0, len(sql), per_transaction) for part in
+                               ("START TRANSACTION;", *sql[j:j + per_transaction], "COMMIT;")]
+                    cur.execute("".join(sql))
                     while cur.nextset():
                         pass
         finally:
@@ -590,13 +596,15 @@ class PostgresSource(Source):
             time.sleep(0.05)
         return str(lsn), 0
 
-    def update(self, table: str, ids: list[int]) -> None:
+    def update(self, table: str, ids: list[int], per_transaction: int = 1) -> None:
         with pg_connect(PG_ADMIN) as conn:
             conn.execute("SET synchronous_commit = off")  # still one commit each, not waited on
-            # ids are k % rows + 1, k = 0 .. n-1 (as log_case makes them): one commit each
+            # ids are k % rows + 1, k = 0 .. n-1 (as log_case makes them): a commit after
+            # every per_transaction of them
             conn.execute(f"DO $$ BEGIN FOR k IN 0..{len(ids) - 1} LOOP UPDATE {table} SET "
                          f"amount = amount + 1, status = 'updated' WHERE id = k % {self.rows} "
-                         "+ 1; COMMIT; END LOOP; END $$")
+                         f"+ 1; IF (k + 1) % {per_transaction} = 0 OR k = {len(ids) - 1} THEN "
+                         "COMMIT; END IF; END LOOP; END $$")
 
     def prepare_raw(self, table: str) -> None:
         """A slot of the raw reader's own, made before the updates."""
@@ -1060,8 +1068,9 @@ def mysql_or_pg_drop(source: Source, table: str, cleanup: Cleanup) -> None:
 def log_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Cleanup,
              work: Path) -> bool:
     table = f"e2e_log_{source.kind}_{TAG}"
-    print(f"\n== {source.label} -> {sink.label}, log phase: {args.changes:,} one-row UPDATE "
-          f"transactions on a {args.log_rows:,}-row table", flush=True)
+    size = "one-row" if args.per_transaction == 1 else f"{args.per_transaction:,}-row"
+    print(f"\n== {source.label} -> {sink.label}, log phase: {args.changes:,} one-row UPDATEs in "
+          f"{size} transactions on a {args.log_rows:,}-row table", flush=True)
     ids = [k % args.log_rows + 1 for k in range(args.changes)]
     compare = env_label(args.compare_env)
     # sdk as set by --sdk-env, and with --compare-env's variables too: (label, prefix, env)
@@ -1084,7 +1093,7 @@ def log_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Clea
         source.prepare_raw(table)
         start = source.position()
         t = time.perf_counter()
-        source.update(table, ids)
+        source.update(table, ids, args.per_transaction)
         made = time.perf_counter() - t
         end = source.position()
         expected = source.checksum(table)
@@ -1155,6 +1164,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--changes", type=int, default=40_000)
+    parser.add_argument("--per-transaction", type=int, default=1,
+                        help="the log case's UPDATEs committed together (default one each)")
     parser.add_argument("--log-rows", type=int, default=100_000,
                         help="rows of the log case's table")
     parser.add_argument("--source", choices=("mysql", "postgres", "both"), default="both")
