@@ -32,7 +32,7 @@ import queue
 import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -198,8 +198,10 @@ class HeadStart:
                  last: Offset | None, cores: int, until: str,
                  reports: Callable[[list[tuple[Any, ...]]], None],
                  progress: Callable[[], None], stop: threading.Event,
-                 now: threading.Event, previous: dict[str, Any] | None = None) -> None:
-        """``previous``: a record the stream has taken up nothing of, to go on from."""
+                 now: threading.Event, previous: dict[str, Any] | None = None,
+                 workers: list[Worker] | None = None) -> None:
+        """``previous``: a record the stream has taken up nothing of, to go on from;
+        ``workers``: processes started already (:func:`start_workers`), else made here."""
         self.make_reader, self.store, self.last, self.cores = reader, store, last, cores
         self.previous = previous
         self.reached = False
@@ -210,7 +212,7 @@ class HeadStart:
         self._handover = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock: Any = None
-        self._workers: list[Worker] = []
+        self._workers: list[Worker] = workers or []
         self.batches = 0
         self.warned = False
         """Whether it told the user it stops once its batch is done."""
@@ -244,8 +246,11 @@ class HeadStart:
         try:
             self.reader = self.make_reader()  # made here: it resolves the source's tables
             self.reader.runs_head_start()
-            # the workers start (their imports) while the first batch is planned
-            self._workers = [Worker(self.reader) for _ in range(self.cores)]
+            # the workers start (their imports) while the first batch is planned, unless
+            # started before the sync was prepared
+            self._workers = self._workers or [Worker() for _ in range(self.cores)]
+            for worker in self._workers:
+                worker.load(self.reader)
             with gc_paused():
                 self._batches(self.reader)
         except Exception as exc:  # the stream meets it again and says so, or goes on past it
@@ -330,25 +335,36 @@ STOPPING = ("sync: stopping once the batch in flight commits; signal again to st
             "restart resumes exactly)")
 
 
+def start_workers(cores: int, dialects: Sequence[str]) -> list[Worker]:
+    """``cores`` worker processes for a head start, started before the sync is prepared so
+    their imports (the engine's, and the ``dialects``' plugins) run meanwhile."""
+    return [Worker(dialects) for _ in range(cores)]
+
+
 class Worker:
     """A Python process of its own (``python -m sdk.spark.headstart``) running partitions
-    of ``reader`` as Spark's Python workers run tasks; it dies with the thread that made it
-    (so with the head start, and with the driver)."""
+    of the reader it is given (:meth:`load`) as Spark's Python workers run tasks; it imports
+    the plugins of ``dialects`` (names) while it waits for it, and dies with the thread that
+    made it (so with the driver)."""
 
-    def __init__(self, reader: CdcStreamReader) -> None:
+    def __init__(self, dialects: Sequence[str] = ()) -> None:
         import subprocess
         import sys
 
         to_worker, self._in = os.pipe()
         self._out, from_worker = os.pipe()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sdk.spark.headstart", str(to_worker), str(from_worker)],
-            pass_fds=(to_worker, from_worker), stdin=subprocess.DEVNULL)
+            [sys.executable, "-m", "sdk.spark.headstart", str(to_worker), str(from_worker),
+             *dialects], pass_fds=(to_worker, from_worker), stdin=subprocess.DEVNULL)
         os.close(to_worker)
         os.close(from_worker)
         self._send = os.fdopen(self._in, "wb")
         self._receive = os.fdopen(self._out, "rb")
-        self._reader: bytes | None = _pickled(reader)  # sent with its first partition
+        self._reader: bytes | None = None  # sent with its first partition
+
+    def load(self, reader: CdcStreamReader) -> None:
+        """The reader whose partitions it runs (sent with the first one)."""
+        self._reader = _pickled(reader)
 
     def serve(self, todo: queue.SimpleQueue[Any], results: queue.SimpleQueue[tuple[bool, Any]]
               ) -> None:
@@ -400,9 +416,10 @@ def _pickled(value: Any) -> bytes:
     return bytes(cloudpickle.dumps(value))  # type: ignore[no-untyped-call]
 
 
-def _serve(read_fd: int, write_fd: int) -> None:
-    """A worker's life: die with the driver's thread that started it, load the reader, then
-    run each partition sent until the input ends, answering (ok, report rows or error)."""
+def _serve(read_fd: int, write_fd: int, dialects: Sequence[str]) -> None:
+    """A worker's life: die with the driver's thread that started it, import the
+    ``dialects``' plugins, load the reader, then run each partition sent until the input
+    ends, answering (ok, report rows or error)."""
     import ctypes
     import signal
     import traceback
@@ -410,6 +427,11 @@ def _serve(read_fd: int, write_fd: int) -> None:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
+    from ..dialect.manager import default_manager
+
+    for name in dialects:  # what the reader's unpickling would import, imported meanwhile
+        with contextlib.suppress(Exception):  # its own import, if any, says what is wrong
+            default_manager().get(name)
     with os.fdopen(read_fd, "rb") as source, os.fdopen(write_fd, "wb") as sink:
         try:
             reader = cloudpickle.loads(_read(source))
@@ -433,4 +455,4 @@ def _serve(read_fd: int, write_fd: int) -> None:
 if __name__ == "__main__":
     import sys
 
-    _serve(int(sys.argv[1]), int(sys.argv[2]))
+    _serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..algorithm.lineage import SOURCE_FILE
+from ..dialect.config import ConnectionConfig
 from ..dialect.errors import (
     ConfigurationError,
     SdkError,
@@ -49,10 +50,12 @@ from .headstart import (
     HEAD_START_FILE,
     STOPPING,
     HeadStart,
+    Worker,
     ends_without_spark,
     local_cores,
     possible,
     spark_position,
+    start_workers,
     taken_up,
     untouched,
     wanted,
@@ -241,13 +244,19 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
     """
     if not isinstance(settings, SyncSettings):
         settings = SyncSettings(settings, *fields, **named)
-    resolved, reader_options, state_dir, spark_checkpoint = _prepare(settings)
-    lease = CheckpointLease(StateStore(state_dir))
-    lease.acquire()  # one sync per checkpoint, taken before this one changes anything
+    workers = _early_workers(settings)
+    try:
+        resolved, reader_options, state_dir, spark_checkpoint = _prepare(settings)
+        lease = CheckpointLease(StateStore(state_dir))
+        lease.acquire()  # one sync per checkpoint, taken before this one changes anything
+    except BaseException:
+        _discard(workers)
+        raise
     try:
         metrics = MetricsServer(settings.metrics_port) \
             if settings.metrics_port is not None else None
     except BaseException:
+        _discard(workers)
         lease.release()
         raise
     head: HeadStart | None = None
@@ -255,7 +264,8 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
     try:
         run = _Run(settings, resolved, lease, state_dir, metrics, report, report_seconds)
         first = {**reader_options, "resolved": save_resolved(state_dir, resolved.tables)}
-        head = _head_start(settings, run, reader_options, first, spark_checkpoint, stop, now)
+        head = _head_start(settings, run, reader_options, first, spark_checkpoint, stop, now,
+                           workers)
         # a head start heeds signals while Spark starts; without one they stop it at once
         with _signals_set(stop, now) if head is not None else contextlib.nullcontext():
             if head is not None and ends_without_spark(settings.head_start, settings.master,
@@ -276,17 +286,42 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
     finally:
         if head is not None:
             head.join()
+        else:  # no head start after all: its workers unused
+            _discard(workers)
         if metrics is not None:
             metrics.close()
         lease.release()
 
 
+def _early_workers(settings: SyncSettings) -> list[Worker]:
+    """The head start's worker processes, started before the sync is prepared so that their
+    imports run meanwhile, when the settings alone allow one (:func:`_head_start` decides)."""
+    cores = local_cores(settings.master)
+    if cores is None or settings.target is None or settings.changes is not None or \
+            not wanted(settings.head_start, settings.until) or \
+            not possible(settings.master, True) or "://" in settings.checkpoint:
+        return []
+    names = []
+    for url in (settings.source, settings.target):
+        with contextlib.suppress(Exception):  # _prepare says what is wrong with it
+            scheme = ConnectionConfig.from_url(url).dialect
+            names.append(default_manager().name_for_scheme(scheme))
+    return start_workers(cores, names)
+
+
+def _discard(workers: list[Worker]) -> None:
+    for worker in workers:
+        worker.kill()
+        worker.close()
+
+
 def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str],
                 first: dict[str, str], spark_checkpoint: str, stop: threading.Event,
-                now: threading.Event) -> HeadStart | None:
+                now: threading.Event, workers: list[Worker]) -> HeadStart | None:
     """Start the driver's head start (:mod:`.headstart`) when the ``head-start`` setting asks
     for one and it can run: a chained sync on a local master on Linux with a local checkpoint
-    whose last batch committed, after any head start before it was taken up; else None."""
+    whose last batch committed, after any head start before it was taken up; else None.
+    ``workers``: its worker processes, if started already."""
     cores = local_cores(settings.master)
     tally = run.mirror
     if cores is None or not isinstance(tally, Tally) or \
@@ -304,7 +339,7 @@ def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str
             run.report_now(run.store.read_json(PROGRESS_FILE) or {})
 
     head = HeadStart(lambda: _stream_reader(first), run.store, last, cores, settings.until,
-                     tally.add, progress, stop, now, previous)
+                     tally.add, progress, stop, now, previous, workers)
     run.started, run.began = time.monotonic(), time.time()
     run.head_started = True
     head.start()
