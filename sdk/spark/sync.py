@@ -266,6 +266,9 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
         first = {**reader_options, "resolved": save_resolved(state_dir, resolved.tables)}
         head = _head_start(settings, run, reader_options, first, spark_checkpoint, stop, now,
                            workers)
+        if head is None:  # not after all (the checkpoint's state): its workers not kept
+            _discard(workers)
+            workers = []
         # a head start heeds signals while Spark starts; without one they stop it at once
         with _signals_set(stop, now) if head is not None else contextlib.nullcontext():
             if head is not None and ends_without_spark(settings.head_start, settings.master,
@@ -286,7 +289,7 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
     finally:
         if head is not None:
             head.join()
-        else:  # no head start after all: its workers unused
+        else:  # the head start's workers, unused when something failed before it began
             _discard(workers)
         if metrics is not None:
             metrics.close()
