@@ -71,9 +71,11 @@ POLL_SECONDS = 0.5  # an open-ended stream_log reads up to a new watermark this 
 HASHES_FETCHED = 10_000  # keys and hashes row_hashes fetches at a time
 UNREACHABLE = ("Connection refused", "timeout expired", "timed out", "No route to host",
                "Network is unreachable", "is starting up", "is shutting down",
-               "closed the connection unexpectedly", "in recovery mode")
+               "closed the connection unexpectedly", "in recovery mode",
+               "not yet accepting connections")
 """libpq's words for a server that did not answer or is restarting (connection failures carry
-no SQLSTATE), as opposed to a refused login or a missing database."""
+no SQLSTATE), as opposed to a refused login or a missing database: a server replaying its WAL
+after a crash says it is "not yet accepting connections" until it is consistent."""
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
               "keepalives_count": 3, "tcp_user_timeout": 60_000}
 """libpq's TCP settings, each overridable by the same-named URL option: a server that vanishes

@@ -875,3 +875,61 @@ def test_arrow_reads_equal_the_row_path(pg: Dialect, capture: Any, postgres_admi
     assert arrow.count == plain.count == 4
     same(arrow.columns, plain.rows)
     assert conn.query("SELECT 1") == [(1,)]  # the connection is left ready
+
+
+def _refusing_server(code: str, message: str) -> tuple[int, threading.Thread]:
+    """A loopback port whose server answers a connection's startup as PostgreSQL does when it
+    refuses it: no TLS, then a FATAL ErrorResponse with SQLSTATE ``code`` and ``message``."""
+    import socket
+    import struct
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    fields = b"".join(kind + text.encode() + b"\0" for kind, text in (
+        (b"S", "FATAL"), (b"V", "FATAL"), (b"C", code), (b"M", message))) + b"\0"
+    error = b"E" + struct.pack("!i", len(fields) + 4) + fields
+
+    def serve() -> None:
+        listener.settimeout(10)
+        with listener:
+            refused = False
+            while not refused:  # libpq asks for TLS or GSS first; a "no" keeps the connection
+                try:
+                    client, _ = listener.accept()
+                except OSError:
+                    return
+                with client:
+                    while True:
+                        size = client.recv(4)
+                        if len(size) < 4:
+                            break
+                        body = client.recv(struct.unpack("!i", size)[0] - 4)
+                        if body[:4] in (struct.pack("!i", 80877103), struct.pack("!i", 80877104)):
+                            client.sendall(b"N")  # SSLRequest, GSSENCRequest: not here
+                            continue
+                        client.sendall(error)  # the StartupMessage, refused
+                        refused = True
+                        break
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
+
+
+@pytest.mark.parametrize(("code", "message", "retriable"), [
+    ("57P03", "the database system is not yet accepting connections", True),  # crash recovery
+    ("57P03", "the database system is starting up", True),
+    ("28P01", 'password authentication failed for user "sdk_cdc"', False),
+])
+def test_a_server_restarting_is_a_passing_fault_and_a_refused_login_is_not(
+        pg: Dialect, code: str, message: str, retriable: bool) -> None:
+    from sdk import ConfigurationError, RetriableError
+
+    port, thread = _refusing_server(code, message)
+    url = f"postgresql://sdk_cdc:secret@127.0.0.1:{port}/sdk_test?connect_timeout=5"
+    with pytest.raises((RetriableError, ConfigurationError)) as refused:
+        pg.connect(ConnectionConfig.from_url(url))
+    thread.join(timeout=10)
+    assert message in str(refused.value) and "secret" not in str(refused.value)
+    assert isinstance(refused.value, RetriableError) == retriable
