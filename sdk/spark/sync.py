@@ -299,10 +299,8 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
 def _early_workers(settings: SyncSettings) -> list[Worker]:
     """The head start's worker processes, started before the sync is prepared so that their
     imports run meanwhile, when the settings alone allow one (:func:`_head_start` decides)."""
-    cores = local_cores(settings.master)
-    if cores is None or settings.target is None or settings.changes is not None or \
-            not wanted(settings.head_start, settings.until) or \
-            not possible(settings.master, True) or "://" in settings.checkpoint:
+    cores = _head_start_cores(settings)
+    if cores is None or settings.target is None or settings.changes is not None:
         return []
     names = []
     for url in (settings.source, settings.target):
@@ -310,6 +308,16 @@ def _early_workers(settings: SyncSettings) -> list[Worker]:
             scheme = ConnectionConfig.from_url(url).dialect
             names.append(default_manager().name_for_scheme(scheme))
     return start_workers(cores, names)
+
+
+def _head_start_cores(settings: SyncSettings) -> int | None:
+    """The cores of a head start when the settings allow one (the ``head-start`` setting, a
+    local master on Linux, a local checkpoint), else None; the mirror must be chained too."""
+    cores = local_cores(settings.master)
+    if cores is None or not wanted(settings.head_start, settings.until) or \
+            not possible(settings.master, True) or "://" in settings.checkpoint:
+        return None
+    return cores
 
 
 def _discard(workers: list[Worker]) -> None:
@@ -325,11 +333,9 @@ def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str
     for one and it can run: a chained sync on a local master on Linux with a local checkpoint
     whose last batch committed, after any head start before it was taken up; else None.
     ``workers``: its worker processes, if started already."""
-    cores = local_cores(settings.master)
+    cores = _head_start_cores(settings)
     tally = run.mirror
-    if cores is None or not isinstance(tally, Tally) or \
-            not wanted(settings.head_start, settings.until) or \
-            not possible(settings.master, True) or "://" in settings.checkpoint:
+    if cores is None or not isinstance(tally, Tally):
         return None
     usable, last = spark_position(spark_checkpoint)
     record = run.store.read_json(HEAD_START_FILE)

@@ -244,11 +244,13 @@ def _chown(path: Path) -> None:
 
 def server_dir() -> Path:
     """A new short temporary directory for servers (a Unix socket's path is short) that user
-    postgres may pass through."""
+    postgres may pass through; removed when the test process exits, if its test did not."""
+    import atexit
     import tempfile
 
     path = Path(tempfile.mkdtemp(prefix="sdk-srv-"))
     path.chmod(0o755)
+    atexit.register(shutil.rmtree, path, True)
     return path
 
 
