@@ -6,10 +6,7 @@ change log shows every snapshot row and change delivered once."""
 
 from __future__ import annotations
 
-import threading
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +14,7 @@ import pytest
 from helpers.changes import assert_once
 from helpers.kill import in_log_phase, kill_when, mid_snapshot, paced, sync_process
 from helpers.lakehouse import commits
+from helpers.writers import Writer, mysql_table, postgres_table
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 from sdk.dialect.manager import default_manager
@@ -26,53 +24,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROWS = 20000
 
 
-def _mysql_source(mysql_admin: Any) -> Iterator[tuple[TableId, Callable[[int], None]]]:
-    name = f"lk_{uuid.uuid4().hex[:10]}"
-
-    def run(sql: str, *args: Any) -> None:
-        with mysql_admin.cursor() as cur:
-            cur.execute(sql, args or None)
-    run(f"CREATE TABLE `{name}` (id INT PRIMARY KEY, v VARCHAR(30), amount DECIMAL(12,2), "
-        "at DATETIME(6))")
-    run(f"INSERT INTO `{name}` SELECT seq, CONCAT('v', seq), seq / 8, "
-        f"'2024-01-01' + INTERVAL seq SECOND FROM seq_1_to_{ROWS}")
-
-    def write(i: int) -> None:
-        run(f"UPDATE `{name}` SET v = %s WHERE id = %s", f"w{i}", i * 7 % ROWS)
-        run(f"REPLACE INTO `{name}` VALUES (%s, 'new', 1.5, NOW(6))", ROWS + i)
-        run(f"DELETE FROM `{name}` WHERE id = %s", i * 13 % ROWS)
-        run(f"UPDATE IGNORE `{name}` SET id = id + 1000000 WHERE id = %s", i * 17 % ROWS)
-    try:
-        yield TableId("sdk_test", name), write
-    finally:
-        run(f"DROP TABLE IF EXISTS `{name}`")
-
-
-def _postgres_source(postgres_admin: Any) -> Iterator[tuple[TableId, Callable[[int], None]]]:
-    name = f"lk_{uuid.uuid4().hex[:10]}"
-    run = postgres_admin.execute
-    run(f'CREATE TABLE "{name}" (id int PRIMARY KEY, v varchar(30), amount numeric(12,2), '
-        "at timestamptz)")
-    run(f"INSERT INTO \"{name}\" SELECT g, 'v' || g, g / 8.0, now() "
-        f"FROM generate_series(1, {ROWS}) g")
-    run(f'ALTER TABLE "{name}" OWNER TO sdk_cdc')
-
-    def write(i: int) -> None:
-        run(f'UPDATE "{name}" SET v = %s WHERE id = %s', (f"w{i}", i * 7 % ROWS))
-        run(f"INSERT INTO \"{name}\" VALUES (%s, 'new', 1.5, now()) ON CONFLICT (id) DO "
-            "UPDATE SET v = 'again'", (ROWS + i,))
-        run(f'DELETE FROM "{name}" WHERE id = %s', (i * 13 % ROWS,))
-        run(f'UPDATE "{name}" SET id = id + 1000000 WHERE id = %s AND NOT EXISTS (SELECT 1 '
-            f'FROM "{name}" WHERE id = %s)', (i * 17 % ROWS, i * 17 % ROWS + 1000000))
-    try:
-        yield TableId("public", name), write
-    finally:
-        run("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE "
-            "slot_name = 'sdk_lk_slot'")
-        run(f'DROP TABLE IF EXISTS "{name}"')
-        run("DROP PUBLICATION IF EXISTS sdk_lk_pub")
-
-
 @pytest.mark.parametrize(("source", "fmt", "changes"), [
     pytest.param("mysql", "delta", False, marks=pytest.mark.mysql),
     pytest.param("postgres", "iceberg", True, marks=pytest.mark.postgres)])
@@ -80,35 +31,30 @@ def test_sync_into_a_lakehouse_survives_sigkills(
         request: pytest.FixtureRequest, source: str, fmt: str, changes: bool,
         tmp_path: Path) -> None:
     if source == "mysql":
-        made = _mysql_source(request.getfixturevalue("mysql_admin"))
+        made = mysql_table(request.getfixturevalue("mysql_admin"), ROWS)
         url = request.getfixturevalue("mysql_url")
     else:
-        made = _postgres_source(request.getfixturevalue("postgres_admin"))
+        made = postgres_table(request.getfixturevalue("postgres_admin"), ROWS, "sdk_lk_slot",
+                              "sdk_lk_pub")
         url = request.getfixturevalue("postgres_url") + "?slot=sdk_lk_slot&publication=sdk_lk_pub"
-    table, write_once = next(made)
+    with made as (table, write_once, run):
+        _sync_into(source, url, fmt, changes, tmp_path, table, write_once, run)
+
+
+def _sync_into(source: str, url: str, fmt: str, changes: bool, tmp_path: Path, table: TableId,
+               write_once: Callable[[int], None], run: Callable[..., None]) -> None:
     lake = f"{fmt}://{tmp_path}/lake"
-    stop = threading.Event()
-
-    def write() -> None:
-        i = 0
-        while not stop.is_set():
-            i += 1
-            write_once(i)
-            time.sleep(0.002)
-
     args = ["sync", "--source", url, "--target", lake, "--tables", str(table),
             "--checkpoint", str(tmp_path / "ck"), "--option", "snapshot.split.size=2500",
             "--option", "snapshot.splits-per-batch=2",
             *(["--changes", str(tmp_path / "changes")] if changes else [])]
-    thread = threading.Thread(target=write)
-    thread.start()
+    writer = Writer(write_once, 0.002)
     try:
         kill_when(sync_process([*args, *paced(ROWS), "--until", "never"]), mid_snapshot,
                   in_log_phase)
         kill_when(sync_process([*args, "--until", "never"]), in_log_phase)
     finally:
-        stop.set()
-        thread.join()
+        writer.stop()
     def caught_up_and_equal() -> None:
         assert sync_process([*args, "--until", "caught-up"]).wait(timeout=600) == 0, \
             (tmp_path / "sync-errors.txt").read_text()[-3000:]
@@ -126,24 +72,19 @@ def test_sync_into_a_lakehouse_survives_sigkills(
         assert got == expected
         assert applied and len(applied) == len(set(applied))  # no batch committed twice
 
-    try:
-        caught_up_and_equal()
-        damaged = verified(url, lake, tmp_path, table, source, fmt)
-        if changes:
-            snapshot_rows, logged = assert_once(tmp_path / "changes", source, key="id")
-            assert snapshot_rows >= ROWS and logged > 0
-        # a column added on the source: the table format's table gains it, every row its value
-        quoted = f"`{table.name}`" if source == "mysql" else f'"{table.name}"'
-        run = request.getfixturevalue("mysql_admin").cursor().execute if source == "mysql" \
-            else request.getfixturevalue("postgres_admin").execute
-        run(f"UPDATE {quoted} SET v = 'restored' WHERE id = {damaged}")  # the sync mends it
-        run(f"ALTER TABLE {quoted} ADD COLUMN n INT DEFAULT 7")
-        # the log shows the new columns with the table's first change after the DDL: a row
-        # surely there (the writer may have deleted or moved any of the first ones)
-        run(f"INSERT INTO {quoted} (id, v, amount, n) VALUES (5000000, 'after', 1.5, 8)")
-        caught_up_and_equal()
-    finally:
-        next(made, None)
+    caught_up_and_equal()
+    damaged = verified(url, lake, tmp_path, table, source, fmt)
+    if changes:
+        snapshot_rows, logged = assert_once(tmp_path / "changes", source, key="id")
+        assert snapshot_rows >= ROWS and logged > 0
+    # a column added on the source: the table format's table gains it, every row its value
+    quoted = f"`{table.name}`" if source == "mysql" else f'"{table.name}"'
+    run(f"UPDATE {quoted} SET v = 'restored' WHERE id = {damaged}")  # the sync mends it
+    run(f"ALTER TABLE {quoted} ADD COLUMN n INT DEFAULT 7")
+    # the log shows the new columns with the table's first change after the DDL: a row
+    # surely there (the writer may have deleted or moved any of the first ones)
+    run(f"INSERT INTO {quoted} (id, v, amount, n) VALUES (5000000, 'after', 1.5, 8)")
+    caught_up_and_equal()
 
 
 def verified(url: str, lake: str, tmp_path: Path, table: TableId, source: str, fmt: str) -> int:

@@ -1,0 +1,215 @@
+"""``sdk sync`` on a standalone Spark cluster (a master and two one-core workers on this
+machine, :mod:`helpers.cluster`), snapshot and log phase under a writer: MariaDB -> PostgreSQL
+with a worker SIGKILLed (with its executors) during the snapshot and another during the log
+phase, and PostgreSQL -> Delta. Spark runs the lost tasks again on the workers left; the mirror
+equals the source, and the change log shows every snapshot row and change delivered once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.changes import assert_once
+from helpers.cluster import SparkCluster, start_cluster
+from helpers.instances import server_dir
+from helpers.kill import mid_snapshot, paced, sync_process
+from helpers.lakehouse import commits
+from helpers.writers import Writer, mysql_table, postgres_table
+
+from sdk import ConnectionConfig, SnapshotSplit, TableId, TableSchema, get_dialect
+from sdk.dialect.manager import default_manager
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROWS = 10000
+MARK = 9_999_999
+"""The key of the row written last: once the mirror holds it, it holds every change before."""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SparkCluster]:
+    made = start_cluster(server_dir() / "spark")
+    # the syncs' drivers bound to loopback too, their Spark events logged (spark-submit reads
+    # spark-defaults.conf in SPARK_CONF_DIR, as a user's cluster settings would be given)
+    conf, events = made.root / "conf", made.root / "events"
+    conf.mkdir()
+    events.mkdir()
+    (conf / "spark-defaults.conf").write_text(
+        f"spark.eventLog.enabled true\nspark.eventLog.compress false\n"
+        f"spark.eventLog.dir file://{events}\n")
+    env = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_CONF_DIR": str(conf)}
+    before = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield made
+    finally:
+        made.stop()
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+def _tasks_lost(cluster: SparkCluster) -> int:
+    """Tasks the syncs' Spark applications lost with an executor, from their event logs."""
+    lost = 0
+    for path in (cluster.root / "events").rglob("events_*"):  # rolling logs, in folders
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("Event") == "SparkListenerTaskEnd" and \
+                    event.get("Task End Reason", {}).get("Reason") == "ExecutorLostFailure":
+                lost += 1
+    return lost
+
+
+def _applied(line: str) -> int:
+    found = re.search(r"applied (\d+)", line)
+    return int(found.group(1)) if found else -1
+
+
+def _source_rows(source: str, url: str, table: TableId) -> tuple[TableSchema, dict[Any, Any]]:
+    dialect = get_dialect(source)
+    conn = dialect.connect(ConnectionConfig.from_url(url))
+    try:
+        schema = dialect.describe_table(conn, table)
+        return schema, {r[0]: r for b in dialect.read_range(
+            conn, schema, SnapshotSplit(table, 0, None, None), 10000) for r in b}
+    finally:
+        conn.close()
+
+
+def _mirror_rows(target_url: str, table: TableId, schema: TableSchema | None) -> dict[Any, Any]:
+    """The rows of the mirror ``table`` by key (``schema``: its columns, else described)."""
+    target, config = default_manager().dialect_for_url(target_url)
+    conn = target.connect(config)
+    try:
+        schema = schema or target.describe_table(conn, table)
+        return {r[0]: r for b in target.read_range(
+            conn, schema, SnapshotSplit(table, 0, None, None), 10000) for r in b}
+    finally:
+        conn.close()
+
+
+def _sync_under_writer(cluster: SparkCluster, args: list[str], tmp_path: Path,
+                       write_once: Callable[[int], None], mark: Callable[[], None],
+                       arrived: Callable[[], bool], lose_workers: bool) -> None:
+    """``sdk sync --until never`` on ``cluster`` while ``write_once`` runs, with (if
+    ``lose_workers``) one worker SIGKILLed mid-snapshot (a batch's tasks run on both) and
+    the one running a log batch (one task; again if it ran none).
+    When the log batches go on (past the losses) the writer stops, ``mark`` writes the row
+    :data:`MARK`, and the sync is stopped (SIGINT) once ``arrived``: the mirror has it."""
+    writer = Writer(write_once, 0.01)
+    # a snapshot paced to be killed in (about 8 s), else as fast as it goes
+    sync = sync_process([*args, *(paced(ROWS) if lose_workers else []), "--until", "never"])
+    try:
+        assert sync.stdout is not None
+        lost: list[str] = []  # the phases a worker was lost in
+        log_start = applied = killed_at = lost_before = -1
+        moving = marked = False  # log batches applied; the last row written
+        for line in sync.stdout:
+            now = _applied(line)
+            if marked:
+                if arrived():
+                    break
+            elif lose_workers and not lost and mid_snapshot(line):
+                cluster.kill_worker(0)  # with the snapshot task it ran
+                cluster.start_worker(0)
+                lost.append("snapshot")
+            elif "phase log" not in line:
+                pass
+            elif log_start < 0:
+                log_start = now
+            elif lose_workers and lost == ["snapshot"]:
+                moving = moving or now > log_start
+                if moving and (killed_at < 0 or
+                               (now > killed_at and _tasks_lost(cluster) <= lost_before)):
+                    # again when the last kill found no log batch running (a batch that
+                    # completed since then logged its stage, and any task lost)
+                    lost_before, killed_at = _tasks_lost(cluster), now
+                    victim = cluster.busiest_worker()
+                    cluster.kill_worker(victim)
+                    cluster.start_worker(victim)
+                elif now > killed_at >= 0:
+                    lost.append("log")
+                    applied = now
+            elif len(lost) == (2 if lose_workers else 0) and now > max(log_start, applied):
+                writer.stop()  # its last change, then the mark
+                mark()
+                marked = True
+        else:
+            raise AssertionError(f"the sync ended (exit {sync.wait()}) having lost workers "
+                                 f"in {lost}: "
+                                 f"{(tmp_path / 'sync-errors.txt').read_text()[-3000:]}")
+        sync.send_signal(signal.SIGINT)  # stops after the batch in flight
+        assert sync.wait(timeout=120) == 0
+    finally:
+        writer.stop()
+        if sync.poll() is None:
+            sync.kill()
+
+
+@pytest.mark.mysql
+@pytest.mark.postgres
+def test_mariadb_to_postgres_on_a_cluster_losing_a_worker_in_each_phase(
+        cluster: SparkCluster, mysql_admin: Any, mysql_url: str, postgres_admin: Any,
+        postgres_url: str, tmp_path: Path) -> None:
+    schema_name = f"sdk_cl_{uuid.uuid4().hex[:8]}"
+    postgres_admin.execute(f"CREATE SCHEMA {schema_name} AUTHORIZATION sdk_cdc")
+    try:
+        with mysql_table(mysql_admin, ROWS) as (table, write_once, run):
+            mirror = TableId(schema_name, table.name)
+
+            def arrived() -> bool:
+                return bool(postgres_admin.execute(
+                    f"SELECT 1 FROM {mirror} WHERE id = {MARK}").fetchall())
+
+            args = ["sync", "--source", mysql_url, "--target", postgres_url, "--tables",
+                    str(table), "--target-schema", schema_name, "--checkpoint",
+                    str(tmp_path / "ck"), "--changes", str(tmp_path / "changes"), "--master",
+                    cluster.url, "--option", "snapshot.split.size=2500",
+                    "--option", "snapshot.splits-per-batch=4"]
+            _sync_under_writer(
+                cluster, args, tmp_path, write_once,
+                lambda: run(f"INSERT INTO `{table.name}` VALUES ({MARK}, 'last', 0, NOW(6))"),
+                arrived, lose_workers=True)
+            _, expected = _source_rows("mysql", mysql_url, table)
+            assert _mirror_rows(postgres_url, mirror, None) == expected
+        assert _tasks_lost(cluster) >= 2  # a task in each phase, run again
+        # the mirror upserts, so it would look right with a change applied twice: count them
+        snapshot_rows, changes = assert_once(tmp_path / "changes", "mysql", key="id")
+        assert snapshot_rows >= ROWS and changes > 0
+    finally:
+        postgres_admin.execute(f"DROP SCHEMA {schema_name} CASCADE")
+
+
+@pytest.mark.postgres
+def test_postgres_to_delta_on_a_cluster(cluster: SparkCluster, postgres_admin: Any,
+                                        postgres_url: str, tmp_path: Path) -> None:
+    url = f"{postgres_url}?slot=sdk_cl_slot&publication=sdk_cl_pub"
+    lake = f"delta://{tmp_path}/lake"
+    with postgres_table(postgres_admin, ROWS, "sdk_cl_slot", "sdk_cl_pub") as \
+            (table, write_once, run):
+        args = ["sync", "--source", url, "--target", lake, "--tables", str(table),
+                "--checkpoint", str(tmp_path / "ck"), "--master", cluster.url,
+                "--option", "snapshot.split.size=2500",
+                "--option", "snapshot.splits-per-batch=2"]
+        schema, _ = _source_rows("postgres", url, table)
+        _sync_under_writer(
+            cluster, args, tmp_path, write_once,
+            lambda: run(f"INSERT INTO \"{table.name}\" VALUES ({MARK}, 'last', 0, now())"),
+            lambda: MARK in _mirror_rows(lake, table, schema), lose_workers=False)
+        _, expected = _source_rows("postgres", url, table)
+        assert _mirror_rows(lake, table, schema) == expected
+        target, config = default_manager().dialect_for_url(lake)
+        tables = target.connect(config)
+        applied = commits(target, tables, schema)
+        tables.close()
+        assert applied and len(applied) == len(set(applied))  # no batch committed twice
