@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from . import jvmcache
-from .workers import worker_python
+from .workers import python_for
 
 DEFAULT_MASTER = "local[*]"
 """Spark master of a sync that names none: every core of this machine."""
@@ -28,7 +28,7 @@ def spark_session(master: str = DEFAULT_MASTER, rows_in_jvm: bool = True) -> Any
     Janino (whose jar is signed, so never in the class archive) delays the first snapshot
     tasks (docs/operations.md, "Measured costs")."""
     if "PYSPARK_PYTHON" not in os.environ:
-        os.environ["PYSPARK_PYTHON"] = worker_python()
+        os.environ["PYSPARK_PYTHON"] = python_for(master)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder

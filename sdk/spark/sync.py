@@ -178,6 +178,12 @@ def _prepare(settings: SyncSettings) -> tuple[SourceSpec, dict[str, str], str, s
         raise ConfigurationError(f"--until takes one of {', '.join(UNTIL)}, not "
                                  f"{settings.until!r}")
     state_dir, spark_checkpoint = checkpoint_paths(settings.checkpoint)
+    if local_cores(settings.master) is None and "://" not in settings.checkpoint:
+        # the tasks read and write the state directory too, wherever they run
+        log.warning("sync: checkpoint %s is a path of this machine, and master %s may run "
+                    "tasks on others: every executor must see that directory at that path "
+                    "(a shared mount), or give --checkpoint a URI of shared storage "
+                    "(hdfs://...)", state_dir.removesuffix("/state"), settings.master)
     reader_options = READER_OPTIONS.canonical({
         "url": settings.source, "tables": settings.tables, "state.dir": state_dir,
         **settings.options})

@@ -55,6 +55,13 @@ def _package_dir(name: str) -> Path | None:
     return location if location.is_dir() else None
 
 
+def python_for(master: str) -> str:
+    """``PYSPARK_PYTHON`` for a session on ``master``: the launcher (:func:`worker_python`) on
+    a local master; on a cluster this interpreter's path, which the executors' machines must
+    have too (the launcher is a file of this machine alone)."""
+    return worker_python() if master.startswith("local") else sys.executable
+
+
 def worker_python(executable: str = sys.executable) -> str:
     """The command for ``PYSPARK_PYTHON``: a launcher of ``executable`` that imports pyspark
     from site-packages when that is the same pyspark as Spark's zips, else ``executable``."""

@@ -45,15 +45,16 @@ def cluster() -> Iterator[SparkCluster]:
         f"spark.eventLog.enabled true\nspark.eventLog.compress false\n"
         f"spark.eventLog.dir file://{events}\n")
     env = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_CONF_DIR": str(conf)}
-    before = {name: os.environ.get(name) for name in env}
+    before = {name: os.environ.get(name) for name in [*env, "PYSPARK_PYTHON"]}
     os.environ.update(env)
+    os.environ.pop("PYSPARK_PYTHON", None)  # the executors' Python as the sync chooses it
     try:
         yield made
     finally:
         made.stop()
         for name, value in before.items():
             if value is None:
-                del os.environ[name]
+                os.environ.pop(name, None)
             else:
                 os.environ[name] = value
 
@@ -73,6 +74,17 @@ def _tasks_lost(cluster: SparkCluster) -> int:
 def _applied(line: str) -> int:
     found = re.search(r"applied (\d+)", line)
     return int(found.group(1)) if found else -1
+
+
+def _kill_busy_worker(cluster: SparkCluster) -> bool:
+    """SIGKILL the worker running a task, with its executor, and start it again; False
+    (nothing killed) when no executor is busy."""
+    busiest, spent = cluster.busiest_worker()
+    if spent < 0.03:  # in 0.3 s: between tasks (an idle worker spends ~0)
+        return False
+    cluster.kill_worker(busiest)
+    cluster.start_worker(busiest)
+    return True
 
 
 def _source_rows(source: str, url: str, table: TableId) -> tuple[TableSchema, dict[Any, Any]]:
@@ -102,8 +114,8 @@ def _sync_under_writer(cluster: SparkCluster, args: list[str], tmp_path: Path,
                        write_once: Callable[[int], None], mark: Callable[[], None],
                        arrived: Callable[[], bool], lose_workers: bool) -> None:
     """``sdk sync --until never`` on ``cluster`` while ``write_once`` runs, with (if
-    ``lose_workers``) one worker SIGKILLed mid-snapshot (a batch's tasks run on both) and
-    the one running a log batch (one task; again if it ran none).
+    ``lose_workers``) the worker running a snapshot task SIGKILLed and later the one running
+    a log batch.
     When the log batches go on (past the losses) the writer stops, ``mark`` writes the row
     :data:`MARK`, and the sync is stopped (SIGINT) once ``arrived``: the mirror has it."""
     writer = Writer(write_once, 0.01)
@@ -112,35 +124,27 @@ def _sync_under_writer(cluster: SparkCluster, args: list[str], tmp_path: Path,
     try:
         assert sync.stdout is not None
         lost: list[str] = []  # the phases a worker was lost in
-        log_start = applied = killed_at = lost_before = -1
-        moving = marked = False  # log batches applied; the last row written
+        log_start = applied = -1  # applied at the log phase's first line, at the last loss
+        marked = False  # the last row written
         for line in sync.stdout:
             now = _applied(line)
             if marked:
                 if arrived():
                     break
             elif lose_workers and not lost and mid_snapshot(line):
-                cluster.kill_worker(0)  # with the snapshot task it ran
-                cluster.start_worker(0)
-                lost.append("snapshot")
+                if _kill_busy_worker(cluster):
+                    lost.append("snapshot")
             elif "phase log" not in line:
                 pass
             elif log_start < 0:
                 log_start = now
-            elif lose_workers and lost == ["snapshot"]:
-                moving = moving or now > log_start
-                if moving and (killed_at < 0 or
-                               (now > killed_at and _tasks_lost(cluster) <= lost_before)):
-                    # again when the last kill found no log batch running (a batch that
-                    # completed since then logged its stage, and any task lost)
-                    lost_before, killed_at = _tasks_lost(cluster), now
-                    victim = cluster.busiest_worker()
-                    cluster.kill_worker(victim)
-                    cluster.start_worker(victim)
-                elif now > killed_at >= 0:
+            elif now <= max(log_start, applied):
+                pass
+            elif lose_workers and lost == ["snapshot"]:  # log batches apply
+                if _kill_busy_worker(cluster):
                     lost.append("log")
                     applied = now
-            elif len(lost) == (2 if lose_workers else 0) and now > max(log_start, applied):
+            elif len(lost) == (2 if lose_workers else 0):  # and went on after the losses
                 writer.stop()  # its last change, then the mark
                 mark()
                 marked = True
@@ -183,6 +187,8 @@ def test_mariadb_to_postgres_on_a_cluster_losing_a_worker_in_each_phase(
             _, expected = _source_rows("mysql", mysql_url, table)
             assert _mirror_rows(postgres_url, mirror, None) == expected
         assert _tasks_lost(cluster) >= 2  # a task in each phase, run again
+        said = (tmp_path / "sync-errors.txt").read_text()
+        assert f"checkpoint {tmp_path / 'ck'} is a path of this machine" in said
         # the mirror upserts, so it would look right with a change applied twice: count them
         snapshot_rows, changes = assert_once(tmp_path / "changes", "mysql", key="id")
         assert snapshot_rows >= ROWS and changes > 0

@@ -1,6 +1,6 @@
 """The launcher Spark starts its Python workers with (sdk/spark/workers.py): it drops Spark's
 own pyspark and py4j zips from the worker's path and keeps everything else, and it is used
-only where those zips are the installed pyspark."""
+only where those zips are the installed pyspark, on a local master."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pyspark
 import pytest
 
-from sdk.spark.workers import worker_python
+from sdk.spark.workers import python_for, worker_python
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
 
@@ -43,6 +43,15 @@ def test_a_spark_distribution_keeps_the_plain_interpreter(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))  # its zips may be another pyspark
     assert worker_python() == sys.executable
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the launcher is a POSIX shell script")
+def test_executors_on_a_cluster_run_the_interpreter_not_this_machines_launcher(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    assert python_for("local[2]") == worker_python() != sys.executable
+    for master in ("spark://10.0.0.5:7077", "yarn", "k8s://https://api:6443"):
+        assert python_for(master) == sys.executable
 
 
 def test_the_warm_up_leaves_a_core_to_the_stream_start() -> None:

@@ -95,9 +95,9 @@ class SparkCluster:
                                    f"after {seconds} s:\n{logs}")
             time.sleep(0.5)
 
-    def busiest_worker(self, seconds: float = 0.5) -> int:
-        """The worker whose executors' Python processes used the most CPU over ``seconds``:
-        the one running a task, when one runs."""
+    def busiest_worker(self, seconds: float = 0.3) -> tuple[int, float]:
+        """The worker whose executors' Python processes used the most CPU over ``seconds``,
+        and the CPU seconds they used: the one running a task, when one runs."""
         import psutil
 
         def used() -> list[float]:
@@ -115,8 +115,9 @@ class SparkCluster:
             return out
         before = used()
         time.sleep(seconds)
-        after = used()
-        return max(range(len(after)), key=lambda i: after[i] - before[i])
+        spent = [a - b for a, b in zip(used(), before, strict=True)]
+        busiest = max(range(len(spent)), key=spent.__getitem__)
+        return busiest, spent[busiest]
 
     def kill_worker(self, i: int) -> None:
         """SIGKILL worker ``i`` with its executors and their Python workers: a machine lost."""
