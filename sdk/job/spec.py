@@ -184,8 +184,9 @@ def checkpoint_paths(checkpoint: str) -> tuple[str, str]:
     ``hdfs://``), kept as it is. A local path a file stands in the way of is refused, naming
     the file."""
     if "://" in checkpoint:
-        base = checkpoint.rstrip("/")
-        return f"{base}/state", f"{base}/checkpoint"
+        base, mark, query = checkpoint.partition("?")  # options (an S3 endpoint) stay last
+        base = base.rstrip("/")
+        return f"{base}/state{mark}{query}", f"{base}/checkpoint{mark}{query}"
     root = Path(checkpoint).absolute()
     state, spark = root / "state", root / "checkpoint"
     place = file_in_the_way(state) or file_in_the_way(spark)

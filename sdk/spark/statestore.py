@@ -27,6 +27,7 @@ class StateStore:
 
     def __init__(self, root: str, create: bool = True) -> None:
         """``create=False`` only reads: a missing root then reads as empty."""
+        self.given = root  # as given: a URI's options (an S3 endpoint) reach the executors
         if "://" in root:
             self.fs, self.root = pafs.FileSystem.from_uri(root)
         else:
@@ -41,7 +42,7 @@ class StateStore:
                                          f"{_file_in_the_way(self, exc)}") from None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri}
+        return {"uri": self.given}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["uri"])  # type: ignore[misc]

@@ -1,0 +1,102 @@
+"""The state directory on object storage: a local S3-compatible server (moto's, from PyPI, on a
+loopback port) read and written through ``pyarrow.fs`` as a sync's state directory is, the
+lease and the progress file included, with the endpoint given in the checkpoint's URI reaching
+what is pickled for the executors."""
+
+from __future__ import annotations
+
+import importlib.util
+import pickle
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from helpers.instances import free_port
+
+from sdk.job.spec import checkpoint_paths
+from sdk.spark.lease import CheckpointInUseError, CheckpointLease
+from sdk.spark.statestore import StateStore
+
+
+@pytest.fixture(scope="module")
+def s3(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[str]:
+    """The options of a checkpoint URI on a moto S3 server started for the module."""
+    if importlib.util.find_spec("moto") is None:
+        pytest.skip("moto's server is not installed (pip install 'moto[server]')")
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        for name, value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"),
+                            ("AWS_DEFAULT_REGION", "us-east-1")):
+            monkeypatch_module.setenv(name, value)
+        yield f"endpoint_override=127.0.0.1:{port}&scheme=http&allow_bucket_creation=true"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def test_a_checkpoint_uri_keeps_its_options_after_each_part() -> None:
+    assert checkpoint_paths("s3://bucket/syncs/shop/?endpoint_override=h:9000&scheme=http") == (
+        "s3://bucket/syncs/shop/state?endpoint_override=h:9000&scheme=http",
+        "s3://bucket/syncs/shop/checkpoint?endpoint_override=h:9000&scheme=http")
+    assert checkpoint_paths("hdfs://nn/cdc") == ("hdfs://nn/cdc/state", "hdfs://nn/cdc/checkpoint")
+
+
+def test_the_state_directory_on_s3(s3: str) -> None:
+    state, _ = checkpoint_paths(f"s3://sdk-state/shop?{s3}")
+    store = StateStore(state)
+    assert store.uri == "s3://sdk-state/shop/state"  # what messages name: no options
+    store.write_json({"phase": "snapshot", "rows": 3}, "progress.json")
+    assert store.read_json("progress.json") == {"phase": "snapshot", "rows": 3}
+    table = pa.table({"id": [1, 2, 3], "v": ["a", "b", None]})
+    store.write_arrow(table, "staged", "t", "split-0.arrow")
+    assert store.read_arrow("staged", "t", "split-0.arrow") == table
+    digest = store.put_content({"columns": ["id", "v"]}, "schemas")
+    assert store.read_json("schemas", f"{digest}.json") == {"columns": ["id", "v"]}
+    # an executor's copy reaches the same server, not AWS: the endpoint travels with it
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.read_json("progress.json") == {"phase": "snapshot", "rows": 3}
+    assert store.read_json("missing.json") is None
+
+
+def test_the_lease_on_s3_refuses_a_second_sync_and_is_taken_over_once_stale(s3: str) -> None:
+    state, _ = checkpoint_paths(f"s3://sdk-state/leased?{s3}")
+    first = CheckpointLease(StateStore(state), seconds=2)
+    assert not first.local
+    first.acquire(settle_seconds=0.2)
+    try:
+        second = CheckpointLease(StateStore(state), seconds=2)
+        with pytest.raises(CheckpointInUseError, match="is in use by the sync of pid"):
+            second.acquire(settle_seconds=0.2)
+    finally:
+        first.release()
+    second.acquire(settle_seconds=0.2)  # released: free
+    second._stop.set()  # a sync that hangs: its lease is no longer renewed
+    assert second._renewer is not None
+    second._renewer.join()
+    time.sleep(2.5)
+    third = CheckpointLease(StateStore(state), seconds=2)
+    third.acquire(settle_seconds=0.2)
+    assert third.owner() is not None and third.owner()["token"] == third.token  # type: ignore[index]
+    third.release()
