@@ -184,9 +184,10 @@ def checkpoint_paths(checkpoint: str) -> tuple[str, str]:
     ``hdfs://``), kept as it is. A local path a file stands in the way of is refused, naming
     the file."""
     if "://" in checkpoint:
-        base, mark, query = checkpoint.partition("?")  # options (an S3 endpoint) stay last
+        # options (an S3 endpoint) are pyarrow.fs's, after the state part; Hadoop takes none
+        base, mark, query = checkpoint.partition("?")
         base = base.rstrip("/")
-        return f"{base}/state{mark}{query}", f"{base}/checkpoint{mark}{query}"
+        return f"{base}/state{mark}{query}", f"{base}/checkpoint"
     root = Path(checkpoint).absolute()
     state, spark = root / "state", root / "checkpoint"
     place = file_in_the_way(state) or file_in_the_way(spark)
