@@ -29,7 +29,9 @@ class StateStore:
         """``create=False`` only reads: a missing root then reads as empty."""
         self.given = root  # as given: a URI's options (an S3 endpoint) reach the executors
         if "://" in root:
-            self.fs, self.root = pafs.FileSystem.from_uri(root)
+            # s3a:// (Hadoop's S3 connector, which Spark's checkpoint beside it needs) is S3
+            uri = "s3://" + root[len("s3a://"):] if root.startswith("s3a://") else root
+            self.fs, self.root = pafs.FileSystem.from_uri(uri)
         else:
             import os
 

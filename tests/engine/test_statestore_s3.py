@@ -78,6 +78,9 @@ def test_the_state_directory_on_s3(s3: str) -> None:
     copy = pickle.loads(pickle.dumps(store))
     assert copy.read_json("progress.json") == {"phase": "snapshot", "rows": 3}
     assert store.read_json("missing.json") is None
+    # Hadoop's scheme, as a checkpoint that Spark's S3A connector also writes is given
+    hadoop = StateStore(checkpoint_paths(f"s3a://sdk-state/shop?{s3}")[0])
+    assert hadoop.read_json("progress.json") == {"phase": "snapshot", "rows": 3}
 
 
 def test_the_lease_on_s3_refuses_a_second_sync_and_is_taken_over_once_stale(s3: str) -> None:
