@@ -1,25 +1,32 @@
 """The state directory on object storage: a local S3-compatible server (moto's, from PyPI, on a
 loopback port) read and written through ``pyarrow.fs`` as a sync's state directory is, the
 lease and the progress file included, with the endpoint given in the checkpoint's URI reaching
-what is pickled for the executors."""
+what is pickled for the executors; and a Spark stream keeping its state there."""
 
 from __future__ import annotations
 
 import importlib.util
 import pickle
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from helpers.instances import free_port
+from helpers.sources import make_source
 
+from sdk import ConnectionConfig, get_dialect
 from sdk.job.spec import checkpoint_paths
 from sdk.spark.lease import CheckpointInUseError, CheckpointLease
+from sdk.spark.mirror import Mirror
 from sdk.spark.statestore import StateStore
+from sdk_sqlite import read_target
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +110,37 @@ def test_the_lease_on_s3_refuses_a_second_sync_and_is_taken_over_once_stale(s3: 
     third.acquire(settle_seconds=0.2)
     assert third.owner() is not None and third.owner()["token"] == third.token  # type: ignore[index]
     third.release()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_stream_keeps_its_state_on_s3(spark: Any, s3: str, tmp_path: Path) -> None:
+    """``format("cdc")`` with ``state.dir`` on S3 (Spark's checkpoint on local disk): the
+    snapshot, then the log in a second run that resumes from the states it left there."""
+    url = make_source(tmp_path, rows=600)
+    dialect = get_dialect("sqlite")
+    conn = dialect.connect(ConnectionConfig.from_url(url))
+    schemas = [dialect.describe_table(conn, t) for t in dialect.list_tables(conn)]
+    dialect.prepare_capture(conn, schemas)
+    mirror = Mirror(f"sqlite:///{tmp_path}/mirror.db", schemas)
+    state = f"s3://sdk-state/stream-{tmp_path.name}?{s3}"
+
+    def run() -> None:
+        query = (spark.readStream.format("cdc").option("url", url).option("tables", "*")
+                 .option("state.dir", state).option("snapshot.split.size", "200").load()
+                 .writeStream.foreachBatch(mirror)
+                 .option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+    run()
+    with sqlite3.connect(tmp_path / "src.db") as source:
+        source.execute("UPDATE items SET name = 'changed' WHERE id < 50")
+        source.execute("DELETE FROM items WHERE id >= 550")
+    run()
+    target = dialect.connect(ConnectionConfig.from_url(f"sqlite:///{tmp_path}/mirror.db"))
+    for schema in schemas:
+        assert read_target(target, schema) == read_target(conn, schema)
+    target.close()
+    conn.close()
+    assert StateStore(state).list_dir("states")  # the stream's states are on S3
