@@ -30,8 +30,9 @@ from sdk_sqlite import read_target
 
 
 @pytest.fixture(scope="module")
-def s3(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[str]:
-    """The options of a checkpoint URI on a moto S3 server started for the module."""
+def s3() -> Iterator[str]:
+    """The options of a checkpoint URI on a moto S3 server started for the module (whose
+    credentials, ``test:test@``, the URIs give)."""
     if importlib.util.find_spec("moto") is None:
         pytest.skip("moto's server is not installed (pip install 'moto[server]')")
     port = free_port()
@@ -48,19 +49,13 @@ def s3(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        for name, value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"),
-                            ("AWS_DEFAULT_REGION", "us-east-1")):
-            monkeypatch_module.setenv(name, value)
-        yield f"endpoint_override=127.0.0.1:{port}&scheme=http&allow_bucket_creation=true"
+        # credentials in the URIs, not the environment: Spark's Python workers, started
+        # before this fixture, would not see it
+        yield (f"endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
+               "&allow_bucket_creation=true")
     finally:
         process.terminate()
         process.wait(30)
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
-    with pytest.MonkeyPatch.context() as patch:
-        yield patch
 
 
 def test_a_checkpoint_uri_keeps_its_options_after_each_part() -> None:
@@ -71,7 +66,7 @@ def test_a_checkpoint_uri_keeps_its_options_after_each_part() -> None:
 
 
 def test_the_state_directory_on_s3(s3: str) -> None:
-    state, _ = checkpoint_paths(f"s3://sdk-state/shop?{s3}")
+    state, _ = checkpoint_paths(f"s3://test:test@sdk-state/shop?{s3}")
     store = StateStore(state)
     assert store.uri == "s3://sdk-state/shop/state"  # what messages name: no options
     store.write_json({"phase": "snapshot", "rows": 3}, "progress.json")
@@ -86,12 +81,12 @@ def test_the_state_directory_on_s3(s3: str) -> None:
     assert copy.read_json("progress.json") == {"phase": "snapshot", "rows": 3}
     assert store.read_json("missing.json") is None
     # Hadoop's scheme, as a checkpoint that Spark's S3A connector also writes is given
-    hadoop = StateStore(checkpoint_paths(f"s3a://sdk-state/shop?{s3}")[0])
+    hadoop = StateStore(checkpoint_paths(f"s3a://test:test@sdk-state/shop?{s3}")[0])
     assert hadoop.read_json("progress.json") == {"phase": "snapshot", "rows": 3}
 
 
 def test_the_lease_on_s3_refuses_a_second_sync_and_is_taken_over_once_stale(s3: str) -> None:
-    state, _ = checkpoint_paths(f"s3://sdk-state/leased?{s3}")
+    state, _ = checkpoint_paths(f"s3://test:test@sdk-state/leased?{s3}")
     first = CheckpointLease(StateStore(state), seconds=2)
     assert not first.local
     first.acquire(settle_seconds=0.2)
@@ -123,7 +118,7 @@ def test_a_stream_keeps_its_state_on_s3(spark: Any, s3: str, tmp_path: Path) -> 
     schemas = [dialect.describe_table(conn, t) for t in dialect.list_tables(conn)]
     dialect.prepare_capture(conn, schemas)
     mirror = Mirror(f"sqlite:///{tmp_path}/mirror.db", schemas)
-    state = f"s3://sdk-state/stream-{tmp_path.name}?{s3}"
+    state = f"s3://test:test@sdk-state/stream-{tmp_path.name}?{s3}"
 
     def run() -> None:
         query = (spark.readStream.format("cdc").option("url", url).option("tables", "*")
