@@ -10,10 +10,13 @@ import json
 import os
 import re
 import signal
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from helpers.changes import assert_once
@@ -76,15 +79,45 @@ def _applied(line: str) -> int:
     return int(found.group(1)) if found else -1
 
 
-def _kill_busy_worker(cluster: SparkCluster) -> bool:
-    """SIGKILL the worker running a task, with its executor, and start it again; False
-    (nothing killed) when no executor is busy."""
-    busiest, spent = cluster.busiest_worker()
-    if spent < 0.03:  # in 0.3 s: between tasks (an idle worker spends ~0)
-        return False
-    cluster.kill_worker(busiest)
-    cluster.start_worker(busiest)
-    return True
+CONFIRM_SECONDS = 25.0
+"""How long a lost task may take to show in the event log: Spark writes its end at once but
+flushes the log only at events such as a stage's end or an executor's (re)registration."""
+
+
+@dataclass
+class _Losses:
+    """A worker running a task killed (with its executor, and started again) in each of
+    ``phases`` in turn. A kill counts once the event log shows one more task lost; one that
+    missed (the task ended between the choice and the kill) is made again while the phase
+    lasts."""
+
+    cluster: SparkCluster
+    source_port: int
+    """The source's port: a worker whose executor holds a connection to it runs a task."""
+    phases: list[str]
+    done: list[str] = field(default_factory=list)
+    tried: list[str] = field(default_factory=list)  # each kill made: its phase and outcome
+    lost: int = 0  # tasks lost in the event log before the kill waiting to show
+    at: float | None = None  # when that kill was made
+
+    def see(self, phase: str | None) -> None:
+        """At a progress line of ``phase`` (None: one to kill in no phase)."""
+        if self.at is not None:  # a kill waiting to show, whatever the phase now
+            if _tasks_lost(self.cluster) > self.lost:
+                self.done.append(self.phases.pop(0))
+                self.tried[-1] += " lost a task"
+                self.at = None
+            elif time.monotonic() - self.at > CONFIRM_SECONDS:
+                self.tried[-1] += " missed"
+                self.at = None
+        if self.at is None and self.phases and phase == self.phases[0]:
+            lost = _tasks_lost(self.cluster)
+            running = self.cluster.worker_connected(self.source_port)
+            if running is not None:
+                self.cluster.kill_worker(running)
+                self.cluster.start_worker(running)
+                self.lost, self.at = lost, time.monotonic()
+                self.tried.append(f"{phase}: worker {running}")
 
 
 def _rows(url: str, table: TableId, schema: TableSchema | None = None
@@ -106,42 +139,50 @@ def _sync_under_writer(cluster: SparkCluster, args: list[str], tmp_path: Path,
                        arrived: Callable[[], bool], lose_workers: bool) -> None:
     """``sdk sync --until never`` on ``cluster`` while ``write_once`` runs, with (if
     ``lose_workers``) the worker running a snapshot task SIGKILLed and later the one running
-    a log batch.
+    a log batch (:class:`_Losses`).
     When the log batches go on (past the losses) the writer stops, ``mark`` writes the row
     :data:`MARK`, and the sync is stopped (SIGINT) once ``arrived``: the mirror has it."""
     writer = Writer(write_once, 0.01)
-    # a snapshot paced to be killed in (about 8 s), else as fast as it goes
-    sync = sync_process([*args, *(paced(ROWS) if lose_workers else []), "--until", "never"])
+    # to be killed in: a snapshot paced to about 8 s, log batches paced to twice the writer's
+    # rate (~300 changes/s), each reading the source about half the time; else as fast as
+    # they go
+    pace = [*paced(ROWS), "--option", "log.changes-per-second=600"] if lose_workers else []
+    sync = sync_process([*args, *pace, "--until", "never"])
+    losses = _Losses(cluster, urlsplit(args[args.index("--source") + 1]).port or 0,
+                     ["snapshot", "log"] if lose_workers else [])
     try:
         assert sync.stdout is not None
-        lost: list[str] = []  # the phases a worker was lost in
-        log_start = applied = -1  # applied at the log phase's first line, at the last loss
+        log_start = -1  # applied at the log phase's first line
         marked = False  # the last row written
+        deadline = time.monotonic() + 200
+        seen: list[str] = []
         for line in sync.stdout:
+            seen = [*seen[-5:], line]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no end after 200 s: kills {losses.tried}, {seen}")
             now = _applied(line)
             if marked:
                 if arrived():
                     break
-            elif lose_workers and not lost and mid_snapshot(line):
-                if _kill_busy_worker(cluster):
-                    lost.append("snapshot")
+            elif mid_snapshot(line):
+                losses.see("snapshot")
             elif "phase log" not in line:
-                pass
+                losses.see(None)
             elif log_start < 0:
                 log_start = now
-            elif now <= max(log_start, applied):
-                pass
-            elif lose_workers and lost == ["snapshot"]:  # log batches apply
-                if _kill_busy_worker(cluster):
-                    lost.append("log")
-                    applied = now
-            elif len(lost) == (2 if lose_workers else 0):  # and went on after the losses
-                writer.stop()  # its last change, then the mark
-                mark()
-                marked = True
+            elif now > log_start:  # log batches apply
+                losses.see("log")
+                if not losses.phases and losses.at is None:  # and go on after the losses
+                    writer.stop()  # its last change, then the mark
+                    mark()
+                    marked = True
+            if losses.phases and losses.phases[0] == "snapshot" and "phase log" in line \
+                    and losses.at is None:
+                raise AssertionError(f"the snapshot ended before a task of it was lost: "
+                                     f"{losses.tried}")
         else:
-            raise AssertionError(f"the sync ended (exit {sync.wait()}) having lost workers "
-                                 f"in {lost}: "
+            raise AssertionError(f"the sync ended (exit {sync.wait()}) having lost tasks in "
+                                 f"{losses.done} ({losses.tried}): "
                                  f"{(tmp_path / 'sync-errors.txt').read_text()[-3000:]}")
         sync.send_signal(signal.SIGINT)  # stops after the batch in flight
         assert sync.wait(timeout=120) == 0

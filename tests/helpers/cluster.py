@@ -14,6 +14,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from helpers.instances import free_port
 
@@ -95,29 +96,37 @@ class SparkCluster:
                                    f"after {seconds} s:\n{logs}")
             time.sleep(0.5)
 
-    def busiest_worker(self, seconds: float = 0.3) -> tuple[int, float]:
-        """The worker whose executors' Python processes used the most CPU over ``seconds``,
-        and the CPU seconds they used: the one running a task, when one runs."""
+    def _pythons(self, i: int) -> list[Any]:
+        """The Python processes under worker ``i`` (its executors' Python workers)."""
         import psutil
 
-        def used() -> list[float]:
-            out = []
-            for process in self.workers:
-                total = 0.0
+        process = self.workers[i]
+        found = []
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(process.pid).children(recursive=True) \
+                    if process is not None else []:
                 with contextlib.suppress(psutil.Error):
-                    for child in psutil.Process(process.pid).children(recursive=True) \
-                            if process is not None else []:
-                        with contextlib.suppress(psutil.Error):
-                            if "python" in child.name():
-                                times = child.cpu_times()
-                                total += times.user + times.system
-                out.append(total)
-            return out
-        before = used()
-        time.sleep(seconds)
-        spent = [a - b for a, b in zip(used(), before, strict=True)]
-        busiest = max(range(len(spent)), key=spent.__getitem__)
-        return busiest, spent[busiest]
+                    if "python" in child.name():
+                        found.append(child)
+        return found
+
+    def worker_connected(self, port: int, seconds: float = 2) -> int | None:
+        """A worker whose executor's Python worker holds a connection to ``port`` on loopback,
+        looked for over ``seconds``: it runs a task that reads that server (a task closes its
+        connections when it ends), even one paced to a rate and asleep. None: no task read
+        it meanwhile."""
+        import psutil
+
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for i in range(len(self.workers)):
+                for child in self._pythons(i):
+                    with contextlib.suppress(psutil.Error):
+                        if any(c.raddr and c.raddr.port == port and c.status == "ESTABLISHED"
+                               for c in child.net_connections(kind="tcp")):
+                            return i
+            time.sleep(0.005)
+        return None
 
     def kill_worker(self, i: int) -> None:
         """SIGKILL worker ``i`` with its executors and their Python workers: a machine lost."""
