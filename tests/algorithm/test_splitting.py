@@ -51,6 +51,7 @@ def plan_all(dialect: Dialect, url: str, options: SyncOptions,
     return splits, sizes, first, schema
 
 
+@pytest.mark.slow
 def test_skewed_million_keys_get_even_splits(sqlite_dialect: Dialect, tmp_path: Path) -> None:
     rng = random.Random(7)
     dense = rng.sample(range(0, 1_000_000), 900_000)  # 90% of keys in 1% of the range

@@ -394,6 +394,7 @@ def west_of_utc(spark: Any) -> Iterator[Any]:
 
 @pytest.mark.spark
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_mirror_carries_postgres_edge_values_through_spark(
         pg_table: Any, postgres_admin: Any, postgres_url: str, west_of_utc: Any,
         tmp_path: Path) -> None:

@@ -110,6 +110,7 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch: pytest.MonkeyPatch,
 
 @pytest.mark.postgres
 @pytest.mark.spark
+@pytest.mark.slow
 def test_a_value_spark_cannot_hold_ends_in_a_short_summary(
         spark: Any, postgres_admin: Any, postgres_url: str, postgres_admin_url: str,
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

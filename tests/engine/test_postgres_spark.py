@@ -110,6 +110,7 @@ def test_sync_restarts_when_the_source_drops_out(spark: Any, postgres_admin: Any
         postgres_admin.execute(f'DROP TABLE IF EXISTS "{name}"')
 
 
+@pytest.mark.slow
 def test_a_batch_read_leaves_no_slot_and_no_publication(spark: Any, postgres_admin: Any,
                                                          postgres_url: str,
                                                          tmp_path: Path) -> None:

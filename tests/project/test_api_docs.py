@@ -7,11 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers.paths import ROOT
 
 DOCS = ROOT / "docs" / "api"
 
 
+@pytest.mark.slow
 def test_the_api_reference_builds_without_warnings(tmp_path: Path) -> None:
     build = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS),
