@@ -70,7 +70,9 @@ the raw decoder over the same range: python-mysql-replication ``BinLogStreamRead
 binlog position before the updates to the one after (row events of the table, typed by the
 library), and for PostgreSQL ``pg_logical_slot_peek_binary_changes`` on a slot made before the
 updates, with the pgoutput messages decoded here and each new tuple typed with psycopg's
-loaders.
+loaders; and the source dialect's own ``stream_log`` over the same range (its offsets taken
+before and after the updates, PostgreSQL through the raw reader's slot), the decode rate the
+issue holds the log phase to (ratio sdk/stream_log).
 
 Every rate is printed, with the ratios sdk/hand-written, sdk/C-tools, sdk/Spark-JDBC (both whole
 commands) and sdk/raw (rate over rate: below 1.0 the sdk is slower). Each target is checked
@@ -644,6 +646,39 @@ class PostgresSource(Source):
         return n, commits
 
 
+class DialectLog:
+    """The source dialect's own ``stream_log`` over the updates' range, as a sync's log
+    batch calls it (with the table's ``describe_table`` schema; PostgreSQL through the raw
+    reader's slot, made before the updates): the decode rate the log phase is held to."""
+
+    def __init__(self, url: str, pattern: str) -> None:
+        from sdk import TableId
+        from sdk.dialect.manager import default_manager
+
+        self.dialect, config = default_manager().dialect_for_url(url)
+        self.conn = self.dialect.connect(config)
+        schema, _, name = pattern.rpartition(".")
+        self.table = self.dialect.describe_table(self.conn, TableId(schema, name))
+        self.start = self.dialect.current_offset(self.conn)
+        self.end: Any = None
+
+    def mark_end(self) -> None:
+        """The end of the range: the source's position now (after the updates)."""
+        self.end = self.dialect.current_offset(self.conn)
+
+    def read(self) -> int:
+        """The changes ``stream_log`` yields from the start to the end; closes the
+        connection."""
+        from sdk import ChangeEvent
+
+        try:
+            return sum(1 for item in self.dialect.stream_log(self.conn, [self.table],
+                                                             self.start, self.end)
+                       if isinstance(item, ChangeEvent))
+        finally:
+            self.conn.close()
+
+
 def pgoutput(data: bytes, relations: dict[int, list[int]]
              ) -> tuple[str, tuple[list[int], list[bytes | None]] | None]:
     """The least pgoutput decoding a typed reader needs: a Relation's column types, and the
@@ -1078,6 +1113,7 @@ def log_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Clea
     if compare:
         variants.append((compare, "logc", {**args.sdk_env, **args.compare_env}))
     raw_s: list[float] = []
+    dialect_s: list[float] = []
     runs: dict[str, list[SdkRun]] = {label: [] for label, _, _ in variants}
     ok = True
     raw_count = raw_tx = 0
@@ -1092,18 +1128,24 @@ def log_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Clea
                                    args.sdk_option, env)
         source.prepare_raw(table)
         start = source.position()
+        own_decoder = DialectLog(source.sdk_url(table, "raw"), source.pattern(table))
         t = time.perf_counter()
         source.update(table, ids, args.per_transaction)
         made = time.perf_counter() - t
         end = source.position()
+        own_decoder.mark_end()
         expected = source.checksum(table)
         t = time.perf_counter()
         raw_count, raw_tx = source.raw(table, start, end)
         raw_s.append(time.perf_counter() - t)
-        counted = raw_count == args.changes
+        t = time.perf_counter()
+        decoded = own_decoder.read()
+        dialect_s.append(time.perf_counter() - t)
+        counted = raw_count == args.changes and decoded == args.changes
         ok &= counted
         print(f"  [{k + 1}/{args.repeat}] updates made in {made:.1f} s; raw {raw_s[-1]:.2f} s "
-              f"({raw_count:,} changes, {raw_tx:,} transactions)", flush=True)
+              f"({raw_count:,} changes, {raw_tx:,} transactions); the dialect's stream_log "
+              f"{dialect_s[-1]:.2f} s ({decoded:,} changes)", flush=True)
         for label, prefix, env in variants:
             run_name, schema = f"{prefix}_{source.kind}_{k}", \
                 f"e2e_{prefix}_{source.kind}_{TAG}_{k}"
@@ -1133,6 +1175,9 @@ def log_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Clea
     print(f"{source.label} -> {sink.label}, log phase, {n:,} changes, best of "
           f"{args.repeat}{sdk_env}:")
     line(f"raw decoder ({decoder})", raw_s, n, "changes/s")
+    line("the source dialect's stream_log (its own decoder, same range)", dialect_s, n,
+         "changes/s")
+    dialect_rate = rate(n, dialect_s)
     for label, variant in runs.items():
         tag = f" [{label}]" if label else ""
         whole = [r.seconds for r in variant]
@@ -1152,7 +1197,8 @@ def log_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Clea
         print(f"  ratios{tag} (rate/rate): sdk/raw {own_rate / raw_rate:.3f} (whole command "
               f"{whole_rate / raw_rate:.3f}"
               + (f", first log batch to exit {rate(n, planned) / raw_rate:.3f}"
-                 if planned else "") + ")")
+                 if planned else "") + f"); sdk/stream_log {own_rate / dialect_rate:.3f} "
+              f"(whole command {whole_rate / dialect_rate:.3f})")
     print(f"  check: {'OK' if ok else 'MISMATCH'} (raw decoder saw {raw_count:,} of {n:,} "
           f"changes, {raw_tx:,} commits in the range; the mirror's count and checksum equal the "
           "source's after the updates)")

@@ -165,21 +165,28 @@ def _sync_settings(args: argparse.Namespace) -> SyncSettings:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     """Copy the chosen tables into the target, then follow every change, exactly once."""
-    from ..spark.headstart import ends_without_spark
-    from ..spark.session import EarlySession, jvm_rows
+    from ..spark.headworkers import discard, early_workers, ends_without_spark
 
     settings = _sync_settings(args)
-    # the driver JVM starts before the engine is imported (~0.6 s of it) and while the
-    # source is checked; not for a sync the driver's head start runs whole
-    chained = settings.target is not None and settings.changes is None
-    early = None if ends_without_spark(settings.head_start, settings.master, settings.until,
-                                       chained) else \
-        EarlySession(settings.master, rows_in_jvm=jvm_rows(settings.target, settings.changes))
-    from ..spark.sync import run_sync
+    # the head start's workers start their imports before the engine is imported here
+    workers = early_workers(settings)
+    try:
+        from ..spark.session import EarlySession, jvm_rows
 
+        # the driver JVM starts before the engine is imported (~0.6 s of it) and while the
+        # source is checked; not for a sync the driver's head start runs whole
+        chained = settings.target is not None and settings.changes is None
+        early = None if ends_without_spark(settings.head_start, settings.master,
+                                           settings.until, chained) else \
+            EarlySession(settings.master,
+                         rows_in_jvm=jvm_rows(settings.target, settings.changes))
+        from ..spark.sync import run_sync
+    except BaseException:
+        discard(workers)
+        raise
     reporter = _reporter()
     try:
-        summary = run_sync(settings, report=reporter, early=early)
+        summary = run_sync(settings, report=reporter, early=early, workers=workers)
     finally:
         getattr(reporter, "close", lambda: None)()
     skipped = f"; skipped {summary.skipped} (sdk status lists them)" if summary.skipped else ""

@@ -182,7 +182,7 @@ def run_demo(workdir: Path, rows: int, report: Any) -> DemoResult:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     marker.touch()
-    from ..spark.headstart import ends_without_spark
+    from ..spark.headworkers import ends_without_spark
     from ..spark.session import DEFAULT_MASTER, EarlySession, jvm_rows
 
     # the Spark session starts while the embedded server starts and the shop is filled,

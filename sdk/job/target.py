@@ -270,6 +270,14 @@ class Applier:
                  "skipped": skipped.get(t, 0)}
                 for t in tables]
 
+    def connect(self) -> None:
+        """Open the target connection now rather than on first use: a writer thread does it
+        while its task reads the first changes (the target driver's import and the login
+        would otherwise wait until they are read)."""
+        dialect = get_dialect(self.target.dialect_name)
+        with dialect.passing_faults():
+            self._connect(dialect)
+
     def _connect(self, dialect: Any) -> None:
         """Open the applier's target connection on first use."""
         if self._conn is None:

@@ -3,8 +3,8 @@
 On a local master the JVM, the Spark session and the stream take some 5 s before Spark runs a
 task (docs/operations.md, "Measured costs"). Meanwhile the driver plans batches with the
 stream's own reader (:class:`~sdk.spark.source.CdcStreamReader`) and runs their partitions
-with the tasks' own code, in Python processes of its own (:class:`Worker`, one per core): the
-same reads, stages and ledger-recorded loads. It
+with the tasks' own code, in Python processes of its own (:class:`.headworkers.Worker`, one
+per core): the same reads, stages and ledger-recorded loads. It
 records how far it got in :data:`HEAD_START_FILE`; the stream's source then goes from where
 Spark's checkpoint stands to the last batch the driver completed in one step without tasks,
 and runs a batch the driver left unfinished as Spark replays one (staged splits served from
@@ -27,19 +27,15 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import queue
-import re
-import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark import cloudpickle
-
-from ..dialect.errors import ConfigurationError, RetriableError
+from ..dialect.errors import RetriableError
 from ..job.failures import task_error
+from .headworkers import Worker
 from .reads import gc_paused
 
 if TYPE_CHECKING:
@@ -54,21 +50,6 @@ initial offset, for a new checkpoint), ``done`` (the offset after the last batch
 ``planned`` (a batch planned after it whose tasks may not all have run)."""
 HEAD_START_LOCK = "headstart.lock"
 Offset = dict[str, Any]
-_LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?$")
-
-
-def local_cores(master: str) -> int | None:
-    """The task slots of a local master (``local``, ``local[N]``, ``local[*]``), else None."""
-    found = _LOCAL.match(master.strip())
-    if found is None:
-        return None
-    slots = found.group(2)
-    if slots is None:
-        return 1
-    if slots != "*":
-        return int(slots)
-    affinity = getattr(os, "sched_getaffinity", None)  # Linux: the cores this process may use
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def spark_position(checkpoint: str) -> tuple[bool, Offset | None]:
@@ -148,34 +129,6 @@ def untouched(record: dict[str, Any] | None, last: Offset | None) -> bool:
         (last is not None and last["state"] == _base(record))
 
 
-def wanted(setting: str | None, until: str) -> bool:
-    """Whether the ``head-start`` setting asks for a head start on a sync run ``until``:
-    ``auto`` for a bounded one, ``on`` always, ``off`` never; None (not set): the
-    environment's ``SDK_HEAD_START`` (``auto``, ``on``/``1``, ``off``/``0``), else ``auto``."""
-    if setting is None:
-        from ..job.spec import HEAD_START
-
-        given = os.environ.get("SDK_HEAD_START", "auto")
-        try:
-            setting = HEAD_START(given)
-        except ValueError:
-            raise ConfigurationError(f"SDK_HEAD_START takes auto, on or off, not {given!r}: "
-                                     "set it to one of them or unset it") from None
-    return setting == "on" or (setting == "auto" and until in ("snapshot", "caught-up"))
-
-
-def possible(master: str, chained: bool) -> bool:
-    """Whether a sync can have a head start: a chained one, on a local master, on Linux."""
-    return chained and local_cores(master) is not None and sys.platform == "linux"
-
-
-def ends_without_spark(setting: str | None, master: str, until: str, chained: bool) -> bool:
-    """Whether a sync may end without starting Spark: a bounded one (``until`` snapshot or
-    caught-up) with a head start, which runs it whole (Spark starts only if it fails)."""
-    return until in ("snapshot", "caught-up") and wanted(setting, until) and \
-        possible(master, chained)
-
-
 def wait_for_driver(store: StateStore) -> dict[str, Any] | None:
     """The record, once a driver running a head start on this state directory has stopped."""
     lock = Path(store.path(HEAD_START_LOCK))
@@ -201,7 +154,8 @@ class HeadStart:
                  now: threading.Event, previous: dict[str, Any] | None = None,
                  workers: list[Worker] | None = None) -> None:
         """``previous``: a record the stream has taken up nothing of, to go on from;
-        ``workers``: processes started already (:func:`start_workers`), else made here."""
+        ``workers``: processes started already (:func:`.headworkers.early_workers`), else
+        made here."""
         self.make_reader, self.store, self.last, self.cores = reader, store, last, cores
         self.previous = previous
         self.reached = False
@@ -307,8 +261,13 @@ class HeadStart:
         Python workers (threads would share one interpreter's lock; a fork of the driver,
         whose other threads hold locks, can hang); False when stopped at once."""
         todo: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        for partition in reader.partitions(start, end):
+        partitions = reader.partitions(start, end)
+        for partition in partitions:
             todo.put(partition)
+        while len(self._workers) < min(self.cores, len(partitions)):  # started with fewer
+            worker = Worker()
+            worker.load(reader)
+            self._workers.append(worker)
         results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
         feeders = [threading.Thread(target=worker.serve, args=(todo, results), daemon=True)
                    for worker in self._workers]
@@ -335,124 +294,3 @@ STOPPING = ("sync: stopping once the batch in flight commits; signal again to st
             "restart resumes exactly)")
 
 
-def start_workers(cores: int, dialects: Sequence[str]) -> list[Worker]:
-    """``cores`` worker processes for a head start, started before the sync is prepared so
-    their imports (the engine's, and the ``dialects``' plugins) run meanwhile."""
-    return [Worker(dialects) for _ in range(cores)]
-
-
-class Worker:
-    """A Python process of its own (``python -m sdk.spark.headstart``) running partitions
-    of the reader it is given (:meth:`load`) as Spark's Python workers run tasks; it imports
-    the plugins of ``dialects`` (names) while it waits for it, and dies with the thread that
-    made it (so with the driver)."""
-
-    def __init__(self, dialects: Sequence[str] = ()) -> None:
-        import subprocess
-        import sys
-
-        to_worker, self._in = os.pipe()
-        self._out, from_worker = os.pipe()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "sdk.spark.headstart", str(to_worker), str(from_worker),
-             *dialects], pass_fds=(to_worker, from_worker), stdin=subprocess.DEVNULL)
-        os.close(to_worker)
-        os.close(from_worker)
-        self._send = os.fdopen(self._in, "wb")
-        self._receive = os.fdopen(self._out, "rb")
-        self._reader: bytes | None = None  # sent with its first partition
-
-    def load(self, reader: CdcStreamReader) -> None:
-        """The reader whose partitions it runs (sent with the first one)."""
-        self._reader = _pickled(reader)
-
-    def serve(self, todo: queue.SimpleQueue[Any], results: queue.SimpleQueue[tuple[bool, Any]]
-              ) -> None:
-        """Run partitions from ``todo`` until it is empty, each outcome into ``results``."""
-        while True:
-            try:
-                partition = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                if self._reader is not None:  # it reads it once its imports are done
-                    _write(self._send, self._reader)
-                    self._reader = None
-                _write(self._send, _pickled(partition))
-                results.put(cloudpickle.loads(_read(self._receive)))
-            except (OSError, EOFError, ValueError) as exc:
-                results.put((False, f"worker {self.process.pid} lost: {exc}"))
-                return
-
-    def kill(self) -> None:
-        self.process.kill()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._send.close()  # its end of input: it exits
-        with contextlib.suppress(OSError):
-            self._receive.close()
-        try:
-            self.process.wait(timeout=5)
-        except Exception:
-            self.process.kill()
-
-
-def _write(stream: Any, data: bytes) -> None:
-    stream.write(len(data).to_bytes(8, "big") + data)
-    stream.flush()
-
-
-def _read(stream: Any) -> bytes:
-    size = stream.read(8)
-    if len(size) < 8:
-        raise EOFError("the other side closed")
-    data: bytes = stream.read(int.from_bytes(size, "big"))
-    return data
-
-
-def _pickled(value: Any) -> bytes:
-    """``value`` as Spark pickles a task's (its reader holds closures plain pickle refuses)."""
-    return bytes(cloudpickle.dumps(value))  # type: ignore[no-untyped-call]
-
-
-def _serve(read_fd: int, write_fd: int, dialects: Sequence[str]) -> None:
-    """A worker's life: die with the driver's thread that started it, import the
-    ``dialects``' plugins, load the reader, then run each partition sent until the input
-    ends, answering (ok, report rows or error)."""
-    import ctypes
-    import signal
-    import traceback
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
-    from ..dialect.manager import default_manager
-
-    for name in dialects:  # what the reader's unpickling would import, imported meanwhile
-        with contextlib.suppress(Exception):  # its own import, if any, says what is wrong
-            default_manager().get(name)
-    with os.fdopen(read_fd, "rb") as source, os.fdopen(write_fd, "wb") as sink:
-        try:
-            reader = cloudpickle.loads(_read(source))
-        except EOFError:  # closed before it was given a partition (fewer than the workers)
-            return
-        while True:
-            try:
-                partition = cloudpickle.loads(_read(source))
-            except EOFError:
-                return
-            try:
-                rows: list[tuple[Any, ...]] = []
-                for batch in reader.read(partition):
-                    rows += [tuple(r.values()) for r in batch.to_pylist()]
-                outcome: tuple[bool, Any] = (True, rows)
-            except Exception as exc:
-                outcome = (False, "".join(traceback.format_exception_only(exc)).strip())
-            _write(sink, _pickled(outcome))
-
-
-if __name__ == "__main__":
-    import sys
-
-    _serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])

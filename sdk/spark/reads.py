@@ -353,6 +353,7 @@ def _applied(reader: _SplitReader, sink: Applier) -> Iterator[pa.RecordBatch]:
     prefix = ledger_prefix(reader.store)
     loader = Pipeline()
     try:
+        loader.submit(sink.connect)  # while the first split is read
         for one in reader.splits():
             if not reader.replay(one):
                 reader.stage(one, reader.read(one))
@@ -522,6 +523,7 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
     last_table: TableId | None = None
     changes: list[ChangeEvent] = []
     try:
+        writer.submit(sink.connect)  # while the first chunk is read
         for item in _log_events(spec, engine, shapes, partition.paced_from):
             if isinstance(item, SchemaChange):
                 last_table = None

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..algorithm.lineage import SOURCE_FILE
-from ..dialect.config import ConnectionConfig
 from ..dialect.errors import (
     ConfigurationError,
     SdkError,
@@ -50,15 +49,17 @@ from .headstart import (
     HEAD_START_FILE,
     STOPPING,
     HeadStart,
-    Worker,
-    ends_without_spark,
-    local_cores,
-    possible,
     spark_position,
-    start_workers,
     taken_up,
     untouched,
-    wanted,
+)
+from .headworkers import (
+    Worker,
+    discard,
+    early_workers,
+    ends_without_spark,
+    head_start_cores,
+    local_cores,
 )
 from .lease import CheckpointLease
 from .mirror import Mirror, Tally
@@ -225,7 +226,7 @@ Report = Callable[[dict[str, Any]], None]
 
 def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None = None,
              report_seconds: float = 2.0, early: EarlySession | None = None,
-             **named: Any) -> SyncSummary:
+             workers: list[Worker] | None = None, **named: Any) -> SyncSummary:
     """Sync as ``settings`` say (:class:`~sdk.job.spec.SyncSettings`; or give its fields:
     ``run_sync(source, target, tables, checkpoint, until, options, master=..., ...)``):
     ``settings.tables`` of ``settings.source`` into ``settings.target`` until
@@ -246,23 +247,25 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
     ``metrics_port`` serves the progress as Prometheus metrics (:mod:`sdk.job.metrics`).
     ``report`` is given the progress every ``report_seconds``. ``early``: the session, already
     starting (``sdk sync`` starts it before it imports the engine; made for
-    ``jvm_rows(target, changes)``); else it is made once the checks passed.
+    ``jvm_rows(target, changes)``); else it is made once the checks passed. ``workers``:
+    the head start's worker processes (:func:`.headworkers.early_workers`), started by the
+    caller and owned by the sync from here; else started here when the settings allow.
     """
     if not isinstance(settings, SyncSettings):
         settings = SyncSettings(settings, *fields, **named)
-    workers = _early_workers(settings)
+    workers = early_workers(settings) if workers is None else workers
     try:
         resolved, reader_options, state_dir, spark_checkpoint = _prepare(settings)
         lease = CheckpointLease(StateStore(state_dir))
         lease.acquire()  # one sync per checkpoint, taken before this one changes anything
     except BaseException:
-        _discard(workers)
+        discard(workers)
         raise
     try:
         metrics = MetricsServer(settings.metrics_port) \
             if settings.metrics_port is not None else None
     except BaseException:
-        _discard(workers)
+        discard(workers)
         lease.release()
         raise
     head: HeadStart | None = None
@@ -273,7 +276,7 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
         head = _head_start(settings, run, reader_options, first, spark_checkpoint, stop, now,
                            workers)
         if head is None:  # not after all (the checkpoint's state): its workers not kept
-            _discard(workers)
+            discard(workers)
             workers = []
         # a head start heeds signals while Spark starts; without one they stop it at once
         with _signals_set(stop, now) if head is not None else contextlib.nullcontext():
@@ -296,40 +299,10 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
         if head is not None:
             head.join()
         else:  # the head start's workers, unused when something failed before it began
-            _discard(workers)
+            discard(workers)
         if metrics is not None:
             metrics.close()
         lease.release()
-
-
-def _early_workers(settings: SyncSettings) -> list[Worker]:
-    """The head start's worker processes, started before the sync is prepared so that their
-    imports run meanwhile, when the settings alone allow one (:func:`_head_start` decides)."""
-    cores = _head_start_cores(settings)
-    if cores is None or settings.target is None or settings.changes is not None:
-        return []
-    names = []
-    for url in (settings.source, settings.target):
-        with contextlib.suppress(Exception):  # _prepare says what is wrong with it
-            scheme = ConnectionConfig.from_url(url).dialect
-            names.append(default_manager().name_for_scheme(scheme))
-    return start_workers(cores, names)
-
-
-def _head_start_cores(settings: SyncSettings) -> int | None:
-    """The cores of a head start when the settings allow one (the ``head-start`` setting, a
-    local master on Linux, a local checkpoint), else None; the mirror must be chained too."""
-    cores = local_cores(settings.master)
-    if cores is None or not wanted(settings.head_start, settings.until) or \
-            not possible(settings.master, True) or "://" in settings.checkpoint:
-        return None
-    return cores
-
-
-def _discard(workers: list[Worker]) -> None:
-    for worker in workers:
-        worker.kill()
-        worker.close()
 
 
 def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str],
@@ -339,7 +312,7 @@ def _head_start(settings: SyncSettings, run: _Run, reader_options: dict[str, str
     for one and it can run: a chained sync on a local master on Linux with a local checkpoint
     whose last batch committed, after any head start before it was taken up; else None.
     ``workers``: its worker processes, if started already."""
-    cores = _head_start_cores(settings)
+    cores = head_start_cores(settings)
     tally = run.mirror
     if cores is None or not isinstance(tally, Tally):
         return None

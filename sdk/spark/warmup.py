@@ -35,25 +35,34 @@ MODULES = ("sdk.spark.source", "sdk.spark.reads", "sdk.job.target", "pyarrow.com
 """What every task of a sync imports, besides its dialects."""
 
 
-def load_worker(dialects: Sequence[str], batches: Iterator[pa.RecordBatch]
-                ) -> Iterator[pa.RecordBatch]:
-    """A warm-up task: import :data:`MODULES` and ``dialects`` (names), convert once (pyarrow's
-    first conversion imports pandas), freeze it all out of the collector's sight, and yield
-    the worker's process id."""
+def load_imports(dialects: Sequence[str]) -> None:
+    """What a task would do before its first rows, done ahead: import :data:`MODULES` and the
+    plugins of ``dialects`` (names), convert once (pyarrow's first conversion imports pandas,
+    ~0.2 s), and freeze it all out of the collector's sight. A plugin that fails to import is
+    left for the task, whose own import says what is wrong."""
+    import contextlib
     import importlib
-    import os
 
-    for _ in batches:
-        pass
     for module in MODULES:
         importlib.import_module(module)
     from ..dialect.manager import get_dialect
     from .reads import freeze_imports
 
     for name in dialects:
-        get_dialect(name)
+        with contextlib.suppress(Exception):
+            get_dialect(name)
     pa.array([0]).cast(pa.string())
     freeze_imports()
+
+
+def load_worker(dialects: Sequence[str], batches: Iterator[pa.RecordBatch]
+                ) -> Iterator[pa.RecordBatch]:
+    """A warm-up task: :func:`load_imports`, then yield the worker's process id."""
+    import os
+
+    for _ in batches:
+        pass
+    load_imports(dialects)
     yield pa.RecordBatch.from_pydict({"pid": [os.getpid()]},
                                      schema=pa.schema([("pid", pa.int64())]))
 

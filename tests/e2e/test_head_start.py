@@ -5,14 +5,18 @@ run replays (its head start, or Spark's stream)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from helpers.kill import kill_when, mid_snapshot, paced, sync_process
 from helpers.servers import with_query
@@ -120,6 +124,47 @@ def test_bounded_syncs_run_in_the_head_start_and_the_stream_takes_them_up(
     assert sync.record()["initial"] == record["initial"]  # Spark began where the driver did
     errors = sync.checkpoint.parent / "sync-errors.txt"
     assert "Error" not in (errors.read_text() if errors.exists() else "")  # its workers quiet
+
+
+def _head_workers(root: int) -> int:
+    """The head start's worker processes under process ``root`` now."""
+    try:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    count = 0
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            count += "sdk.spark.headworkers" in child.cmdline()
+    return count
+
+
+def test_a_sync_reading_the_log_starts_one_worker_and_more_for_a_table_read_again(
+        sync: Sync, mysql_admin: Any, mysql_url: str, postgres_url: str) -> None:
+    """A sync whose snapshot is done starts one worker (its log batches have one partition);
+    a batch reading a table again (ten splits) gets one per core, and the mirror is exact."""
+    first = sync_process([*sync.args, "--until", "snapshot"])
+    output, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, output
+    changes = _change(mysql_admin, sync.name)
+    requested = sync_process(["snapshot", "--checkpoint", str(sync.checkpoint), "--table",
+                              f"sdk_test.{sync.name}"])
+    output, _ = requested.communicate(timeout=60)
+    assert requested.returncode == 0, output
+    resumed = sync_process([*sync.args, "--until", "caught-up"])
+    seen: list[int] = []
+    while resumed.poll() is None:
+        seen.append(_head_workers(resumed.pid))
+        time.sleep(0.01)
+    output, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, output
+    counts = [n for n in seen if n]
+    cores = len(os.sched_getaffinity(0))
+    assert counts[0] == 1, seen  # the early worker, alone
+    assert max(counts) == min(cores, 10), seen  # the read again: a worker per core
+    assert _applied(output) >= changes
+    assert sync.spark_batches() == []  # the head start ran it all
+    _assert_mirror(sync, mysql_url, postgres_url)
 
 
 @pytest.mark.parametrize("head_start", ["on", "off"], ids=["head-start", "stream"])

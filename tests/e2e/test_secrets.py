@@ -203,7 +203,7 @@ def _kind(proc: psutil.Process, cmdline: list[str], root: int) -> str:
         return "sdk"
     if "java" in proc.name():
         return "java"
-    if "sdk.spark.headstart" in cmdline:
+    if "sdk.spark.headworkers" in cmdline:
         return "head start worker"
     return "python worker" if any("pyspark" in a for a in cmdline) else proc.name()
 

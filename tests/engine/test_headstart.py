@@ -12,16 +12,14 @@ import pytest
 from sdk.dialect.errors import ConfigurationError
 from sdk.job.spec import sync_settings
 from sdk.spark.headstart import (
-    ends_without_spark,
-    local_cores,
     next_step,
     resumed_state,
     skips,
     spark_position,
     taken_up,
     untouched,
-    wanted,
 )
+from sdk.spark.headworkers import ends_without_spark, local_cores, wanted
 
 
 def _offset(state: str) -> dict[str, object]:
