@@ -212,6 +212,7 @@ def _serve(read_fd: int, write_fd: int, dialects: Sequence[str]) -> None:
     ``dialects``' plugins, load the reader, then run each partition sent until the input
     ends, answering (ok, report rows or error)."""
     import ctypes
+    import select
     import signal
     import traceback
 
@@ -220,7 +221,9 @@ def _serve(read_fd: int, write_fd: int, dialects: Sequence[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
     from .warmup import load_imports
 
-    load_imports(dialects)  # what the reader's unpickling and its first rows would import
+    # what the reader's unpickling and its first rows would import; the conversion's
+    # warm-up only if the reader has not come yet
+    load_imports(dialects, idle=lambda: not select.select([read_fd], [], [], 0)[0])
     with os.fdopen(read_fd, "rb") as source, os.fdopen(write_fd, "wb") as sink:
         try:
             reader = _unpickled(_read(source))

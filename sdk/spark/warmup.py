@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -35,11 +35,13 @@ MODULES = ("sdk.spark.source", "sdk.spark.reads", "sdk.job.target", "pyarrow.com
 """What every task of a sync imports, besides its dialects."""
 
 
-def load_imports(dialects: Sequence[str]) -> None:
+def load_imports(dialects: Sequence[str], idle: Callable[[], bool] = lambda: True) -> None:
     """What a task would do before its first rows, done ahead: import :data:`MODULES` and the
-    plugins of ``dialects`` (names), convert once (pyarrow's first conversion imports pandas,
-    ~0.2 s), and freeze it all out of the collector's sight. A plugin that fails to import is
-    left for the task, whose own import says what is wrong."""
+    plugins of ``dialects`` (names), freeze it all out of the collector's sight, and convert
+    once (pyarrow's first conversion imports pandas, ~0.2 s): here if ``idle()`` says no work
+    waits yet, else on a thread of its own while the work starts (a task's first rows wait on
+    its connections meanwhile). A plugin that fails to import is left for the task, whose own
+    import says what is wrong."""
     import contextlib
     import importlib
 
@@ -51,8 +53,15 @@ def load_imports(dialects: Sequence[str]) -> None:
     for name in dialects:
         with contextlib.suppress(Exception):
             get_dialect(name)
-    pa.array([0]).cast(pa.string())
     freeze_imports()
+    if idle():
+        _convert_once()
+    else:
+        threading.Thread(target=_convert_once, name="sdk-warm-conversion", daemon=True).start()
+
+
+def _convert_once() -> None:
+    pa.array([0]).cast(pa.string())
 
 
 def load_worker(dialects: Sequence[str], batches: Iterator[pa.RecordBatch]
