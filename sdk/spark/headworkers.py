@@ -171,14 +171,15 @@ class Worker:
         self.process.kill()
 
     def close(self) -> None:
+        """End it without waiting for its interpreter's exit (~0.1 s on the sync's own time):
+        every partition it ran was answered after its work committed, and one it was still
+        running is replayed, as a killed task's is."""
         with contextlib.suppress(OSError):
-            self._send.close()  # its end of input: it exits
+            self._send.close()
         with contextlib.suppress(OSError):
             self._receive.close()
-        try:
-            self.process.wait(timeout=5)
-        except Exception:
-            self.process.kill()
+        self.process.kill()
+        self.process.wait()
 
 
 def _write(stream: Any, data: bytes) -> None:
