@@ -181,10 +181,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
             EarlySession(settings.master,
                          rows_in_jvm=jvm_rows(settings.target, settings.changes))
         from ..spark.sync import run_sync
+
+        reporter = _reporter()
     except BaseException:
         discard(workers)
         raise
-    reporter = _reporter()
     try:
         summary = run_sync(settings, report=reporter, early=early, workers=workers)
     finally:

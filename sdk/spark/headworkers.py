@@ -114,7 +114,6 @@ def reads_log(checkpoint: str) -> bool:
 def discard(workers: Sequence[Worker]) -> None:
     """Stop worker processes the sync will not use."""
     for worker in workers:
-        worker.kill()
         worker.close()
 
 
