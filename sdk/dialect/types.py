@@ -484,7 +484,8 @@ class DialectInfo:
     name: str
     title: str
     drivers: tuple[str, ...] = ()
-    """Modules the dialect imports to talk to its database (checked without importing)."""
+    """Modules the dialect imports to talk to its database: checked without importing by
+    ``sdk dialects``, imported ahead by the workers of a sync before their first connection."""
     extra: str | None = None
     """The ``pip install 'sdk[EXTRA]'`` that installs the drivers."""
     capabilities: frozenset[Capability] = frozenset()

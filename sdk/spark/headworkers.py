@@ -84,12 +84,16 @@ def early_workers(settings: SyncSettings) -> list[Worker]:
     cores = head_start_cores(settings)
     if cores is None or settings.target is None or settings.changes is not None:
         return []
+    # started before the dialects are looked up (the plugins' entry points, ~0.2 s here)
+    workers = start_workers(1 if reads_log(settings.checkpoint) else cores, None)
     names = []
     for url in (settings.source, settings.target):
         with contextlib.suppress(Exception):  # preparing the sync says what is wrong with it
             scheme = ConnectionConfig.from_url(url).dialect
             names.append(default_manager().name_for_scheme(scheme))
-    return start_workers(1 if reads_log(settings.checkpoint) else cores, names)
+    for worker in workers:
+        worker.tell(names)
+    return workers
 
 
 def reads_log(checkpoint: str) -> bool:
@@ -117,7 +121,7 @@ def discard(workers: Sequence[Worker]) -> None:
         worker.close()
 
 
-def start_workers(cores: int, dialects: Sequence[str]) -> list[Worker]:
+def start_workers(cores: int, dialects: Sequence[str] | None) -> list[Worker]:
     """``cores`` worker processes for a head start, started before the sync is prepared so
     their imports (the engine's, and the ``dialects``' plugins) run meanwhile."""
     return [Worker(dialects) for _ in range(cores)]
@@ -126,23 +130,30 @@ def start_workers(cores: int, dialects: Sequence[str]) -> list[Worker]:
 class Worker:
     """A Python process of its own (``python -m sdk.spark.headworkers``) running partitions
     of the reader it is given (:meth:`load`) as Spark's Python workers run tasks; it imports
-    the plugins of ``dialects`` (names) while it waits for it, and dies with the thread that
-    made it (so with the driver)."""
+    the engine, then the plugins and drivers of ``dialects`` (names; None: told later, by
+    :meth:`tell`) while it waits for the reader, and dies with the thread that made it (so
+    with the driver)."""
 
-    def __init__(self, dialects: Sequence[str] = ()) -> None:
+    def __init__(self, dialects: Sequence[str] | None = ()) -> None:
         import subprocess
-        import sys
 
         to_worker, self._in = os.pipe()
         self._out, from_worker = os.pipe()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sdk.spark.headworkers", str(to_worker), str(from_worker),
-             *dialects], pass_fds=(to_worker, from_worker), stdin=subprocess.DEVNULL)
+            [sys.executable, "-m", "sdk.spark.headworkers", str(to_worker), str(from_worker)],
+            pass_fds=(to_worker, from_worker), stdin=subprocess.DEVNULL)
         os.close(to_worker)
         os.close(from_worker)
         self._send = os.fdopen(self._in, "wb")
         self._receive = os.fdopen(self._out, "rb")
         self._reader: bytes | None = None  # sent with its first partition
+        if dialects is not None:
+            self.tell(dialects)
+
+    def tell(self, dialects: Sequence[str]) -> None:
+        """Name the dialects whose plugins and drivers it imports ahead (once, first)."""
+        with contextlib.suppress(OSError):  # a worker lost: serve() says so
+            _write(self._send, "\n".join(dialects).encode())
 
     def load(self, reader: CdcStreamReader) -> None:
         """The reader whose partitions it runs (sent with the first one)."""
@@ -194,6 +205,17 @@ def _read(stream: Any) -> bytes:
     return data
 
 
+def _exactly(fd: int, size: int) -> bytes:
+    """``size`` bytes of ``fd``, read unbuffered (nothing of the next message is taken)."""
+    data = b""
+    while len(data) < size:
+        more = os.read(fd, size - len(data))
+        if not more:
+            raise EOFError("the other side closed")
+        data += more
+    return data
+
+
 def _pickled(value: Any) -> bytes:
     """``value`` as Spark pickles a task's (its reader holds closures plain pickle refuses)."""
     from pyspark import cloudpickle
@@ -207,10 +229,10 @@ def _unpickled(data: bytes) -> Any:
     return cloudpickle.loads(data)
 
 
-def _serve(read_fd: int, write_fd: int, dialects: Sequence[str]) -> None:
-    """A worker's life: die with the driver's thread that started it, import the
-    ``dialects``' plugins, load the reader, then run each partition sent until the input
-    ends, answering (ok, report rows or error)."""
+def _serve(read_fd: int, write_fd: int) -> None:
+    """A worker's life: die with the driver's thread that started it, import the engine,
+    then the plugins and drivers of the dialects it is told, load the reader, then run each
+    partition sent until the input ends, answering (ok, report rows or error)."""
     import ctypes
     import select
     import signal
@@ -219,11 +241,14 @@ def _serve(read_fd: int, write_fd: int, dialects: Sequence[str]) -> None:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
-    from .warmup import load_imports
+    from .warmup import import_engine, load_dialects
 
-    # what the reader's unpickling and its first rows would import; the conversion's
-    # warm-up only if the reader has not come yet
-    load_imports(dialects, idle=lambda: not select.select([read_fd], [], [], 0)[0])
+    import_engine()  # what the reader's unpickling and its first rows import
+    with contextlib.suppress(EOFError):  # else closed before it was told (a failed start)
+        named = _exactly(read_fd, int.from_bytes(_exactly(read_fd, 8), "big"))
+        # the conversion's warm-up only if the reader has not come yet
+        load_dialects([name for name in named.decode().split("\n") if name],
+                      idle=lambda: not select.select([read_fd], [], [], 0)[0])
     with os.fdopen(read_fd, "rb") as source, os.fdopen(write_fd, "wb") as sink:
         try:
             reader = _unpickled(_read(source))
@@ -245,6 +270,4 @@ def _serve(read_fd: int, write_fd: int, dialects: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
-    _serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])
+    _serve(int(sys.argv[1]), int(sys.argv[2]))

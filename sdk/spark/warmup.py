@@ -36,23 +36,38 @@ MODULES = ("sdk.spark.source", "sdk.spark.reads", "sdk.job.target", "pyarrow.com
 
 
 def load_imports(dialects: Sequence[str], idle: Callable[[], bool] = lambda: True) -> None:
-    """What a task would do before its first rows, done ahead: import :data:`MODULES` and the
-    plugins of ``dialects`` (names), freeze it all out of the collector's sight, and convert
-    once (pyarrow's first conversion imports pandas, ~0.2 s): here if ``idle()`` says no work
-    waits yet, else on a thread of its own while the work starts (a task's first rows wait on
-    its connections meanwhile). A plugin that fails to import is left for the task, whose own
-    import says what is wrong."""
-    import contextlib
+    """What a task would do before its first rows, done ahead: :func:`import_engine`, then
+    :func:`load_dialects`."""
+    import_engine()
+    load_dialects(dialects, idle)
+
+
+def import_engine() -> None:
+    """Import :data:`MODULES`, what every task imports whatever its dialects."""
     import importlib
 
     for module in MODULES:
         importlib.import_module(module)
+
+
+def load_dialects(dialects: Sequence[str], idle: Callable[[], bool] = lambda: True) -> None:
+    """Import the plugins of ``dialects`` (names) and their drivers (``DialectInfo.drivers``,
+    which a plugin imports only when it first connects: ~0.1-0.2 s each), freeze it all out of
+    the collector's sight, and convert once (pyarrow's first conversion imports pandas,
+    ~0.2 s): here if ``idle()`` says no work waits yet, else on a thread of its own while the
+    work starts (a task's first rows wait on its connections meanwhile). A plugin or driver
+    that fails to import is left for the task, whose own import says what is wrong."""
+    import contextlib
+    import importlib
+
     from ..dialect.manager import get_dialect
     from .reads import freeze_imports
 
     for name in dialects:
         with contextlib.suppress(Exception):
-            get_dialect(name)
+            for module in get_dialect(name).info.drivers:
+                with contextlib.suppress(Exception):
+                    importlib.import_module(module)
     freeze_imports()
     if idle():
         _convert_once()

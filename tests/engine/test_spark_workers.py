@@ -101,3 +101,14 @@ def test_warmed_workers_serve_the_next_tasks_with_the_dialects_imported(spark: A
     probed = spark.read.format("sdk_probe").load().collect()
     assert {r.pid for r in probed} <= warmed
     assert all(r.loaded and r.frozen for r in probed)
+
+
+def test_the_warm_up_imports_each_dialects_drivers_ahead_of_its_first_connection() -> None:
+    """A plugin imports its driver when it first connects (``sdk --help`` stays quick); a
+    worker's warm-up imports the drivers its ``DialectInfo`` lists before that."""
+    probe = ("import sys; from sdk.spark.warmup import load_dialects; "
+             "print('psycopg' in sys.modules, end=' '); load_dialects(['postgres']); "
+             "print('psycopg' in sys.modules and 'sdk_postgres' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "True"]
