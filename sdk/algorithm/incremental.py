@@ -122,6 +122,12 @@ class IncrementalFilter:
         starts there (every later change is emitted)."""
         return [t for t, s in self._tables.items() if self.compare(position, s.max_watermark) >= 0]
 
+    def from_position(self, position: Offset) -> None:
+        """Forget the tables already pure at ``position``, for a read of the events from there
+        on: :meth:`route` would pass each of their events on after comparing its offset."""
+        for table in self.pure_at(position):
+            del self._tables[table]
+
     def route(self, event: ChangeEvent) -> ChangeEvent | None:
         """The event to emit for ``event`` (itself, or the half of a key-moving update that is
         still due), or None."""

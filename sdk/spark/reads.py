@@ -669,6 +669,7 @@ def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes,
     flt = log_filter(engine.sync, dialect.compare_offset)
     pace = throttle(spec.options.log_changes_per_second, since=paced_from)
     assert engine.log_from is not None and engine.sync.position is not None
+    flt.from_position(engine.log_from)  # the range's changes are at or past its start
     route = flt.route if flt.filtered_tables else None  # None: every change passes
     left = spec.log_batch_changes  # changes this batch may still read
     size = BatchSize(spec.log_batch_bytes)

@@ -12,8 +12,16 @@ from dataclasses import replace
 import pytest
 from helpers.sim import SCHEMA, TABLE, MemoryConnection, MemoryDatabase, memory_dialect
 
-from sdk import FinishedSplit, Offset, TableId
-from sdk.algorithm import Batch, Phase, PhaseMachine, StartupMode, SyncOptions, SyncState
+from sdk import ChangeEvent, FinishedSplit, Offset, TableId
+from sdk.algorithm import (
+    Batch,
+    Phase,
+    PhaseMachine,
+    StartupMode,
+    SyncOptions,
+    SyncState,
+    log_filter,
+)
 from sdk.dialect.codec import dumps
 
 OTHER = replace(SCHEMA, table=TableId("db", "u"))
@@ -158,3 +166,19 @@ def test_a_batch_restores_from_its_json(db: MemoryDatabase) -> None:
     assert batch is not None and len(batch.splits) == 2
     again = Batch.from_json(json.loads(dumps(batch.to_json())))
     assert again == batch
+
+
+def test_a_log_read_from_a_position_routes_only_the_tables_not_yet_pure_there(
+        db: MemoryDatabase) -> None:
+    m, conn = machine(split_size=100), MemoryConnection(db)
+    state = m.start(conn, [SCHEMA, OTHER])
+    state, splits = m.hand_out(conn, state, 100)
+    marks = {TABLE: 5, OTHER.table: 9}
+    state = m.fold(state, [FinishedSplit(s, mem(marks[s.table]), 0) for s in splits])
+    flt = log_filter(state, memory_dialect().compare_offset)
+    assert flt.filtered_tables == {TABLE, OTHER.table}
+    flt.from_position(mem(6))
+    assert flt.filtered_tables == {OTHER.table}  # TABLE's events from 6 on all pass
+    early = ChangeEvent(OTHER.table, "u", (1,), (1, 2), mem(7), (1, 1))
+    assert flt.route(early) is None  # OTHER's split was read at 9: it holds this change
+    assert flt.route(replace(early, table=TABLE)) is not None
