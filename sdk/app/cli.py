@@ -494,7 +494,7 @@ def _sync_flags(sync: argparse.ArgumentParser) -> None:
         sync.add_argument(sync_flag(option), dest=option.attr,
                           help=option.help.replace("`", "'") + default)
     sync.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                      help="a source or algorithm option, e.g. snapshot.split.size=8096 "
+                      help="a source or algorithm option, e.g. snapshot.split.size=32768 "
                            "(docs/spark.md lists them)")
     _verbose_flag(sync)
 

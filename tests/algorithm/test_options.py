@@ -30,7 +30,7 @@ DOCS = ROOT / "docs"
 
 def test_defaults_match_the_peers() -> None:
     options = SyncOptions()
-    assert options.split_size == 8096 and options.exactly_once
+    assert options.split_size == 32768 and options.exactly_once
     assert options.startup_mode is StartupMode.INITIAL
 
 

@@ -63,7 +63,7 @@ def test_skewed_million_keys_get_even_splits(sqlite_dialect: Dialect, tmp_path: 
     assert plan.next_end is None  # skew detected: index seeks, not arithmetic
     assert sum(sizes) == 1_000_000
     assert max(sizes) <= 1.5 * median(sizes)
-    assert len(splits) == -(-1_000_000 // 8096)
+    assert len(splits) == -(-1_000_000 // SyncOptions().split_size)
 
 
 def test_dense_integer_key_is_cut_arithmetically(sqlite_dialect: Dialect,
