@@ -442,6 +442,7 @@ def test_mirror_carries_postgres_edge_values_through_spark(
 @pytest.mark.spark
 @pytest.mark.mysql
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_mysql_target_refuses_before_writing_then_proceeds_with_the_option(
         pg_table: Any, postgres_admin: Any, mysql_admin: Any, west_of_utc: Any) -> None:
     from sdk.spark.mirror import Mirror

@@ -103,6 +103,7 @@ def test_checkpoint_paths_keep_uris() -> None:
     assert spark.endswith("/ck/checkpoint")
 
 
+@pytest.mark.slow
 def test_sync_and_status_with_a_file_uri_checkpoint(spark: Any, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     url = make_source(tmp_path / "src.db")
