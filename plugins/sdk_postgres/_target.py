@@ -1,7 +1,8 @@
 """PostgreSQL as a sync target: mirror tables kept with idempotent batches.
 
 A batch is applied set-based: its net changes (:func:`sdk.dialect.apply.net_changes`) are copied
-(``COPY ... FROM STDIN``) into temporary staging tables dropped at commit, then written with one
+(``COPY ... FROM STDIN``, in binary form where :mod:`._binary` writes every column, else text)
+into temporary staging tables dropped at commit, then written with one
 ``DELETE ... USING`` and one ``INSERT ... SELECT ... ON CONFLICT DO UPDATE``. Fewer rows than
 :data:`BULK_ROWS` go by ``executemany`` instead, which is faster when staging costs more than
 the rows. Snapshot rows (:func:`load`) are copied straight into the table, and merged as above
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from sdk import Column, LogicalType, TableSchema
 from sdk.dialect.apply import Ledger, NetChanges
+
+from ._binary import TYPNAMES, binary_types, copy_binary
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -134,19 +137,19 @@ _ARROW_COPIED = frozenset({L.BOOLEAN, L.INT8, L.INT16, L.INT32, L.INT64, L.FLOAT
 as the same value ``write_row``'s text gives."""
 
 
-def _arrow_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]], keys_only: bool
-                ) -> pa.Table | None:
+def _arrow_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]], keys_only: bool,
+                binary: bool = False) -> pa.Table | None:
     """``rows`` (of the key columns, in key order, when ``keys_only``) as an Arrow table typed
     as :func:`sdk.dialect.arrow.arrow_type` gives (a real as a double); None for a column of another
-    type or a value Arrow refuses (a decimal with more digits than its scale, a year past 9999,
-    a wide decimal)."""
+    type (bytes too, unless for the ``binary`` form) or a value Arrow refuses (a decimal with
+    more digits than its scale, a year past 9999, a wide decimal)."""
     import pyarrow as pa
 
     from sdk.dialect.arrow import arrow_type, converter, wide
 
-    by_name = {c.name: c for c in table.columns}
-    columns = [by_name[n] for n in (table.key if keys_only else table.column_names)]
-    if any(c.type not in _ARROW_COPIED or (c.type is L.DECIMAL and wide(c)) for c in columns):
+    columns = _copied_columns(table, keys_only)
+    taken = _ARROW_COPIED | {L.BINARY} if binary else _ARROW_COPIED
+    if any(c.type not in taken or (c.type is L.DECIMAL and wide(c)) for c in columns):
         return None
     arrays = []
     try:
@@ -164,17 +167,33 @@ def _arrow_rows(table: TableSchema, rows: Sequence[tuple[Any, ...]], keys_only: 
     return pa.Table.from_arrays(arrays, names=[c.name for c in columns])
 
 
+def _copied_columns(table: TableSchema, keys_only: bool) -> list[Column]:
+    """The columns a ``COPY`` of ``table``'s rows (of its key, in key order) writes."""
+    by_name = {c.name: c for c in table.columns}
+    return [by_name[n] for n in (table.key if keys_only else table.column_names)]
+
+
 def copy_rows(cursor: Any, copy: str, table: TableSchema, rows: Sequence[tuple[Any, ...]],
-              keys_only: bool) -> None:
+              keys_only: bool, binary: bool = False) -> None:
     """Run ``COPY`` statement ``copy`` with ``rows`` (of the key columns when ``keys_only``):
-    made into text a column at a time by Arrow (:func:`copy_text`, ~1.3 us a row of six
-    columns against ~3-4 for psycopg's ``write_row``, and the log's writer thread holds the
-    GIL its reader needs for less), or row by row for values Arrow does not take as they are."""
+    made a column at a time by Arrow into binary fields (``binary``: the table's columns are
+    typed as :func:`target_type` says, so a staging table's) or text (:func:`copy_text`,
+    ~1.3 us a row of six columns against ~3-4 for psycopg's ``write_row``, and the log's
+    writer thread holds the GIL its reader needs for less), or row by row for values Arrow does
+    not take as they are."""
     values = copy_values(table, rows, keys_only)
-    data = None
+    data: list[memoryview] | bytes | None = None
     if values is rows and cursor.connection.info.encoding == "utf-8":
-        arrow = _arrow_rows(table, rows, keys_only)
-        data = copy_text(arrow) if arrow is not None else None
+        columns = _copied_columns(table, keys_only)
+        binary = binary and binary_types(columns)
+        arrow = _arrow_rows(table, rows, keys_only, binary)
+        if arrow is not None and binary:
+            data = copy_binary(arrow, columns)
+        if isinstance(data, bytes):
+            copy += " (FORMAT binary)"
+            data = [memoryview(data)]
+        elif arrow is not None:
+            data = copy_text(arrow)
     with cursor.copy(copy) as stream:
         if data is not None:
             for part in data:
@@ -267,14 +286,24 @@ def copy_text(rows: pa.Table) -> list[memoryview] | None:
 def load_arrow(cursor: Any, table: TableSchema, quoted: str, quoted_params: str,
                rows: pa.Table, q: Callable[[str], str], qp: Callable[[str], str]) -> None:
     """Load snapshot ``rows`` (keys distinct, as ``load_snapshot`` takes them) into the target
-    table: their ``COPY`` text (:func:`copy_text`) straight into it under a savepoint, or,
-    when a key is there already, into a staging table merged like :func:`write`'s upserts.
-    A column Arrow cannot write sends the rows through :func:`load` and :func:`write`."""
+    table: their ``COPY`` data, binary (:func:`._binary.copy_binary`) when the table's columns
+    have the types it writes, else text (:func:`copy_text`), straight into it under a
+    savepoint, or, when a key is there already, into a staging table merged like
+    :func:`write`'s upserts. A column Arrow cannot write sends the rows through :func:`load`
+    and :func:`write`."""
     from psycopg.errors import UniqueViolation
 
     from sdk.dialect.arrow import python_values
 
-    data = copy_text(rows) if cursor.connection.info.encoding == "utf-8" else None
+    data: list[memoryview] | bytes | None = None
+    form = ""
+    if cursor.connection.info.encoding == "utf-8":
+        if binary_types(table.columns) and typed_as_created(cursor, quoted, table):
+            data = copy_binary(rows, table.columns)
+        if isinstance(data, bytes):
+            data, form = [memoryview(data)], " (FORMAT binary)"
+        else:
+            data = copy_text(rows)
     if data is None:
         columns = [python_values(rows.column(i), c.type) for i, c in enumerate(table.columns)]
         values = list(zip(*columns, strict=True))
@@ -284,7 +313,7 @@ def load_arrow(cursor: Any, table: TableSchema, quoted: str, quoted_params: str,
     names = _column_list(table.column_names, q)
     try:
         with cursor.connection.transaction(), \
-                cursor.copy(f"COPY {quoted} ({names}) FROM STDIN") as stream:
+                cursor.copy(f"COPY {quoted} ({names}) FROM STDIN{form}") as stream:
             for part in data:
                 stream.write(part)
         return
@@ -292,10 +321,21 @@ def load_arrow(cursor: Any, table: TableSchema, quoted: str, quoted_params: str,
         pass
     create, copy = stage_sql(table, q, False)
     cursor.execute(create)
-    with cursor.copy(copy) as stream:
+    with cursor.copy(copy + form) as stream:
         for part in data:
             stream.write(part)
     cursor.execute(merge_sql(table, quoted, q)[1])
+
+
+def typed_as_created(cursor: Any, quoted: str, table: TableSchema) -> bool:
+    """Whether each of the target table's columns has the type a binary ``COPY`` of its
+    logical type writes (:data:`._binary.TYPNAMES`): a table the sync created, or one made
+    alike. A binary field read as another type is refused, or worse, taken as other bytes."""
+    cursor.execute(
+        "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped", (quoted,))
+    found = dict(cursor.fetchall())
+    return all(found.get(c.name) in TYPNAMES.get(c.type, ()) for c in table.columns)
 
 
 def write(cursor: Any, table: TableSchema, quoted: str, quoted_params: str, net: NetChanges,
@@ -313,7 +353,7 @@ def write(cursor: Any, table: TableSchema, quoted: str, quoted_params: str, net:
             continue
         create, copy = stage_sql(table, q, keys_only)
         cursor.execute(create)
-        copy_rows(cursor, copy, table, rows, keys_only)
+        copy_rows(cursor, copy, table, rows, keys_only, binary=True)
         cursor.execute(merge_sql(table, quoted, q)[0 if keys_only else 1])
 
 
