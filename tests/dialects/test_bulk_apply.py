@@ -162,18 +162,6 @@ def check_batches(dialect: Any, conn: Any, table: TableSchema, read: Any, size: 
     assert dialect.apply_changes(conn, table, [], "empty-0")
 
 
-@pytest.fixture
-def pg_target(postgres_admin: Any, postgres_url: str) -> Iterator[tuple[Any, str]]:
-    schema = f"sdk_bulk_{uuid.uuid4().hex[:8]}"
-    postgres_admin.execute(f"CREATE SCHEMA {schema} AUTHORIZATION sdk_cdc")
-    conn = get_dialect("postgres").connect(ConnectionConfig.from_url(postgres_url))
-    try:
-        yield conn, schema
-    finally:
-        conn.close()
-        postgres_admin.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
 def pg_rows(conn: Any, table: TableSchema) -> Model:
     from sdk_postgres import qualified
 

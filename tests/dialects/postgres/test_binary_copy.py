@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import uuid
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -18,7 +16,6 @@ import pytest
 from sdk import (
     ChangeEvent,
     Column,
-    ConnectionConfig,
     LogicalType,
     Offset,
     TableId,
@@ -27,7 +24,7 @@ from sdk import (
 )
 from sdk.dialect.tableformat import arrow_rows
 from sdk_postgres import _binary
-from sdk_postgres import _target as pg_target
+from sdk_postgres import _target as pg_apply
 
 pytestmark = pytest.mark.postgres
 
@@ -70,29 +67,17 @@ ROWS: list[tuple[Any, ...]] = [
 
 
 @pytest.fixture
-def target(postgres_admin: Any, postgres_url: str) -> Iterator[tuple[Any, str]]:
-    schema = f"sdk_binary_{uuid.uuid4().hex[:8]}"
-    postgres_admin.execute(f"CREATE SCHEMA {schema} AUTHORIZATION sdk_cdc")
-    conn = get_dialect("postgres").connect(ConnectionConfig.from_url(postgres_url))
-    try:
-        yield conn, schema
-    finally:
-        conn.close()
-        postgres_admin.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
-@pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Each binary ``COPY`` made: True, or False where it left the table to the text form."""
     out: list[bool] = []
-    real = pg_target.copy_binary
+    real = pg_apply.copy_binary
 
     def counted(rows: Any, columns: Any) -> bytes | None:
         data = real(rows, columns)
         out.append(data is not None)
         return data
 
-    monkeypatch.setattr(pg_target, "copy_binary", counted)
+    monkeypatch.setattr(pg_apply, "copy_binary", counted)
     return out
 
 
@@ -107,15 +92,15 @@ def values() -> list[tuple[Any, ...]]:
 
 
 def test_snapshot_splits_and_staged_batches_copied_in_binary_land_as_rows_do(
-        target: Any, made: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
-    conn, schema = target
+        pg_target: Any, made: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    conn, schema = pg_target
     pg = get_dialect("postgres")
     texts = {}
     for how in ("rows", "load", "staged"):
         table = TableSchema(TableId(schema, how), COLUMNS, ("id",))
         pg.create_table(conn, table)
         made.clear()
-        monkeypatch.setattr(pg_target, "BULK_ROWS", 10**9 if how == "rows" else 0)
+        monkeypatch.setattr(pg_apply, "BULK_ROWS", 10**9 if how == "rows" else 0)
         if how == "load":
             assert pg.load_snapshot(conn, table, arrow_rows(table, values()), "s/0")
             assert not pg.load_snapshot(conn, table, arrow_rows(table, values()), "s/0")
@@ -130,8 +115,8 @@ def test_snapshot_splits_and_staged_batches_copied_in_binary_land_as_rows_do(
 
 
 def test_a_split_over_rows_there_is_merged_through_a_binary_staging_table(
-        target: Any, made: list[bool]) -> None:
-    conn, schema = target
+        pg_target: Any, made: list[bool]) -> None:
+    conn, schema = pg_target
     pg = get_dialect("postgres")
     table = TableSchema(TableId(schema, "merged"), COLUMNS, ("id",))
     pg.create_table(conn, table)
@@ -147,10 +132,11 @@ def test_a_split_over_rows_there_is_merged_through_a_binary_staging_table(
     assert as_text(conn, table) == as_text(conn, expected)
 
 
-def test_a_target_table_typed_otherwise_is_loaded_as_text(target: Any, made: list[bool]) -> None:
+def test_a_target_table_typed_otherwise_is_loaded_as_text(pg_target: Any,
+                                                          made: list[bool]) -> None:
     """A table made by the user with the sync's column names and wider types: a binary
     ``int4`` read as ``int8`` is refused, as ``text`` it would be taken as other characters."""
-    conn, schema = target
+    conn, schema = pg_target
     pg = get_dialect("postgres")
     table = TableSchema(TableId(schema, "theirs"), COLUMNS[:4], ("id",))
     conn.query(f"CREATE TABLE {schema}.theirs (id bigint PRIMARY KEY, i1 integer, i2 text, "
