@@ -202,7 +202,8 @@ class HeadStart:
             self.reader.runs_head_start()
             # the workers start (their imports) while the first batch is planned, unless
             # started before the sync was prepared
-            self._workers = self._workers or [Worker() for _ in range(self.cores)]
+            self._workers = self._workers or [Worker(_dialects(self.reader))
+                                              for _ in range(self.cores)]
             for worker in self._workers:
                 worker.load(self.reader)
             with gc_paused():
@@ -265,7 +266,7 @@ class HeadStart:
         for partition in partitions:
             todo.put(partition)
         while len(self._workers) < min(self.cores, len(partitions)):  # started with fewer
-            worker = Worker()
+            worker = Worker(_dialects(reader))
             worker.load(reader)
             self._workers.append(worker)
         results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
@@ -288,6 +289,12 @@ class HeadStart:
                     raise RuntimeError(f"a head start task failed: {value}")
                 self.reports(value)
         return True
+
+
+def _dialects(reader: CdcStreamReader) -> list[str]:
+    """The dialects whose plugins and drivers a worker of ``reader`` imports ahead."""
+    spec = reader.spec
+    return [spec.dialect] + ([spec.target.dialect_name] if spec.target is not None else [])
 
 
 STOPPING = ("sync: stopping once the batch in flight commits; signal again to stop now (a "
