@@ -6,8 +6,8 @@ benchmarks/e2e_sync.py's table took ~25% less of the server's CPU in binary. A b
 must be exactly its column's type, so a table is written in binary only when every column's
 logical type maps to one :data:`TYPNAMES` names and the target's column has that type (the
 caller checks the catalog); anything else (a real, a time, an interval, JSON, a decimal of
-more than 18 digits, a date or timestamp outside years 1-9999, which the text path also
-leaves to the row path) keeps the text format.
+more than 18 digits or a scale over 16, a date or timestamp outside years 1-9999, which the
+text path also leaves to the row path) keeps the text format.
 """
 
 from __future__ import annotations
