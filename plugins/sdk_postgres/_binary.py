@@ -174,8 +174,7 @@ def _numeric(array: pa.Array, column: Column) -> np.ndarray | None:
     scale = kind.scale
     words = np.frombuffer(array.buffers()[1], dtype="<i8", count=2 * len(array),
                           offset=array.offset * 16)
-    unscaled = words[0::2]  # a value of 18 digits or fewer lies in the low word (a NULL's:
-    # anything)
+    unscaled = words[0::2]  # 18 digits or fewer lie in the low word (a NULL's: anything)
     negative = unscaled < 0
     magnitude = np.abs(unscaled).astype(np.uint64)
     whole, fraction = np.divmod(magnitude, np.uint64(10 ** scale))

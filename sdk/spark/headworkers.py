@@ -85,7 +85,7 @@ def early_workers(settings: SyncSettings) -> list[Worker]:
     if cores is None or settings.target is None or settings.changes is not None:
         return []
     # started before the dialects are looked up (the plugins' entry points, ~0.2 s here)
-    workers = start_workers(1 if reads_log(settings.checkpoint) else cores, None)
+    workers = start_workers(1 if reads_log(settings.checkpoint) else cores)
     names = []
     for url in (settings.source, settings.target):
         with contextlib.suppress(Exception):  # preparing the sync says what is wrong with it
@@ -121,10 +121,11 @@ def discard(workers: Sequence[Worker]) -> None:
         worker.close()
 
 
-def start_workers(cores: int, dialects: Sequence[str] | None) -> list[Worker]:
+def start_workers(cores: int) -> list[Worker]:
     """``cores`` worker processes for a head start, started before the sync is prepared so
-    their imports (the engine's, and the ``dialects``' plugins) run meanwhile."""
-    return [Worker(dialects) for _ in range(cores)]
+    their imports (the engine's; the dialects' once :meth:`Worker.tell` names them) run
+    meanwhile."""
+    return [Worker(None) for _ in range(cores)]
 
 
 class Worker:
