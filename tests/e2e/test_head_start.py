@@ -22,6 +22,7 @@ from helpers.kill import kill_when, mid_snapshot, paced, sync_process
 from helpers.servers import with_query
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
+from sdk.spark.headworkers import NAME
 
 pytestmark = [pytest.mark.mysql, pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 
@@ -135,7 +136,8 @@ def _head_workers(root: int) -> int:
     count = 0
     for child in children:
         with contextlib.suppress(psutil.Error):
-            count += "sdk.spark.headworkers" in child.cmdline()
+            count += "sdk.spark.headworkers" in child.cmdline() or \
+                child.name() == NAME.decode()
     return count
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,39 @@ def test_the_head_start_is_auto_unless_set(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("SDK_HEAD_START", "sometimes")
     with pytest.raises(ConfigurationError, match="SDK_HEAD_START takes auto, on or off"):
         wanted(None, "snapshot")
+
+
+_FORK_PROBE = """
+import os, sys, time
+from sdk.app.cli import _sync_settings, build_parser
+from sdk.spark.headworkers import NAME, _Forked, _may_fork, start_workers
+
+args = build_parser().parse_args(["sync", "--source", "mysql://u@127.0.0.1/db", "--target",
+                                  "postgresql://u@127.0.0.1/db", "--checkpoint", sys.argv[1]])
+_sync_settings(args)
+print("may fork:", _may_fork())  # what `sdk sync` has imported by its workers' start
+workers = start_workers(2)
+print("forked:", all(isinstance(w.process, _Forked) for w in workers))
+time.sleep(0.2)
+with open(f"/proc/{workers[1].process.pid}/comm", "rb") as comm:
+    print("named:", comm.read().strip() == NAME)
+workers[0]._send.close()  # its input ends: it exits, though the second worker was forked after
+deadline = time.monotonic() + 60
+while os.waitpid(workers[0].process.pid, os.WNOHANG) == (0, 0):
+    assert time.monotonic() < deadline, "the first worker never saw its input end"
+    time.sleep(0.05)
+print("ended at its input's end")
+workers[1].close()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux")
+def test_sdk_sync_forks_its_workers_and_each_ends_with_its_own_input(tmp_path: Path) -> None:
+    """``sdk sync`` imports nothing that runs threads before its head start's workers start,
+    so they are forked (named for ``ps``); a worker forked after another holds none of that
+    one's pipes, so closing one's input ends it."""
+    probe = subprocess.run([sys.executable, "-c", _FORK_PROBE, str(tmp_path / "ck")],
+                           capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split("\n")[:4] == ["may fork: True", "forked: True", "named: True",
+                                            "ended at its input's end"], probe.stdout
