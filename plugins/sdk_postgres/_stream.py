@@ -1,7 +1,8 @@
 """Reading the slot: the changes between two offsets, decoded from ``pgoutput`` messages.
 
 psycopg 3 has no replication stream, so the slot's messages are read with
-``pg_logical_slot_peek_binary_changes(slot, upto_lsn, ...)`` (:func:`_peek`): the slot always
+``pg_logical_slot_peek_binary_changes(slot, upto_lsn, upto_nchanges, ...)`` (:func:`_peek`),
+in peeks of growing size (:data:`FIRST_PEEK_ROWS`, :data:`PEEK_GROWTH`): the slot always
 decodes from its confirmed position, and the lower bound is a filter here. The messages are
 decoded by :mod:`._pgoutput`; their text values are parsed with psycopg's own loaders (types the
 snapshot reads as text stay text), so a change's values equal what a SELECT gives.
@@ -144,15 +145,48 @@ def read_changes(conn: PgConnection, tables: Sequence[TableSchema], start: tuple
     if shapes is not None:
         wanted.update({k: shape for k, shape in shapes.items() if k in wanted})
     upto = end[0] + 1 if end[1] else end[0]
-    yield from _decode_rows(conn, wanted, _peek(conn, upto), start, end)
+    position, limit = start, FIRST_PEEK_ROWS
+    while True:  # peeks of more messages each time, each read on from where the last ended
+        got = _Peeked()
+        yield from _decode_rows(conn, wanted, _peek(conn, upto, limit, got), position, end,
+                                got)
+        position = max(position, (got.last_commit + 1, 0))
+        if got.rows < limit or position >= end:  # the peek reached ``upto``
+            break
+        limit *= PEEK_GROWTH
     if shapes is not None:
         shapes.update(wanted)
 
 
-def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
-    """The slot's messages up to ``end``, in batches. Only one session can use a slot at a
-    time (parallel snapshot tasks backfill at once), so wait while it is busy; the first fetch
-    runs the whole decoding, so a busy slot shows up before anything is yielded."""
+FIRST_PEEK_ROWS = 5_000
+"""The messages the first peek of a read decodes at most (whole transactions: it may give
+more): the server decodes all it gives before the first one comes, so a read's first changes
+come after ~5 ms of decoding rather than after decoding the whole range, which may be a long
+backlog of which the batch reads only ``log.batch.changes``."""
+PEEK_GROWTH = 4
+"""How many times more messages each next peek decodes at most. A peek decodes from the
+slot's confirmed position (and gives again what the last one gave, skipped here), so a read of
+N messages decodes about 4/3 N, plus its last peek's overshoot (up to 3 N), however long the
+range; one peek of the whole range decoded all of it for every batch. A peek's decoding
+keeps the reader waiting while the writer applies what the last ones gave, so the steps
+stay moderate (docs/operations.md has the figures)."""
+
+
+@dataclasses.dataclass
+class _Peeked:
+    """What a peek gave: how many messages, and the commit LSN of the last transaction in them
+    (a peek of limited messages ends at a transaction's end)."""
+
+    rows: int = 0
+    last_commit: int = 0
+
+
+def _peek(conn: PgConnection, end: int, limit: int, got: _Peeked
+          ) -> Iterator[list[tuple[Any, ...]]]:
+    """The slot's messages up to ``end``, about ``limit`` of them at most (whole transactions),
+    in batches, counted in ``got``. Only one session can use a slot at a time (parallel
+    snapshot tasks backfill at once), so wait while it is busy; the first fetch runs the
+    whole decoding, so a busy slot shows up before anything is yielded."""
     import psycopg
 
     # publication_names is a list of identifiers (folded to lower case unless quoted), so the
@@ -164,11 +198,12 @@ def _peek(conn: PgConnection, end: int) -> Iterator[list[tuple[Any, ...]]]:
         try:
             with conn.raw.transaction(), conn.raw.cursor(name="sdk_peek", binary=True) as cursor:
                 cursor.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, "
-                               "%s::pg_lsn, NULL, 'proto_version', '1', "
+                               "%s::pg_lsn, %s, 'proto_version', '1', "
                                "'publication_names', %s)",
-                               (conn.slot, lsn_text(end), q(conn.publication)))
+                               (conn.slot, lsn_text(end), limit, q(conn.publication)))
                 rows = cursor.fetchmany(PEEK_CHUNK)
                 while rows:
+                    got.rows += len(rows)
                     yield rows
                     rows = cursor.fetchmany(PEEK_CHUNK)
             return
@@ -279,13 +314,14 @@ def _target_of(conn: PgConnection, wanted: Shapes, relid: int,
 
 def _decode_rows(conn: PgConnection, wanted: Shapes,
                  batches: Iterator[list[tuple[Any, ...]]], start: tuple[int, int],
-                 end: tuple[int, int]
+                 end: tuple[int, int], got: _Peeked
                  ) -> Iterator[ChangeEvent | SchemaChange | TableTruncated]:
     """The loop that runs per change, so its work per transaction and per relation is done
     once: the commit LSN and time, whether the transaction lies strictly inside the bounds
     (then no change needs the bound check), the table and plan a relation feeds (and, when
     its Relation message changed the table's shape, the SchemaChange yielded before the first
-    change in the new shape). ``wanted`` holds each table's current schema."""
+    change in the new shape). ``wanted`` holds each table's current schema; ``got`` gets
+    the commit LSN of each transaction begun."""
     lsn = commit_ts = index = 0
     lsn_field: tuple[str, int] = ("lsn", 0)
     whole = False
@@ -336,6 +372,7 @@ def _decode_rows(conn: PgConnection, wanted: Shapes,
             elif kind == begin_kind:
                 lsn, commit_ts, _ = begin.unpack_from(data, 1)
                 index, lsn_field = 0, ("lsn", lsn)
+                got.last_commit = lsn
                 commit_ts += PG_EPOCH_MICROS
                 whole = start[0] < lsn < end[0]
             elif kind == commit_kind:  # nothing the changes need

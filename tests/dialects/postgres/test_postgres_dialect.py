@@ -23,6 +23,7 @@ from sdk import (
     Dialect,
     FatalSyncError,
     OffsetExpiredError,
+    SchemaChange,
     SnapshotSplit,
     TableId,
     TableSchema,
@@ -933,3 +934,81 @@ def test_a_server_restarting_is_a_passing_fault_and_a_refused_login_is_not(
     thread.join(timeout=10)
     assert message in str(refused.value) and "secret" not in str(refused.value)
     assert isinstance(refused.value, RetriableError) == retriable
+
+
+def _peek_limits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The message limits of the slot's peeks from now on, as they are made."""
+    import sdk_postgres._stream as stream
+
+    limits: list[int] = []
+    peek = stream._peek
+
+    def counted(conn: Any, end: int, limit: int, got: Any) -> Any:
+        limits.append(limit)
+        return peek(conn, end, limit, got)
+
+    monkeypatch.setattr(stream, "_peek", counted)
+    return limits
+
+
+def test_a_read_in_many_small_peeks_yields_what_one_peek_yields(
+        pg: Dialect, capture: Any, postgres_admin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read is decoded in peeks of growing size, each read on from the last one's last
+    transaction: with peeks of a few messages, every change, schema change and truncate of a
+    range of single and multi-row transactions (one cut at a change inside it) comes once, in
+    order, as one peek of the whole range gives them."""
+    import sdk_postgres._stream as stream
+
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+    other = make("CREATE TABLE {name} (id int PRIMARY KEY)")
+    name = schema.table.name
+    low = pg.current_offset(conn)
+    for i in range(6):
+        run(postgres_admin, f'INSERT INTO "{name}" VALUES (%s, %s)', (i, f"v{i}"))
+    run(postgres_admin, f'INSERT INTO "{other.table.name}" SELECT generate_series(1, 7)')
+    run(postgres_admin, f'INSERT INTO "{name}" SELECT g, \'many\' FROM generate_series(10, 19) g')
+    run(postgres_admin, f'ALTER TABLE "{name}" ADD COLUMN w int')
+    run(postgres_admin, f'UPDATE "{name}" SET w = id WHERE id < 12')
+    run(postgres_admin, f'TRUNCATE "{name}"')
+    for i in range(3):
+        run(postgres_admin, f'INSERT INTO "{name}" VALUES (%s, %s, %s)', (i, "after", i))
+    high = pg.current_offset(conn)
+
+    def read(start: Any, end: Any, shape: TableSchema = schema) -> list[Any]:
+        return [i for i in pg.stream_log(conn, [shape], start, end)
+                if isinstance(i, (ChangeEvent, SchemaChange, TableTruncated))]
+
+    whole = read(low, high)
+    assert len(whole) == 6 + 10 + 1 + 8 + 1 + 3  # the schema change before the updates
+    limits = _peek_limits(monkeypatch)
+    monkeypatch.setattr(stream, "FIRST_PEEK_ROWS", 2)
+    monkeypatch.setattr(stream, "PEEK_GROWTH", 2)
+    assert read(low, high) == whole
+    assert len(limits) > 4 and limits[:3] == [2, 4, 8]
+    changed = whole[16]
+    assert isinstance(changed, SchemaChange)
+    cut = whole[20].offset  # an update inside the multi-row transaction
+    assert read(low, cut) + read(cut, high, changed.schema) == whole
+
+
+def test_a_read_of_a_long_range_decodes_only_what_it_takes(
+        pg: Dialect, capture: Any, postgres_admin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch that stops early in a long range (its change budget spent) has had the server
+    decode one small peek, not the whole range up to its end."""
+    import sdk_postgres._stream as stream
+
+    conn, make = capture
+    schema = make("CREATE TABLE {name} (id int PRIMARY KEY)")
+    low = pg.current_offset(conn)
+    for start in range(0, 20_000, 100):
+        run(postgres_admin, f'INSERT INTO "{schema.table.name}" '
+            'SELECT generate_series(%s::int, %s::int)', (start, start + 99))
+    high = pg.current_offset(conn)
+    limits = _peek_limits(monkeypatch)
+    items = pg.stream_log(conn, [schema], low, high)
+    taken = [next(i for i in items if isinstance(i, ChangeEvent)) for _ in range(1_000)]
+    items.close()  # type: ignore[attr-defined]
+    assert [e.key for e in taken] == [(i,) for i in range(1_000)]
+    assert limits == [stream.FIRST_PEEK_ROWS]
+    assert len(log(pg, conn, [schema], low, high)) == 20_000  # all of it when read through
