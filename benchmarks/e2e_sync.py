@@ -785,7 +785,7 @@ def tree_rss(root: int) -> tuple[int, int]:
                          if line.startswith("Name:")), "")
             if name == "java":
                 jvm += rss
-            elif name.startswith("python") or name == "sdk":
+            elif name.startswith("python") or name in ("sdk", "sdk-headworker"):  # forked
                 python += rss
     return python, jvm
 
