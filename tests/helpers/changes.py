@@ -52,6 +52,13 @@ def delivered_twice(path: Path | str, dialect: str, key: str | None = None,
             "delivered": [sum(snapshot.values()), sum(changes.values())]}
 
 
+def snapshot_keys(path: Path | str, key: str) -> set[Any]:
+    """The keys of the snapshot rows a sync delivered to the change log of a single table."""
+    rows = ds.dataset(str(path), format="parquet", partitioning="hive").to_table(
+        columns=["_op", key]).to_pylist()
+    return {r[key] for r in rows if r["_op"] == "r"}
+
+
 def assert_once(path: Path | str, dialect: str, key: str | None = None,
                 reads_again: bool = False) -> tuple[int, int]:
     """Fail naming what a sync delivered twice; returns (snapshot rows, changes)."""

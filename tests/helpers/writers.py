@@ -76,6 +76,8 @@ class Writer:
 
     def __init__(self, write: Callable[[int], None], pause: float) -> None:
         self._write, self._pause = write, pause
+        self.started = 0
+        """The writes begun so far."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run)
         self._thread.start()
@@ -84,6 +86,7 @@ class Writer:
         i = 0
         while not self._stop.is_set():
             i += 1
+            self.started = i
             self._write(i)
             time.sleep(self._pause)
 
@@ -91,3 +94,11 @@ class Writer:
         """Stop, once the write under way is done (again: nothing)."""
         self._stop.set()
         self._thread.join()
+
+
+def removed_keys(rows: int, writes: int) -> set[int]:
+    """The keys of a :func:`mysql_table` or :func:`postgres_table` of ``rows`` rows that its
+    first ``writes`` writes may have deleted or moved: every other key of its first rows is
+    there all along, so a snapshot delivers it whenever it reads it."""
+    return {i * 13 % rows for i in range(1, writes + 1)} | \
+        {i * 17 % rows for i in range(1, writes + 1)}
