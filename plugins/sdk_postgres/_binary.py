@@ -70,12 +70,17 @@ def copy_binary(rows: pa.Table, columns: Sequence[Column]) -> bytes | None:
         fields.append(field)
     count = pa.scalar(len(fields).to_bytes(2, "big"), pa.binary())
     lines = pc.binary_join_element_wise(count, *fields, pa.scalar(b"", pa.binary()))
-    body: bytes | memoryview = b""
-    if len(lines):  # the rows lie end to end in the array's data buffer
-        _, offsets, data = lines.buffers()
-        ends = memoryview(offsets).cast("i")
-        body = memoryview(data)[ends[lines.offset]:ends[lines.offset + len(lines)]]
-    return b"".join((_HEADER, body, b"\xff\xff"))  # the trailer: a field count of -1
+    return b"".join((_HEADER, end_to_end(lines), b"\xff\xff"))  # trailer: field count -1
+
+
+def end_to_end(values: pa.Array) -> memoryview:
+    """A string or binary array's values as they lie end to end in its data buffer, with no
+    copy (a ``COPY`` stream of its rows)."""
+    if not len(values):
+        return memoryview(b"")
+    _, offsets, data = values.buffers()
+    ends = memoryview(offsets).cast("i")
+    return memoryview(data)[ends[values.offset]:ends[values.offset + len(values)]]
 
 
 _NULL = b"\xff\xff\xff\xff"

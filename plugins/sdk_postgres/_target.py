@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sdk import Column, LogicalType, TableSchema
 from sdk.dialect.apply import Ledger, NetChanges
 
-from ._binary import TYPNAMES, binary_types, copy_binary
+from ._binary import TYPNAMES, binary_types, copy_binary, end_to_end
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -182,19 +182,15 @@ def copy_rows(cursor: Any, copy: str, table: TableSchema, rows: Sequence[tuple[A
     writer thread holds the GIL its reader needs for less), or row by row for values Arrow does
     not take as they are."""
     values = copy_values(table, rows, keys_only)
-    data: list[memoryview] | bytes | None = None
+    data: list[memoryview] | None = None
+    form = ""
     if values is rows and cursor.connection.info.encoding == "utf-8":
         columns = _copied_columns(table, keys_only)
         binary = binary and binary_types(columns)
         arrow = _arrow_rows(table, rows, keys_only, binary)
-        if arrow is not None and binary:
-            data = copy_binary(arrow, columns)
-        if isinstance(data, bytes):
-            copy += " (FORMAT binary)"
-            data = [memoryview(data)]
-        elif arrow is not None:
-            data = copy_text(arrow)
-    with cursor.copy(copy) as stream:
+        if arrow is not None:
+            data, form = _copy_data(arrow, columns, binary)
+    with cursor.copy(copy + form) as stream:
         if data is not None:
             for part in data:
                 stream.write(part)
@@ -274,13 +270,18 @@ def copy_text(rows: pa.Table) -> list[memoryview] | None:
         return []
     lines = pc.binary_join_element_wise(
         pc.binary_join_element_wise(*columns, "\t"), pa.scalar(""), "\n")
-    out = []
-    for chunk in lines.chunks:
-        if len(chunk):  # the lines lie end to end in the chunk's data buffer
-            _, offsets, data = chunk.buffers()
-            ends = memoryview(offsets).cast("i")
-            out.append(memoryview(data)[ends[chunk.offset]:ends[chunk.offset + len(chunk)]])
-    return out
+    return [end_to_end(chunk) for chunk in lines.chunks if len(chunk)]
+
+
+def _copy_data(rows: pa.Table, columns: Sequence[Column], binary: bool
+               ) -> tuple[list[memoryview] | None, str]:
+    """``rows`` (of ``columns``) as ``COPY`` data and the statement's format option: binary
+    when asked for and :func:`._binary.copy_binary` writes every value, else text (None: the
+    row path)."""
+    data = copy_binary(rows, columns) if binary else None
+    if data is not None:
+        return [memoryview(data)], " (FORMAT binary)"
+    return copy_text(rows), ""
 
 
 def load_arrow(cursor: Any, table: TableSchema, quoted: str, quoted_params: str,
@@ -295,15 +296,11 @@ def load_arrow(cursor: Any, table: TableSchema, quoted: str, quoted_params: str,
 
     from sdk.dialect.arrow import python_values
 
-    data: list[memoryview] | bytes | None = None
+    data: list[memoryview] | None = None
     form = ""
     if cursor.connection.info.encoding == "utf-8":
-        if binary_types(table.columns) and typed_as_created(cursor, quoted, table):
-            data = copy_binary(rows, table.columns)
-        if isinstance(data, bytes):
-            data, form = [memoryview(data)], " (FORMAT binary)"
-        else:
-            data = copy_text(rows)
+        binary = binary_types(table.columns) and typed_as_created(cursor, quoted, table)
+        data, form = _copy_data(rows, table.columns, binary)
     if data is None:
         columns = [python_values(rows.column(i), c.type) for i, c in enumerate(table.columns)]
         values = list(zip(*columns, strict=True))
