@@ -48,10 +48,12 @@ def run_child(url: str, mirror: str, work: Path,
     """Run the child; SIGKILL its process group once ``kill_when(line, work)`` holds.
     Returns whether it was killed."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    child = subprocess.Popen([sys.executable, str(CHILD), url, mirror, str(work),
-                              *(["chained"] if chained else [])],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                             env=env, start_new_session=True)
+    errors = work / "child-stderr.txt"
+    with errors.open("a") as stderr:
+        child = subprocess.Popen([sys.executable, str(CHILD), url, mirror, str(work),
+                                  *(["chained"] if chained else [])],
+                                 stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                 env=env, start_new_session=True)
     assert child.stdout is not None
     try:
         for line in child.stdout:
@@ -59,7 +61,7 @@ def run_child(url: str, mirror: str, work: Path,
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
                 return True
-        assert child.wait() == 0, "the child failed"
+        assert child.wait() == 0, f"the child failed: {errors.read_text()[-3000:]}"
         return False
     finally:
         if child.poll() is None:
