@@ -23,6 +23,7 @@ import datetime as dt
 import importlib.util
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -104,22 +105,27 @@ class DialectManager:
         """Entry points not loaded yet: :meth:`get` loads only the one it is asked for (a Spark
         worker needs one or two dialects, and importing all of them costs each worker time),
         the listings and URL lookups load them all."""
+        self._loading = threading.RLock()
+        """Held while entry points load: a thread asking for a dialect while another loads
+        them all waits for it, instead of finding the dialect missing (or registering it
+        twice, which marks it broken)."""
 
     def _load_entry_points(self, only: str | None = None) -> None:
-        if not self._unloaded:
-            return
-        self._unloaded = only is not None
-        disabled = {n.strip() for n in os.environ.get("SDK_DISABLE_PLUGINS", "").split(",")}
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in disabled or self.pm.has_plugin(ep.name) or ep.name in self._broken \
-                    or only not in (None, ep.name):
-                continue
-            try:
-                plugin = ep.load()
-                self.register(plugin, ep.name)
-            except Exception as exc:  # a broken third-party plugin must not break the others
-                self._broken[ep.name] = f"failed to load {ep.value!r}: {exc}"
-                log.warning("dialect plugin %r not loaded: %s", ep.name, exc)
+        with self._loading:
+            if not self._unloaded:
+                return
+            self._unloaded = only is not None
+            disabled = {n.strip() for n in os.environ.get("SDK_DISABLE_PLUGINS", "").split(",")}
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                if ep.name in disabled or self.pm.has_plugin(ep.name) or \
+                        ep.name in self._broken or only not in (None, ep.name):
+                    continue
+                try:
+                    plugin = ep.load()
+                    self.register(plugin, ep.name)
+                except Exception as exc:  # a broken third-party plugin must not break others
+                    self._broken[ep.name] = f"failed to load {ep.value!r}: {exc}"
+                    log.warning("dialect plugin %r not loaded: %s", ep.name, exc)
 
     def register(self, plugin: object, name: str) -> None:
         """Register ``plugin`` as dialect ``name`` and validate it against the contract.

@@ -127,6 +127,54 @@ def test_missing_driver_names_the_extra_and_is_listed() -> None:
     assert status.problem == "driver missing: pip install 'sdk[oracle]'"
 
 
+def test_threads_looking_up_dialects_while_they_load_each_find_theirs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One thread lists the dialects (loading every plugin) while others ask for one each (a
+    driver's callback threads): each finds its dialect, none is loaded twice or called
+    broken. The installed entry points are used, each load slowed to widen the window."""
+    import importlib.metadata
+    import threading
+    import time
+
+    import sdk.dialect.manager as manager_module
+
+    class Slow:
+        def __init__(self, ep: importlib.metadata.EntryPoint) -> None:
+            self.name, self.value, self._ep = ep.name, ep.value, ep
+
+        def load(self) -> Any:
+            time.sleep(0.05)
+            return self._ep.load()
+
+    installed = list(importlib.metadata.entry_points(group=manager_module.ENTRY_POINT_GROUP))
+    monkeypatch.setattr(manager_module, "entry_points",
+                        lambda group: [Slow(ep) for ep in installed if ep.group == group])
+    manager = DialectManager()
+    wanted = ["sqlite", "postgres", "mysql"]
+    found: dict[str, str] = {}
+    failures: list[BaseException] = []
+    start = threading.Barrier(len(wanted) + 1)
+
+    def lookup(name: str | None) -> None:
+        start.wait()
+        try:
+            if name is None:
+                assert "sqlite" in manager.names  # loads them all
+            else:
+                found[name] = manager.get(name).name
+        except BaseException as exc:  # told to the test thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=lookup, args=(name,)) for name in [None, *wanted]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    assert found == {name: name for name in wanted}
+    assert all(s.usable for s in manager.statuses() if s.name in wanted)
+
+
 def test_disabled_plugins_are_not_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SDK_DISABLE_PLUGINS", "sqlite")
     assert "sqlite" not in DialectManager().names
