@@ -577,13 +577,17 @@ class Dialect:
 
 
 _default: DialectManager | None = None
+_creating = threading.Lock()
 
 
 def default_manager() -> DialectManager:
-    """The process-wide manager over the installed entry points, created on first use."""
+    """The process-wide manager over the installed entry points, created on first use (once,
+    when threads ask at the same time)."""
     global _default
     if _default is None:
-        _default = DialectManager()
+        with _creating:
+            if _default is None:
+                _default = DialectManager()
     return _default
 
 
