@@ -36,6 +36,8 @@ _NOT_A_DATE = r"^0000-|^\d{4}-00-|^\d{4}-\d{2}-00"
 the dialect reads as NULL (``zero_dates=null``) or a BadValue; Arrow would read year 0 as a
 date. (A day past its month's end Arrow refuses: the row path reads that split.)"""
 _MAX_PACKET = 0xFFFFFF
+_HEAD = 12
+"""The bytes of a value a binary view holds itself (all of a value that short)."""
 
 
 def _base(column: Column) -> str:
@@ -128,7 +130,10 @@ def _columns(table: TableSchema, packets: list[bytes], null_dates: bool) -> pa.T
 
     n = len(packets)
     sizes = np.fromiter(map(len, packets), dtype=np.int64, count=n)
-    data = np.frombuffer(b"".join(packets), dtype=np.uint8)
+    # _HEAD zero bytes after the rows: each value's first _HEAD bytes are in ``heads``
+    data = np.frombuffer(b"".join([*packets, bytes(_HEAD)]), dtype=np.uint8)
+    heads = np.lib.stride_tricks.as_strided(data, shape=(len(data) - _HEAD + 1, _HEAD),
+                                            strides=(1, 1), writeable=False)
     position = np.zeros(n, dtype=np.int64)
     if n:
         np.cumsum(sizes[:-1], out=position[1:])
@@ -145,32 +150,34 @@ def _columns(table: TableSchema, packets: list[bytes], null_dates: bool) -> pa.T
                 at = position[wide] + 1 + byte
                 length[wide] |= data[at].astype(np.int64) << (8 * byte)
         start = position + 1 + width
-        columns.append(_column(column, _texts(data, start, length, null), null_dates))
+        columns.append(_column(column, _texts(data, heads, start, length, null), null_dates))
         position = start + length
     return pa.Table.from_arrays(columns, names=list(table.column_names))
 
 
-def _texts(data: np.ndarray, start: np.ndarray, length: np.ndarray, null: np.ndarray
-           ) -> pa.Array:
+def _texts(data: np.ndarray, heads: np.ndarray, start: np.ndarray, length: np.ndarray,
+           null: np.ndarray) -> pa.Array:
     """One column's values as a binary view array over ``data`` (the bytes at ``start`` for
-    ``length``): 16 bytes a row, however long the values, and nothing copied but a value of at
-    most 12 bytes, which a view holds itself (Arrow's layout: the length, then the bytes, or
-    their first four, a buffer index and the offset)."""
+    ``length``; ``heads[i]`` the _HEAD bytes from ``data[i]``): 16 bytes a row, however long
+    the values, and nothing copied but a value of at most 12 bytes, which a view holds itself
+    (Arrow's layout: the length, then the bytes zero-padded, or their first four, a buffer
+    index and the offset)."""
     import numpy as np
     import pyarrow as pa
 
     n = len(start)
     if int(length.sum()) >= 2**31 or len(data) >= 2**31:
         raise _NotArrowError("a column of 2 GB or more")  # views hold 32-bit offsets
-    views = np.zeros((n, 16), dtype=np.uint8)
-    views[:, 0:4] = length.astype("<i4").view(np.uint8).reshape(n, 4)
-    inline = length <= 12
-    at = np.arange(12)
-    head = data[np.minimum(start[:, None] + at[None, :], max(len(data) - 1, 0))] \
-        if len(data) else np.zeros((n, 12), dtype=np.uint8)
-    views[inline, 4:16] = np.where(at[None, :] < length[:, None], head, 0)[inline]
-    views[~inline, 4:8] = head[~inline, :4]  # the prefix; buffer 0 (bytes 8-12 stay zero)
-    views[~inline, 12:16] = start[~inline].astype("<i4").view(np.uint8).reshape(-1, 4)
+    head = heads[start]  # a copy: 12 bytes a row
+    head *= np.arange(_HEAD)[None, :] < length[:, None]  # the bytes past a value zeroed
+    views = np.empty((n, 16), dtype=np.uint8)
+    views[:, 4:16] = head
+    words = views.view("<i4")  # four 32-bit words a row
+    words[:, 0] = length
+    long = length > _HEAD
+    if long.any():  # the prefix stays; buffer 0 at the value's offset
+        words[long, 2] = 0
+        words[long, 3] = start[long]
     valid = pa.py_buffer(np.packbits(~null, bitorder="little")) if null.any() else None
     return pa.Array.from_buffers(pa.binary_view(), n,
                                  [valid, pa.py_buffer(views), pa.py_buffer(data)],

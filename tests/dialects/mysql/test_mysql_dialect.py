@@ -966,6 +966,52 @@ class _Events:
         return self.rows
 
 
+def test_arrow_text_views_hold_up_to_12_bytes_zero_padded_and_point_at_longer_ones() -> None:
+    """A text column's binary views, cut from row packets made here: a value of at most 12
+    bytes lies in its view, the bytes after it zero (Arrow compares views 16 bytes at a
+    time); a longer one keeps its first four bytes and its offset in the rows' bytes; a NULL
+    is invalid; a value ending the rows' bytes is read too."""
+    import numpy as np
+    import pyarrow as pa
+
+    from sdk import Column, LogicalType
+    from sdk_mysql import _arrow
+
+    def value(text: bytes | None) -> bytes:
+        if text is None:
+            return b"\xfb"
+        return (bytes([len(text)]) if len(text) < 251 else
+                b"\xfc" + len(text).to_bytes(2, "little")) + text
+
+    texts = [b"", b"a", b"x" * 11, b"twelve bytes", b"thirteen byte", b"long" * 100, None,
+             "é".encode() * 6, b"last"]
+    packets = [value(b"%d" % i) + value(t) for i, t in enumerate(texts)]
+    schema = TableSchema(TableId("db", "t"), (Column("id", LogicalType.INT64, "bigint"),
+                                              Column("v", LogicalType.STRING, "varchar(500)")),
+                         ("id",), key=("id",))
+    got = _arrow._columns(schema, packets, null_dates=False)
+    assert got.column("v").to_pylist() == [None if t is None else t.decode() for t in texts]
+    assert got.column("id").to_pylist() == list(range(len(texts)))
+    data = np.frombuffer(b"".join([*packets, bytes(12)]), dtype=np.uint8)
+    heads = np.lib.stride_tricks.as_strided(data, shape=(len(data) - 11, 12), strides=(1, 1))
+    start = np.array([sum(map(len, packets[:i])) + len(value(b"%d" % i)) + 1 +
+                      (2 if t is not None and len(t) >= 251 else 0)
+                      for i, t in enumerate(texts)], dtype=np.int64)
+    length = np.array([len(t or b"") for t in texts], dtype=np.int64)
+    array = _arrow._texts(data, heads, start, length, np.array([t is None for t in texts]))
+    views = np.frombuffer(array.buffers()[1], dtype=np.uint8).reshape(-1, 16)
+    for row, text in zip(views, texts, strict=True):
+        size = len(text or b"")
+        assert int.from_bytes(row[:4].tobytes(), "little") == size
+        if size <= 12:
+            assert row[4:16].tobytes() == (text or b"").ljust(12, b"\0")
+        else:
+            at = int.from_bytes(row[12:16].tobytes(), "little")
+            assert row[4:8].tobytes() == text[:4] and row[8:12].tobytes() == bytes(4)
+            assert data[at:at + size].tobytes() == text
+    assert array.cast(pa.string()).to_pylist() == got.column("v").to_pylist()
+
+
 def test_the_gtid_position_after_a_group_committed_transaction() -> None:
     from sdk_mysql import _gtid_after
 
