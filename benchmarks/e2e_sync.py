@@ -74,6 +74,13 @@ loaders; and the source dialect's own ``stream_log`` over the same range (its of
 before and after the updates, PostgreSQL through the raw reader's slot), the decode rate the
 issue holds the log phase to (ratio sdk/stream_log).
 
+Each snapshot copy's line is followed by its CPU seconds (of its fastest run): its own
+processes (the benchmark itself for the hand-written copy; else the command's process tree,
+orphans included: this process is their subreaper), the source's server and the target's (the
+process listening on each URL's port, with its children), and how many cores they kept busy
+together over the wall clock: where each second goes, and how near the copy is to the
+machine's cores.
+
 Every rate is printed, with the ratios sdk/hand-written, sdk/C-tools, sdk/Spark-JDBC (both whole
 commands) and sdk/raw (rate over rate: below 1.0 the sdk is slower). Each target is checked
 against its source: row count and an order-independent checksum (the sum of a 60-bit md5 prefix
@@ -108,6 +115,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from _cpu import Cpu, Meter, become_subreaper, reap
 from _servers import MYSQL, MYSQL_ADMIN, PG, PG_ADMIN
 
 TAG = str(os.getpid())
@@ -231,6 +239,18 @@ def line(label: str, seconds: list[float], count: int, unit: str) -> None:
         if len(seconds) > 1 else ""
     print(f"  {label:<66} {min(seconds):8.2f} s {rate(count, seconds):>10,.0f} {unit}{spread}",
           flush=True)
+
+
+def meter(source: Source, sink: Sink, in_process: bool = False) -> Meter:
+    """A CPU meter over the source's and the target's servers (by their URLs' ports)."""
+    return Meter(parts(source.url)["port"] or 0, parts(sink.url)["port"] or 0, in_process)
+
+
+def cpu_line(runs: list[tuple[float, Cpu | None]], same_server: bool) -> None:
+    """The CPU seconds of the fastest of ``runs`` (seconds, its CPU)."""
+    best = min(runs, key=lambda run: run[0], default=(0.0, None))[1]
+    if best is not None:
+        print(f"    ({best.describe(same_server)})")
 
 
 @dataclass
@@ -387,6 +407,7 @@ class Source:
 
     kind = ""
     label = ""
+    url = ""
 
     def __init__(self, cleanup: Cleanup) -> None:
         self.cleanup = cleanup
@@ -432,7 +453,7 @@ class Source:
 
 
 class MySQLSource(Source):
-    kind, label = "mysql", "MariaDB"
+    kind, label, url = "mysql", "MariaDB", MYSQL
 
     def create(self, table: str, rows: int) -> None:
         self.cleanup.mysql_tables.append(table)
@@ -539,7 +560,7 @@ class MySQLSource(Source):
 
 
 class PostgresSource(Source):
-    kind, label = "postgres", "PostgreSQL"
+    kind, label, url = "postgres", "PostgreSQL", PG
 
     def create(self, table: str, rows: int) -> None:
         self.rows = rows
@@ -760,10 +781,12 @@ class SdkRun:
     and Spark's Python workers, sampled every 0.25 s."""
     peak_jvm: int = 0
     """Peak resident memory (bytes) of its JVMs."""
+    cpu: Cpu | None = None
 
 
-def tree_rss(root: int) -> tuple[int, int]:
-    """The resident memory of process ``root`` and its descendants: (Python, JVM) bytes."""
+def tree_rss(root: int, seen: set[int]) -> tuple[int, int]:
+    """The resident memory of process ``root`` and its descendants: (Python, JVM) bytes;
+    their process ids are added to ``seen``."""
     parent: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -777,6 +800,7 @@ def tree_rss(root: int) -> tuple[int, int]:
             up = parent[up]
         if up != root:
             continue
+        seen.add(pid)
         with suppress(OSError, ValueError):
             status = Path(f"/proc/{pid}/status").read_text()
             rss = next((int(line.split()[1]) * 1024 for line in status.splitlines()
@@ -791,16 +815,19 @@ def tree_rss(root: int) -> tuple[int, int]:
 
 
 def watch(process: subprocess.Popen[Any], poll: Callable[[], None]) -> tuple[int, int]:
-    """Wait for ``process``, calling ``poll`` every 50 ms; returns the peak resident memory
-    (Python, JVM) of its process tree, sampled every 0.25 s."""
+    """Wait for ``process``, calling ``poll`` every 50 ms, and for the processes of its tree
+    that outlive it (reaped here, so that their CPU time counts); returns the peak resident
+    memory (Python, JVM) of its process tree, sampled every 0.25 s."""
     polls = peak_python = peak_jvm = 0
+    seen: set[int] = set()
     while process.poll() is None:
         if polls % 5 == 0:
-            python, jvm = tree_rss(process.pid)
+            python, jvm = tree_rss(process.pid, seen)
             peak_python, peak_jvm = max(peak_python, python), max(peak_jvm, jvm)
         polls += 1
         poll()
         time.sleep(0.05)
+    reap(seen - {process.pid})
     return peak_python, peak_jvm
 
 
@@ -873,6 +900,7 @@ class JdbcRun:
     """The whole command: Python, the JVM and the Spark session start, the copy, the stop."""
     peak_python: int
     peak_jvm: int
+    cpu: Cpu | None = None
 
 
 def jdbc_jars(source: Source, sink: Sink) -> list[Path]:
@@ -947,8 +975,11 @@ def snapshot_sdk(source: Source, sink: Sink, table: str, run_name: str, schema: 
     """One ``sdk sync --until snapshot`` into a fresh schema, checked and then dropped."""
     sink.fresh(schema)
     checkpoint = work / run_name
+    cpu = meter(source, sink)
+    cpu.start()
     run = run_sdk(source, sink, table, run_name, checkpoint, schema, "snapshot",
                   args.sdk_option, env)
+    run.cpu = cpu.stop()
     equal = sink.checksum(f"{schema}.{table}") == expected
     sink.drop(schema)
     if isinstance(source, PostgresSource):
@@ -957,7 +988,8 @@ def snapshot_sdk(source: Source, sink: Sink, table: str, run_name: str, schema: 
     return run, equal
 
 
-def sdk_summary(runs: list[SdkRun], rows: int, label: str) -> tuple[float, float]:
+def sdk_summary(runs: list[SdkRun], rows: int, label: str, same_server: bool
+                ) -> tuple[float, float]:
     """Print the sdk snapshot runs' lines; returns their rates (own, whole command)."""
     tag = f" [{label}]" if label else ""
     whole = [r.seconds for r in runs]
@@ -965,6 +997,7 @@ def sdk_summary(runs: list[SdkRun], rows: int, label: str) -> tuple[float, float
     startup = [r.startup for r in runs if r.startup is not None]
     reported = [r.reported for r in runs if r.reported is not None]
     line(f"sdk sync --until snapshot, whole command{tag}", whole, rows, "rows/s")
+    cpu_line([(r.seconds, r.cpu) for r in runs], same_server)
     if own:
         own_rate = rate(rows, own)
         line(f"sdk sync, first split to snapshot done (progress.json){tag}", own, rows,
@@ -996,6 +1029,8 @@ def snapshot_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup:
     compare = env_label(args.compare_env)
     hand_s: list[float] = []
     pipe_s: list[float] = []
+    hand_cpu: list[Cpu] = []
+    pipe_cpu: list[Cpu] = []
     jdbc_runs: list[JdbcRun] = []
     runs: list[SdkRun] = []
     compared: list[SdkRun] = []
@@ -1006,18 +1041,24 @@ def snapshot_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup:
         checks["Spark JDBC"] = []
     for k in range(args.repeat):
         schema = sink.fresh(f"e2e_hand_{source.kind}_{TAG}_{k}", table)
+        cpu = meter(source, sink, in_process=True)
+        cpu.start()
         t = time.perf_counter()
         n = source.hand(table, sink, f"{schema}.{table}")
         hand_s.append(time.perf_counter() - t)
+        hand_cpu.append(cpu.stop())
         checks["hand-written"].append(n == args.rows and
                                       sink.checksum(f"{schema}.{table}") == expected)
         sink.drop(schema)
         print(f"  [{k + 1}/{args.repeat}] hand-written {hand_s[-1]:.2f} s", flush=True)
 
         schema = sink.fresh(f"e2e_pipe_{source.kind}_{TAG}_{k}", table)
+        cpu = meter(source, sink)
+        cpu.start()
         t = time.perf_counter()
         n = run_pipe(source.pipe(table, sink, f"{schema}.{table}"))
         pipe_s.append(time.perf_counter() - t)
+        pipe_cpu.append(cpu.stop())
         checks["C tools"].append(n in (args.rows, -1) and  # -1: the loader prints no count
                                  sink.checksum(f"{schema}.{table}") == expected)
         sink.drop(schema)
@@ -1043,8 +1084,11 @@ def snapshot_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup:
 
         if with_jdbc:
             schema = sink.fresh(f"e2e_jdbc_{source.kind}_{TAG}_{k}", table)
+            cpu = meter(source, sink)
+            cpu.start()
             jdbc_run = run_jdbc(source, sink, table, f"{schema}.{table}",
                                 work / f"jdbc_{source.kind}_{k}.log")
+            jdbc_run.cpu = cpu.stop()
             jdbc_runs.append(jdbc_run)
             checks["Spark JDBC"].append(sink.checksum(f"{schema}.{table}") == expected)
             sink.drop(schema)
@@ -1063,16 +1107,20 @@ def snapshot_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup:
     tools = f"{unload} | {load}"
     sdk_env = f" (sdk environment: {env_label(args.sdk_env)})" if args.sdk_env else ""
     print(f"{source.label} -> {sink.label}, {rows:,} rows, best of {args.repeat}{sdk_env}:")
+    same = parts(source.url)["port"] == parts(sink.url)["port"]
     line(f"hand-written ({reader} -> {writer})", hand_s, rows, "rows/s")
+    cpu_line(list(zip(hand_s, hand_cpu, strict=True)), same)
     line(f"C tools ({tools})", pipe_s, rows, "rows/s")
+    cpu_line(list(zip(pipe_s, pipe_cpu, strict=True)), same)
     if jdbc_runs:
         line(f"Spark JDBC (read.jdbc, {2 * (os.cpu_count() or 1)} partitions -> write.jdbc), "
              "whole command", jdbc_s, rows, "rows/s")
+        cpu_line([(r.seconds, r.cpu) for r in jdbc_runs], same)
         print(f"    (peak resident memory, the most of any run: Python "
               f"{max(r.peak_python for r in jdbc_runs) / 2**20:.0f} MiB, JVM "
               f"{max(r.peak_jvm for r in jdbc_runs) / 2**20:.0f} MiB)")
     for label, variant in [("", runs)] + ([(compare, compared)] if compare else []):
-        own_rate, whole_rate = sdk_summary(variant, rows, label)
+        own_rate, whole_rate = sdk_summary(variant, rows, label, same)
         tag = f" [{label}]" if label else ""
         print(f"  ratios{tag} (rate/rate), sdk first split to done [whole command]: "
               f"sdk/hand-written {own_rate / hand_rate:.3f} [{whole_rate / hand_rate:.3f}], "
@@ -1230,6 +1278,7 @@ def main() -> None:
     parser.add_argument("--skip-jdbc", action="store_true",
                         help="no Spark JDBC copy in the snapshot case")
     args = parser.parse_args()
+    become_subreaper()  # a command's orphans are reaped here: their CPU time counts
     for name in ("sdk_env", "compare_env"):
         pairs = getattr(args, name)
         if bad := [pair for pair in pairs if "=" not in pair or pair.startswith("=")]:

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import itertools
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -43,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _cpu import become_subreaper, children_cpu, reap, tree
 from helpers.instances import (
     server_dir,
     start_mariadb,
@@ -56,7 +55,6 @@ TOUCHED = 10
 """Tables changed before the resume and during the steady state."""
 BATCH = 250
 """Tables created a statement batch (MariaDB) or a transaction (PostgreSQL)."""
-PR_SET_CHILD_SUBREAPER = 36
 
 
 def _name(i: int) -> str:
@@ -181,79 +179,6 @@ class Run:
         return max((len(line.rstrip(b"\n")) for line in self.lines), default=0)
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _processes() -> dict[int, tuple[int, str, float]]:
-    """Every live process: its parent, its command line and its CPU seconds (user + system,
-    with those of its children it has reaped), from psutil if installed, else /proc."""
-    out = {}
-    try:
-        import psutil
-    except ImportError:
-        psutil = None
-    if psutil is not None:
-        for proc in psutil.process_iter(["ppid", "cmdline", "cpu_times"]):
-            t = proc.info["cpu_times"]
-            if t is not None:
-                out[proc.pid] = (proc.info["ppid"], " ".join(proc.info["cmdline"] or ()),
-                                 t.user + t.system + t.children_user + t.children_system)
-        return out
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                # after the name: state ppid ...; utime stime cutime cstime at 11..14
-                out[int(entry.name)] = (int(fields[1]), command,
-                                        sum(int(f) for f in fields[11:15]) / tick)
-    return out
-
-
-NOT_THE_SYNC = "sdk.spark.jvmcache"
-"""A process a sync leaves to build its JVM's class archive, once per machine, at the
-lowest priority after the sync has ended: not the sync's work, left out."""
-
-
-def _tree(root: int) -> dict[int, float]:
-    """The live descendants of ``root`` and ``root`` itself: their CPU seconds."""
-    processes = _processes()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in processes.items():
-        children.setdefault(ppid, []).append(pid)
-    out, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in processes and NOT_THE_SYNC not in processes[pid][1]:
-            out[pid] = processes[pid][2]
-            todo.extend(children.get(pid, ()))
-    return out
-
-
-def _reap(pids: set[int], seconds: float = 60) -> None:
-    """Wait for the processes ``pids`` to end, reaping those that are (or become, as
-    orphans: this process is a subreaper) this process's children, so that their CPU time
-    counts in RUSAGE_CHILDREN."""
-    deadline = time.monotonic() + seconds
-    while pids:
-        for pid in list(pids):
-            try:
-                if os.waitpid(pid, os.WNOHANG) != (0, 0):
-                    pids.discard(pid)
-            except ChildProcessError:  # another's child: gone, or its parent reaps it
-                if not Path(f"/proc/{pid}").exists():
-                    pids.discard(pid)
-        if pids and time.monotonic() > deadline:
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 10
-        time.sleep(0.05)
-
-
 class SyncFailedError(Exception):
     """A sync that ended with an error: its message, ``sdk: error: ...``."""
 
@@ -278,7 +203,7 @@ def sync(url: str, target: str, work: Path, until: str, log: Path,
     run = Run()
     caught_up = threading.Event()
     offset = log.stat().st_size if log.exists() else 0
-    cpu0, t0 = _children_cpu(), time.perf_counter()
+    cpu0, t0 = children_cpu(), time.perf_counter()
     with log.open("ab") as err:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err,
                                 start_new_session=True)
@@ -292,7 +217,7 @@ def sync(url: str, target: str, work: Path, until: str, log: Path,
 
     def track() -> None:
         while proc.poll() is None:
-            seen.update(_tree(proc.pid))
+            seen.update(tree(proc.pid))
             time.sleep(0.2)
 
     seen: set[int] = set()
@@ -310,7 +235,7 @@ def sync(url: str, target: str, work: Path, until: str, log: Path,
             time.sleep(5)  # its first idle log batches after catching up
             made = start()
             state = work / "ck" / "state"
-            c0, w0 = _tree(proc.pid), time.monotonic()
+            c0, w0 = tree(proc.pid), time.monotonic()
             files = _files(state)
             while time.monotonic() - w0 < seconds:  # the state files it writes, polled
                 time.sleep(1.0)
@@ -318,7 +243,7 @@ def sync(url: str, target: str, work: Path, until: str, log: Path,
                 for path, size in _written(files, now).items():
                     run.steady_written[path] = run.steady_written.get(path, 0) + size
                 files = now
-            c1, w1 = _tree(proc.pid), time.monotonic()
+            c1, w1 = tree(proc.pid), time.monotonic()
             run.steady_batches = sum(1 for path in run.steady_written
                                      if path.startswith("states/"))
             run.steady_seconds = w1 - w0
@@ -330,7 +255,7 @@ def sync(url: str, target: str, work: Path, until: str, log: Path,
         code = proc.wait(timeout=7200)
         tracker.join()
         seen.discard(proc.pid)
-        _reap(seen)
+        reap(seen)
     except BaseException:
         for pid in [proc.pid, *seen]:
             with contextlib.suppress(ProcessLookupError):
@@ -338,7 +263,7 @@ def sync(url: str, target: str, work: Path, until: str, log: Path,
         proc.wait()
         raise
     reader.join(timeout=30)
-    run.wall, run.cpu = time.perf_counter() - t0, _children_cpu() - cpu0
+    run.wall, run.cpu = time.perf_counter() - t0, children_cpu() - cpu0
     if code != 0 and not (steady and code in (-signal.SIGTERM, 128 + signal.SIGTERM)):
         raise _failure(log, offset, code)
     return run
@@ -541,10 +466,7 @@ def main() -> None:
     parser.add_argument("--no-steady", action="store_true", help="skip the steady state")
     args = parser.parse_args()
     counts = [int(n) for n in args.tables.split(",")]
-    # orphans of a sync's process tree (its driver JVM runs in a session of its own, and may
-    # outlive the sync's Python by a moment) come to this process, which reaps them: their
-    # CPU time counts in RUSAGE_CHILDREN
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    become_subreaper()
     print(f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f} at the start "
           "(timings are noisy on a shared machine)", flush=True)
     for dialect in (["mariadb", "postgres"] if args.dialect == "both" else [args.dialect]):
