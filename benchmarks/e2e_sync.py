@@ -115,7 +115,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from _cpu import Cpu, Meter, become_subreaper, reap
+from _cpu import Cpu, Meter, become_subreaper, reap, tree
 from _servers import MYSQL, MYSQL_ADMIN, PG, PG_ADMIN
 
 TAG = str(os.getpid())
@@ -787,19 +787,8 @@ class SdkRun:
 def tree_rss(root: int, seen: set[int]) -> tuple[int, int]:
     """The resident memory of process ``root`` and its descendants: (Python, JVM) bytes;
     their process ids are added to ``seen``."""
-    parent: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with suppress(OSError, ValueError, IndexError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                parent[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
     python = jvm = 0
-    for pid in parent:
-        up = pid
-        while up in parent and up != root:
-            up = parent[up]
-        if up != root:
-            continue
+    for pid in tree(root):
         seen.add(pid)
         with suppress(OSError, ValueError):
             status = Path(f"/proc/{pid}/status").read_text()
