@@ -62,7 +62,13 @@ from ._lineage import server_identity as server_identity
 from ._offsets import NAME, compare, lsn_int, lsn_text, make_offset, parts
 from ._stream import check_slot, read_changes
 from ._tls import connection_security as connection_security
-from ._types import TEXT_TYPES, kind_of, logical_column, register_wide_temporals
+from ._types import (
+    TEXT_TYPES,
+    kind_of,
+    logical_column,
+    register_intervals,
+    register_wide_temporals,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -152,6 +158,7 @@ def connect(config: ConnectionConfig) -> PgConnection:
             raise RetriableError(f"cannot connect to {config.masked_url}: {message}") from None
         raise ConfigurationError(f"cannot connect to {config.masked_url}: {message}") from None
     register_wide_temporals(raw.adapters)
+    register_intervals(raw.adapters)
     failover = config.options.get("failover_slot", "true").lower()
     if failover not in ("true", "false"):
         raw.close()

@@ -413,8 +413,8 @@ def load_snapshot(conn: sqlite3.Connection, table: TableSchema, rows: pa.Table,
 
 
 _KEYS_IN_ORDER = frozenset({LogicalType.BOOLEAN, LogicalType.INT8, LogicalType.INT16,
-                            LogicalType.INT32, LogicalType.INT64, LogicalType.INTERVAL,
-                            LogicalType.STRING, LogicalType.BINARY})
+                            LogicalType.INT32, LogicalType.INT64, LogicalType.STRING,
+                            LogicalType.BINARY})
 """Key types whose stored values (:func:`._sql.to_target_value`) order as the values do, so
 a split's range is read by its SQL; a decimal's text, say, does not (``'10' < '9'``)."""
 

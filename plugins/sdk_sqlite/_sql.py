@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from sdk import Column, LogicalType, Row, TableSchema
-from sdk.dialect.temporal import time_from_text
+from sdk.dialect.temporal import Interval, time_from_text
 from sdk.dialect.types import WideTemporal
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def decode_row(text: str | None) -> Row | None:
 
 _TARGET_TYPES = {LogicalType.BOOLEAN: "INTEGER", LogicalType.INT8: "INTEGER",
                  LogicalType.INT16: "INTEGER", LogicalType.INT32: "INTEGER",
-                 LogicalType.INT64: "INTEGER", LogicalType.INTERVAL: "INTEGER",
+                 LogicalType.INT64: "INTEGER",
                  LogicalType.FLOAT32: "REAL", LogicalType.FLOAT64: "REAL",
                  LogicalType.BINARY: "BLOB"}
 
@@ -92,7 +92,8 @@ _STORED_AS_IS = frozenset({int, str, bytes, type(None)})
 def to_target_value(value: Any) -> Any:
     """A Python value as something sqlite3 stores exactly (decimals and times as text). NaN
     is stored as the text ``NaN`` (SQLite would make it NULL); dates and times beyond
-    Python's as their ISO text, or ``infinity`` / ``-infinity``."""
+    Python's as their ISO text, or ``infinity`` / ``-infinity``; intervals as their ISO 8601
+    text (months, days and microseconds each kept)."""
     if type(value) in _STORED_AS_IS:  # most values: one set lookup
         return value
     if isinstance(value, float) and math.isnan(value):
@@ -105,8 +106,8 @@ def to_target_value(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, WideTemporal):
         return str(value)
-    if isinstance(value, dt.timedelta):
-        return value // dt.timedelta(microseconds=1)
+    if isinstance(value, (Interval, dt.timedelta)):
+        return Interval.of(value).isoformat()
     if isinstance(value, (list, dict)):
         return json.dumps(value)
     raise TypeError(f"cannot store a {type(value).__name__} in SQLite: {value!r}")
@@ -185,8 +186,10 @@ _FROM_TARGET: dict[LogicalType, Callable[[Any], Any]] = {
     LogicalType.TIME: time_from_text,
     LogicalType.TIMESTAMP: _temporal(dt.datetime.fromisoformat, LogicalType.TIMESTAMP),
     LogicalType.TIMESTAMP_TZ: _temporal(dt.datetime.fromisoformat, LogicalType.TIMESTAMP_TZ),
-    LogicalType.INTERVAL: lambda us: dt.timedelta(microseconds=us),
+    LogicalType.INTERVAL: lambda v: Interval.parse(v) if isinstance(v, str)
+    else Interval(0, 0, v),
 }
+"""How a stored value reads back (an interval an earlier release stored as microseconds too)."""
 
 
 def from_target_value(value: Any, logical: LogicalType) -> Any:
