@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import math
+import sqlite3
 import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from sdk import (
     BadValue,
     ChangeEvent,
     ConnectionConfig,
+    DataError,
     FatalSyncError,
     SnapshotSplit,
     TableId,
@@ -126,13 +128,22 @@ SPARK_SAFE = [1, 2, 3, 4, 5, 6]  # a numeric(10,2) NaN (row 7) fits no Spark Dec
 
 @pytest.fixture
 def pg_table(postgres_url: str, postgres_admin: Any) -> Iterator[tuple[str, Any, TableSchema]]:
-    """A PostgreSQL table holding PG_ROWS (ids 1..), published with its own slot: yields the
-    source URL, a connection and the schema. ``insert(first_id)`` is ``conn.insert``."""
+    """A PostgreSQL table of PG_TABLE's columns, published with its own slot: yields the
+    source URL, a connection and the schema."""
+    with _pg_source(postgres_url, postgres_admin, PG_TABLE) as source:
+        yield source
+
+
+@contextlib.contextmanager
+def _pg_source(postgres_url: str, postgres_admin: Any, ddl: str
+               ) -> Iterator[tuple[str, Any, TableSchema]]:
+    """A table made by ``ddl`` (its ``{name}`` filled in), published with its own slot and
+    ready for capture: the source URL, a connection and the schema; all dropped after."""
     pg = get_dialect("postgres")
     tag = uuid.uuid4().hex[:10]
     name, slot = f"edge_{tag}", f"sdk_s_{tag}"
     url = with_query(postgres_url, slot=slot, publication=slot)
-    postgres_admin.execute(PG_TABLE.format(name=name))
+    postgres_admin.execute(ddl.format(name=name))
     postgres_admin.execute(f"GRANT SELECT ON {name} TO sdk_cdc")
     postgres_admin.execute(f"CREATE PUBLICATION {slot} FOR TABLE {name}")
     conn = pg.connect(ConnectionConfig.from_url(url))
@@ -259,6 +270,110 @@ def _offset() -> Any:
     return Offset("x")
 
 
+# --- Intervals: months, days and microseconds apart, hours kept as hours (#59) ------------------
+
+PG_INTERVALS = [
+    "1 year 2 mons 3 days 04:05:06.789", "1 mon", "30 days", "720:00:00", "-3 days -04:00:00.5",
+    "838:59:59", "-838:59:59", "1 year -2 mons +3 days -04:05:06", "-00:00:00.000001", "0",
+    "P178956970Y7M2147483647DT2562047788H54.775807S",
+    "P-178956970Y-8M-2147483648DT-2562047788H-54.775808S", None,
+]
+"""Years, months, days, hours past 24, negative and mixed signs, microseconds, PostgreSQL's
+extremes (written in ISO 8601: PostgreSQL's own text of the last does not parse back), NULL."""
+HOURS = {4: "720:00:00.000000", 6: "838:59:59.000000", 7: "-838:59:59.000000",
+         9: "-00:00:00.000001", 10: "00:00:00.000000", 13: None}
+"""The ids (1..) of the intervals of hours only, as MariaDB prints them in a TIME(6) column."""
+
+
+@pytest.fixture
+def pg_intervals(postgres_url: str, postgres_admin: Any
+                 ) -> Iterator[tuple[str, Any, TableSchema]]:
+    """A published PostgreSQL table of an interval column (see :func:`_pg_source`)."""
+    ddl = "CREATE TABLE {name} (id int8 PRIMARY KEY, iv interval)"
+    with _pg_source(postgres_url, postgres_admin, ddl) as source:
+        yield source
+
+
+def _insert_intervals(admin: Any, table: TableSchema, first_id: int) -> None:
+    for j, text in enumerate(PG_INTERVALS):
+        admin.execute(f"INSERT INTO {table.table.name} VALUES (%s, %s::interval)",
+                      (first_id + j, text))
+
+
+def _texts(admin: Any, sql: str, style: str = "postgres") -> list[Any]:
+    """The first column of ``sql``'s rows as PostgreSQL prints them under ``IntervalStyle``
+    ``style`` (the shared session's style restored after)."""
+    admin.execute(f"SET IntervalStyle = {style}")
+    try:
+        return [r[0] for r in admin.execute(sql).fetchall()]
+    finally:
+        admin.execute("RESET IntervalStyle")
+
+
+@contextlib.contextmanager
+def _my_target(url: str, table: TableSchema, rows: list[tuple[Any, ...]]
+               ) -> Iterator[Callable[[str], list[Any]]]:
+    """``rows`` of ``table`` applied to a MariaDB target table in sdk_test: yields a function
+    giving the first column of a query's rows (``{name}``: the table), then drops the table."""
+    my = get_dialect("mysql")
+    mirror = TableSchema(TableId("sdk_test", f"iv_{uuid.uuid4().hex[:10]}"), table.columns,
+                         table.key)
+    target = my.connect(ConnectionConfig.from_url(url))
+
+    def column(sql: str) -> list[Any]:
+        with target.raw.cursor() as cur:
+            cur.execute(sql.format(name=f"`{mirror.table.name}`"))
+            return [r[0] for r in cur.fetchall()]
+
+    try:
+        my.create_table(target, mirror)
+        events = [ChangeEvent(mirror.table, "r", (r[0],), r, _offset()) for r in rows]
+        assert my.apply_changes(target, mirror, events, "b1")
+        yield column
+    finally:
+        column("DROP TABLE IF EXISTS {name}")
+        column(f"DELETE FROM _sdk_applied WHERE tbl = '{mirror.table.name}'")
+        target.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.mysql
+def test_postgres_intervals_reach_each_target_exactly_from_snapshot_and_log(
+        pg_intervals: Any, postgres_admin: Any, postgres_url: str, tmp_path: Path) -> None:
+    """A month is not 30 days nor a day 24 hours: each interval keeps its three parts into a
+    PostgreSQL target (the same ``::text``), SQLite (ISO 8601, PostgreSQL's ``iso_8601`` text)
+    and MariaDB's TIME(6) (hours only; months or days stop the batch, or are NULL with
+    ``out_of_range=null``), from the snapshot and from the log alike."""
+    _, conn, table = pg_intervals
+    pg, name = get_dialect("postgres"), table.table.name
+    snapshot, logged = _snapshot_and_log(
+        pg, conn, table, lambda first: _insert_intervals(postgres_admin, table, first))
+    _assert_rows_equal(snapshot, logged)
+    source = f"SELECT iv::text FROM {name} WHERE id < 1000 ORDER BY id"
+    want, iso = _texts(postgres_admin, source), _texts(postgres_admin, source, "iso_8601")
+    assert want[:3] == ["1 year 2 mons 3 days 04:05:06.789", "1 mon", "30 days"]
+    assert want[4:7] == ["-3 days -04:00:00.5", "838:59:59", "-838:59:59"]
+    for phase in (snapshot, logged):
+        rows = [(k, *v) for k, v in sorted(phase.items())]
+        with _pg_target(postgres_admin, postgres_url, table, rows) as (schema, _):
+            assert _texts(postgres_admin, f"SELECT iv::text FROM {schema}.{name} "
+                                          "ORDER BY id") == want
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.db"
+        _into_sqlite(path, TableSchema(TableId("main", name), table.columns, table.key), rows)
+        with contextlib.closing(sqlite3.connect(path)) as sqlite:
+            assert [r[0] for r in sqlite.execute(f'SELECT iv FROM "{name}" ORDER BY id')] == iso
+        with _my_target(with_query(MYSQL_ADMIN_URL, out_of_range="null"), table, rows) as mine:
+            assert mine("SELECT CAST(iv AS CHAR) FROM {name} ORDER BY id") == [
+                HOURS.get(k) for k, _ in rows]
+        with pytest.raises(DataError, match=r"column 'iv': MySQL's TIME\(6\) cannot hold "
+                                            r"P1Y2M3DT4H5M6.789S"), \
+                _my_target(MYSQL_ADMIN_URL, table, rows):
+            pass
+        with _my_target(MYSQL_ADMIN_URL, table, [r for r in rows if r[0] in HOURS]) as mine:
+            assert mine("SELECT CAST(iv AS CHAR) FROM {name} ORDER BY id") == list(
+                HOURS.values())
+
+
 # --- MariaDB: zero dates, long TIMEs, extreme decimals and floats -------------------------------
 
 MY_TABLE = """CREATE TABLE `{name}` (id BIGINT PRIMARY KEY, d DATE, dt DATETIME(6),
@@ -328,6 +443,15 @@ def test_mariadb_edge_values_snapshot_equals_log_and_reach_targets(
             f'SELECT * FROM {schema}."{table.table.name}"')}
         assert got[3][4:6] == snapshot[3][4:6] and got[3][7] == snapshot[3][7]
         assert got[1][3] == zero[3] and got[1][4] == zero[4]
+        # a TIME's hours stay hours: 838:59:59, not 34 days 22:59:59
+        assert _texts(postgres_admin, f'SELECT t::text FROM {schema}."{table.table.name}" '
+                                      "ORDER BY id") == ["838:59:59", "-838:59:59",
+                                                         "-00:00:00.000001", "24:00:00"]
+    with _my_target(MYSQL_ADMIN_URL, table, rows) as mine, mysql_admin.cursor() as cur:
+        cur.execute(f"SELECT CAST(t AS CHAR) FROM `{table.table.name}` WHERE id < 1000 "
+                    "ORDER BY id")  # and into MariaDB as they were
+        assert mine("SELECT CAST(t AS CHAR) FROM {name} ORDER BY id") == [
+            r[0] for r in cur.fetchall()]
     got_sqlite = _into_sqlite(tmp_path / "my.db", TableSchema(
         TableId("main", table.table.name), table.columns, table.key), rows)
     _assert_rows_equal({k[0]: tuple(v[1:]) for k, v in got_sqlite.items()}, snapshot)
