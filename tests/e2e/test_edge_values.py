@@ -565,6 +565,37 @@ def test_mirror_carries_postgres_edge_values_through_spark(
 
 
 @pytest.mark.spark
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_mirror_carries_postgres_intervals_through_spark(
+        pg_intervals: Any, postgres_admin: Any, postgres_url: str, spark: Any,
+        tmp_path: Path) -> None:
+    """Through Spark (ISO 8601 text there) the intervals keep their ``::text`` into a
+    PostgreSQL mirror and PostgreSQL's ``iso_8601`` text into SQLite."""
+    from sdk.spark.mirror import Mirror
+
+    _, conn, table = pg_intervals
+    _, logged = _snapshot_and_log(get_dialect("postgres"), conn, table,
+                                  lambda first: _insert_intervals(postgres_admin, table, first))
+    frame = _frame(spark, table, [(k, *v) for k, v in sorted(logged.items())], "iv_probe")
+    assert frame.schema[table.columns[1].name].dataType.simpleString() == "string"
+    name = table.table.name
+    source = f"SELECT iv::text FROM {name} WHERE id < 1000 ORDER BY id"
+    Mirror(f"sqlite:///{tmp_path / 'm.db'}", [table], target_schema="main")(frame, 0)
+    with contextlib.closing(sqlite3.connect(tmp_path / "m.db")) as sqlite:
+        assert [r[0] for r in sqlite.execute(f'SELECT iv FROM "{name}" ORDER BY id')] == \
+            _texts(postgres_admin, source, "iso_8601")
+    schema = f"sdk_edge_{uuid.uuid4().hex[:8]}"
+    postgres_admin.execute(f"CREATE SCHEMA {schema} AUTHORIZATION sdk_cdc")
+    try:
+        Mirror(postgres_url, [table], target_schema=schema)(frame, 0)
+        assert _texts(postgres_admin, f"SELECT iv::text FROM {schema}.{name} ORDER BY id") == \
+            _texts(postgres_admin, source)
+    finally:
+        postgres_admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.mark.spark
 @pytest.mark.mysql
 @pytest.mark.postgres
 @pytest.mark.slow
