@@ -372,6 +372,14 @@ def test_postgres_intervals_reach_each_target_exactly_from_snapshot_and_log(
         with _my_target(MYSQL_ADMIN_URL, table, [r for r in rows if r[0] in HOURS]) as mine:
             assert mine("SELECT CAST(iv AS CHAR) FROM {name} ORDER BY id") == list(
                 HOURS.values())
+    # a split loaded from Arrow (load_snapshot): the ISO 8601 text copied as it is
+    from sdk.dialect.tableformat import arrow_rows
+
+    split = arrow_rows(table, [(k, *v) for k, v in sorted(snapshot.items())])
+    with _pg_target(postgres_admin, postgres_url, table, []) as (schema, target):
+        assert pg.load_snapshot(target, TableSchema(TableId(schema, name), table.columns,
+                                                    table.key), split, "b2")
+        assert _texts(postgres_admin, f"SELECT iv::text FROM {schema}.{name} ORDER BY id") == want
 
 
 # --- MariaDB: zero dates, long TIMEs, extreme decimals and floats -------------------------------
