@@ -23,18 +23,13 @@ _TAGS: dict[LogicalType, tuple[str, T.DataType]] = {
     LogicalType.TIMESTAMP_TZ: ("$datetime", T.StringType()),
     LogicalType.INTERVAL: ("$interval", T.StringType()),
 }
-_TIMEDELTA = "$timedelta"
-"""An earlier release's tag of an interval: whole microseconds."""
 
 
 def _json_field(column: Column) -> T.StructField:
     tag = _TAGS.get(column.type)
     if tag is None:
         return T.StructField(column.name, spark_type(column))
-    fields = [T.StructField(tag[0], tag[1])]
-    if column.type is LogicalType.INTERVAL:
-        fields.append(T.StructField(_TIMEDELTA, T.LongType()))
-    return T.StructField(column.name, T.StructType(fields))
+    return T.StructField(column.name, T.StructType([T.StructField(tag[0], tag[1])]))
 
 
 def _typed(value: SparkColumn, column: Column) -> SparkColumn:
@@ -49,10 +44,6 @@ def _typed(value: SparkColumn, column: Column) -> SparkColumn:
         return F.to_timestamp_ntz(raw)
     if column.type is LogicalType.TIMESTAMP_TZ:
         return F.to_timestamp(raw)
-    if column.type is LogicalType.INTERVAL:  # ISO 8601; microseconds as seconds ``PT-1.5S``
-        seconds = value.getField(_TIMEDELTA).cast(T.DecimalType(38, 0)) / F.lit(1_000_000)
-        old = F.concat(F.lit("PT"), seconds.cast(T.DecimalType(38, 6)).cast("string"), F.lit("S"))
-        return F.coalesce(raw, old)
     return raw.cast(target)
 
 
