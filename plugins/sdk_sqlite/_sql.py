@@ -143,10 +143,9 @@ def target_column(values: pa.ChunkedArray | pa.Array, column: Column) -> list[An
     """A snapshot split's column (typed as :func:`sdk.dialect.arrow.arrow_type` gives) as the
     values :func:`to_target_value` makes of it, built by Arrow where the text is the same:
     integers, text, bytes and booleans as they are, floats with NaN as ``NaN`` (a float32 as
-    :func:`float32_double`, from Arrow's shortest text of it), decimals as text (Arrow's, but
-    a value it writes in scientific form, ``1.000E-7``, ``0E-10``, in positional notation),
-    and dates and timestamps of years 1-9999 in ``isoformat``'s text. Anything else goes
-    value by value."""
+    :func:`float32_double`, from Arrow's shortest text of it), decimals as text (Arrow's, or
+    a wide one's, in positional notation: :func:`_positional`), and dates and timestamps of
+    years 1-9999 in ``isoformat``'s text. Anything else goes value by value."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -163,15 +162,24 @@ def target_column(values: pa.ChunkedArray | pa.Array, column: Column) -> list[An
         if pc.any(pc.is_nan(values)).as_py():
             return [v if v == v else "NaN" for v in floats]
         return floats  # type: ignore[no-any-return]
-    if logical is LogicalType.DECIMAL and pa.types.is_decimal(kind):
-        text = values.cast(pa.string())
-        if not pc.any(pc.match_substring(text, "E")).as_py():
-            return text.to_pylist()  # type: ignore[no-any-return]
-        return [None if v is None else format(v, "f") for v in values.to_pylist()]
+    if logical is LogicalType.DECIMAL and (pa.types.is_decimal(kind)
+                                           or pa.types.is_string(kind)):
+        return _positional(values.cast(pa.string()))
     text = _iso_text(values, logical)
     if text is not None:
         return text
     return [to_target_value(v) for v in python_values(values, logical)]
+
+
+def _positional(text: pa.ChunkedArray | pa.Array) -> list[Any]:
+    """Decimals' text (Arrow's, or a wide decimal's ``str``) with any in scientific form
+    (``-1E-30``, ``0E-10``) written in positional notation, its scale kept."""
+    import pyarrow.compute as pc
+
+    if not pc.any(pc.match_substring(text, "E")).as_py():
+        return text.to_pylist()  # type: ignore[no-any-return]
+    return [v if v is None or "E" not in v else format(Decimal(v), "f")
+            for v in text.to_pylist()]
 
 
 def _iso_text(values: pa.ChunkedArray | pa.Array, logical: LogicalType) -> list[Any] | None:

@@ -97,7 +97,7 @@ def _sqlite_form(text: str | None, stored: Any, kind: str, name: str) -> bool:
     if text is None:
         return stored is None and kind == "null"
     if kind == "real":  # SQLite's REAL keeps no -0 (docs/dialects/sqlite.md)
-        return _exact(stored) == _exact(float(text) + 0.0)
+        return bool(_exact(stored) == _exact(float(text) + 0.0))
     if kind == "integer":
         return str(stored) == {"t": "1", "f": "0"}.get(text, text) if name == "b" \
             else str(stored) == text
@@ -182,3 +182,79 @@ def _check_postgres(admin: Any, name: str, names: list[str], schema: str, mirror
     assert stored[2][at["n"]][0] == "-0.000000000000000000000000000001"
     assert stored[3][at["n"]][0] == "0.000000000000000000000000000000"
     assert stored[2][at["f4"]][0] == 3.4028235e38
+
+
+MY_COLUMNS = """f FLOAT, g DOUBLE, w DECIMAL(65,30), n DECIMAL(10,2), bits BIT(5), y YEAR,
+  j JSON, ti TINYINT, u BIGINT UNSIGNED"""
+MY_ROWS = [
+    "(1.5, 2.5, 1.5, 1.5, b'10101', 2024, '{\"a\": 1,  \"b\": [1, 2]}', 1, 2)",
+    "(3.402823466e38, 1.7976931348623157e308, -0.000000000000000000000000000001, "
+    "-99999999.99, b'00000', 1901, '[]', -128, 18446744073709551615)",
+    "(-0.0, -0.0, 0, 0, b'11111', 2155, '{}', 127, 0)",
+    "(1.175494351e-38, 5e-324, 99999999999999999999999999999999999.999999999999999999999999999999,"
+    " 0.01, NULL, 0, 'null', NULL, NULL)",
+    "(16777217, 0.1, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+]
+MY_TEXT = {"w", "n", "j", "ti", "u"}
+"""Columns whose text is the same in MariaDB, the PostgreSQL target and SQLite. A YEAR and a
+BIT are their numbers (MariaDB prints the zero year ``0000`` and a BIT as its bytes), a DOUBLE
+the double MariaDB's shortest text parses to, and a FLOAT the float32, as PostgreSQL prints a
+``real``: MariaDB prints six digits (``3.40282e38``, ``16777200`` for 16777216)."""
+
+
+@pytest.mark.mysql
+@pytest.mark.postgres
+def test_mariadb_values_one_form_through_snapshot_and_log(
+        spark: Any, mysql_admin: Any, mysql_url: str, postgres_admin: Any, postgres_url: str,
+        tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex[:10]
+    name, schema = f"forms_{tag}", f"sdk_forms_{tag}"
+    names = _names(MY_COLUMNS)
+    with mysql_admin.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{name}` (id BIGINT PRIMARY KEY, {MY_COLUMNS})")
+    postgres_admin.execute(f"CREATE SCHEMA {schema} AUTHORIZATION sdk_cdc")
+    mirror = tmp_path / "m.db"
+
+    def insert(first: int) -> None:
+        with mysql_admin.cursor() as cur:
+            for j, row in enumerate(MY_ROWS):
+                cur.execute(f"INSERT INTO `{name}` VALUES ({first + j}, {row[1:]}")
+
+    def sync() -> None:
+        _sync(mysql_url, f"sqlite:///{mirror}", f"sdk_test.{name}", tmp_path / "ck_sqlite")
+        _sync(mysql_url, postgres_url, f"sdk_test.{name}", tmp_path / "ck_pg",
+              target_schema=schema)
+
+    try:
+        insert(1)
+        sync()
+        insert(LOGGED + 1)
+        sync()
+        with mysql_admin.cursor() as cur:
+            cur.execute(f"SELECT id, {', '.join(f'CAST({n} AS CHAR)' for n in names)} "
+                        f"FROM `{name}`")
+            source = {r[0]: list(r[1:]) for r in cur.fetchall()}
+        _same_phases(source, len(MY_ROWS), "source")
+        target = {r[0]: list(r[1:]) for r in postgres_admin.execute(
+            f"SELECT id, {', '.join(_pg_text(n) for n in names)} FROM {schema}.{name}"
+        ).fetchall()}
+        _same_phases(target, len(MY_ROWS), "postgres")
+        stored = _sqlite_rows(mirror, name, names)
+        _same_phases({k: [v for v, _ in row] for k, row in stored.items()}, len(MY_ROWS),
+                     "sqlite")
+        for key, row in source.items():
+            for k, column in enumerate(names):
+                text, printed, value = row[k], target[key][k], stored[key][k][0]
+                if column in MY_TEXT:
+                    assert printed == text, f"postgres id {key} {column}"
+                    assert value == (None if text is None else str(text)) or \
+                        str(value) == text, f"sqlite id {key} {column}: {value!r}"
+                elif text is not None and column != "f":
+                    number = int.from_bytes(text.encode("latin-1")) if column == "bits" \
+                        else float(text) if column == "g" else int(text)
+                    assert float(printed) == value == number, f"id {key} {column}"
+        assert stored[5][0] == (16777216.0, "real") and target[2][0] == "3.4028235e+38"
+    finally:
+        postgres_admin.execute(f"DROP SCHEMA {schema} CASCADE")
+        with mysql_admin.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS `{name}`")
