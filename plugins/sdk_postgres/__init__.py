@@ -66,6 +66,7 @@ from ._types import (
     TEXT_TYPES,
     kind_of,
     logical_column,
+    output_text,
     register_intervals,
     register_wide_temporals,
 )
@@ -397,8 +398,9 @@ def describe_table(conn: PgConnection, table: TableId) -> TableSchema:
 
 def _select_term(column: Column) -> str:
     """A column as the snapshot selects it (in a statement with parameters): types carried as
-    text are cast, so the snapshot and the log both give the server's text form."""
-    return f"{qp(column.name)}::text" if kind_of(column) in TEXT_TYPES else qp(column.name)
+    text as their output function's text (:func:`._types.output_text`), so the snapshot and
+    the log both give the one form."""
+    return output_text(qp(column.name)) if kind_of(column) in TEXT_TYPES else qp(column.name)
 
 
 def _select_list(table: TableSchema) -> str:

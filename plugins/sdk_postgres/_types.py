@@ -3,8 +3,8 @@
 A column's ``source_type`` is ``"<kind>|<format_type>"``: ``kind`` is the type name when
 psycopg's loader gives the value the engine wants (numbers, bytea, dates and times, text), and
 ``astext`` for every other type (uuid, json, jsonb, arrays, enums, domains, network and
-geometric types...), which both the snapshot (``col::text``) and the log carry as the server's
-text, so the two paths always agree.
+geometric types...), which both the snapshot (:func:`output_text`) and the log carry as the
+type's output function writes it, so the two paths always agree.
 
 Dates, timestamps and times Python cannot hold (``infinity``, BC, years past 9999,
 ``24:00:00``), on which psycopg's loaders fail, load as :class:`sdk.dialect.temporal.WideTemporal`
@@ -39,6 +39,15 @@ _LOADED = {
     "name": L.STRING,
 }
 _JSON = {"json", "jsonb"}
+
+
+def output_text(ref: str) -> str:
+    """SQL of ``ref``'s text as its type's output function writes it (what psql shows and
+    the log carries), NULL for a NULL: ``concat`` writes that, where a cast to text differs
+    for a few types (an ``inet`` host keeps its ``/32`` or ``/128``, a ``char(n)`` loses its
+    padding, a domain over ``bool`` spells ``true``). ``IS DISTINCT FROM`` keeps a composite
+    whose fields are all NULL (which ``IS NOT NULL`` calls NULL)."""
+    return f"CASE WHEN {ref} IS DISTINCT FROM NULL THEN concat({ref}) END"
 
 
 def kind_of(column: Column) -> str:
