@@ -9,8 +9,9 @@ with ``transaction_version`` and writes nothing. Rows of a snapshot whose keys t
 not hold yet are appended; anything else is one MERGE (delete, update, insert by key).
 
 Types: Delta has no time of day, interval or unsigned 64-bit integer types, and decimals of
-at most 38 digits: a TIME is kept as its ISO text, an INTERVAL as whole microseconds, a wider
-(or unconstrained) decimal as its exact text; the rest map one to one (timestamps with a time
+at most 38 digits: a TIME is kept as its ISO text, an INTERVAL as its ISO 8601 text
+(``P1Y2M3DT4H5M6.789S``: months, days and microseconds each kept), a wider (or unconstrained)
+decimal as its exact text; the rest map one to one (timestamps with a time
 zone as UTC instants, without one as ``timestamp_ntz``).
 """
 
@@ -46,7 +47,7 @@ from sdk.dialect.tableformat import (
     key_bounds,
     split_batches,
 )
-from sdk.dialect.types import Column, LogicalType
+from sdk.dialect.types import Column
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +60,7 @@ DELETE = "_sdk_delete"
 
 def delta_type(column: Column) -> pa.DataType:
     """The Arrow type a column is stored as in Delta (see the module doc)."""
-    if column.type is LogicalType.INTERVAL:
-        return pa.int64()
-    return arrow_type(column)  # TIME and wide decimals are text already
+    return arrow_type(column)  # TIME, INTERVAL and wide decimals are text already
 
 
 @dataclass

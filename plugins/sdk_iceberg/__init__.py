@@ -12,9 +12,10 @@ batch finds its id among the table's snapshots and writes nothing. Rows of a sna
 keys the table does not hold yet are only appended. A commit that lost a race with another
 task is redone on the table's new state.
 
-Types: Iceberg has no 8/16-bit integers (they are stored as ``int``), no interval (whole
-microseconds as ``long``) and decimals of at most 38 digits (a wider or unconstrained one is
-kept as its exact text); times of day are ``time``, timestamps ``timestamp``/``timestamptz``.
+Types: Iceberg has no 8/16-bit integers (they are stored as ``int``), no interval (its ISO 8601
+text, ``P1Y2M3DT4H5M6.789S``: months, days and microseconds each kept) and decimals of at most
+38 digits (a wider or unconstrained one is kept as its exact text); times of day are ``time``,
+timestamps ``timestamp``/``timestamptz``.
 """
 
 from __future__ import annotations
@@ -81,8 +82,6 @@ def iceberg_type(column: Column) -> pa.DataType:
     """The Arrow type a column is written as (see the module doc)."""
     if column.type in (LogicalType.INT8, LogicalType.INT16):
         return pa.int32()
-    if column.type is LogicalType.INTERVAL:
-        return pa.int64()
     if column.type is LogicalType.TIME:
         return pa.time64("us")
     return arrow_type(column)

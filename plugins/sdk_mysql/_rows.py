@@ -35,6 +35,7 @@ from decimal import Decimal
 from typing import Any
 
 from sdk import Column, ConfigurationError, LogicalType, TableSchema
+from sdk.dialect.temporal import Interval
 
 from ._types import logical_column, not_a_date
 
@@ -587,15 +588,14 @@ def _timestamp(fsp: int, fail: Fail) -> Callable[[int, int], Any]:
     return read
 
 
-def _time2(packed: int) -> dt.timedelta:
-    """TIME2 as the signed 48-bit value ``seconds-part << 24 | microseconds``."""
+def _time2(packed: int) -> Interval:
+    """TIME2 as the signed 48-bit value ``seconds-part << 24 | microseconds``: its hours."""
     negative = packed < 0
     if negative:
         packed = -packed
     hms, micros = packed >> 24, packed & 0xFFFFFF
-    value = dt.timedelta(hours=hms >> 12 & 0x3FF, minutes=hms >> 6 & 63, seconds=hms & 63,
-                         microseconds=micros)
-    return -value if negative else value
+    micros += ((hms >> 12 & 0x3FF) * 3600 + (hms >> 6 & 63) * 60 + (hms & 63)) * 1_000_000
+    return Interval(0, 0, -micros if negative else micros)
 
 
 def _time2_packed(int_part: int, frac: int, frac_bytes: int) -> int:
@@ -606,12 +606,12 @@ def _time2_packed(int_part: int, frac: int, frac_bytes: int) -> int:
     return (int_part << 24) + frac * (10000 if frac_bytes == 1 else 100)
 
 
-def _time_old(packed: int) -> dt.timedelta:
+def _time_old(packed: int) -> Interval:
     """TIME before MySQL 5.6: a signed hhmmss integer."""
     sign = -1 if packed < 0 else 1
     packed = abs(packed)
-    return sign * dt.timedelta(hours=packed // 10000, minutes=packed // 100 % 100,
-                               seconds=packed % 100)
+    seconds = packed // 10000 * 3600 + packed // 100 % 100 * 60 + packed % 100
+    return Interval(0, 0, sign * seconds * 1_000_000)
 
 
 def _decimal_reader(precision: int, scale: int) -> tuple[int, Callable[[bytes, int], Decimal]]:

@@ -1,13 +1,14 @@
 """MySQL/MariaDB as a sync target: mirror tables kept with idempotent batches.
 
 Instants (``timestamp_tz``) are stored as UTC in ``DATETIME(6)``, since ``TIMESTAMP`` ends in
-2038; intervals in ``TIME(6)`` (up to 838 hours either way); decimals wider than MySQL's 65
+2038; intervals in ``TIME(6)`` (hours only, up to 838 either way); decimals wider than MySQL's 65
 digits, and text or binary key columns, in types MySQL can index.
 
 Values MySQL cannot hold (a NaN or infinite FLOAT/DOUBLE or DECIMAL, a date beyond years
-1..9999 or infinity, an interval past 838 hours) stop the batch before its transaction writes,
-with an error naming table, key and column; with the target URL option ``out_of_range=null``
-they are written as NULL instead (never in a key column).
+1..9999 or infinity, an interval past 838 hours or with months or days, which are no fixed
+number of hours) stop the batch before its transaction writes, with an error naming table, key
+and column; with the target URL option ``out_of_range=null`` they are written as NULL instead
+(never in a key column).
 
 A batch is applied set-based: its net changes (:func:`sdk.dialect.apply.net_changes`) as multi-row
 ``DELETE ... WHERE key IN (...)`` statements, then multi-row ``INSERT ... ON DUPLICATE KEY
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sdk import ChangeEvent, Column, ConfigurationError, DataError, LogicalType, TableSchema
 from sdk.dialect.apply import Ledger, NetChanges
-from sdk.dialect.temporal import WideTemporal
+from sdk.dialect.temporal import Interval, WideTemporal
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -106,9 +107,12 @@ def write(cursor: Any, table: TableSchema, quoted: str, net: NetChanges, q: Any)
 
 
 def value(v: Any) -> Any:
-    """A Python value as pymysql should send it: instants as naive UTC."""
+    """A Python value as pymysql should send it: instants as naive UTC, an interval of hours
+    (:func:`_holds` refuses months and days) as the timedelta pymysql writes as ``838:59:59``."""
     if isinstance(v, dt.datetime) and v.tzinfo is not None:
         return v.astimezone(dt.UTC).replace(tzinfo=None)
+    if isinstance(v, Interval):
+        return dt.timedelta(microseconds=v.micros)
     return v
 
 
@@ -116,6 +120,7 @@ OUT_OF_RANGE = ("error", "null")
 """The values of the target URL option ``out_of_range``: what to do with a value MySQL cannot
 hold."""
 _MAX_TIME = dt.timedelta(hours=838, minutes=59, seconds=59, microseconds=999999)
+_MAX_TIME_MICROS = _MAX_TIME // dt.timedelta(microseconds=1)
 
 
 def out_of_range(options: Mapping[str, str]) -> str:
@@ -133,9 +138,10 @@ def _holds(column: Column, v: Any) -> bool:
     if isinstance(v, Decimal):
         return v.is_finite() or target_type(column, False) == "LONGTEXT"
     if isinstance(v, WideTemporal):
-        return v.type == L.TIME.value and v.units <= _MAX_TIME // dt.timedelta(microseconds=1)
-    if isinstance(v, dt.timedelta):
-        return -_MAX_TIME <= v <= _MAX_TIME
+        return v.type == L.TIME.value and v.units <= _MAX_TIME_MICROS
+    if isinstance(v, (Interval, dt.timedelta)):  # TIME has hours only: no months, no days
+        v = Interval.of(v)
+        return not (v.months or v.days) and abs(v.micros) <= _MAX_TIME_MICROS
     return True
 
 

@@ -31,6 +31,7 @@ from decimal import Decimal
 from typing import Any
 
 from sdk import BadValue, Column, ConfigurationError, LogicalType
+from sdk.dialect.temporal import Interval
 
 L = LogicalType
 ZERO_DATES = ("error", "null")
@@ -165,6 +166,12 @@ def _binary(length: int) -> Callable[[Any], Any]:
     return convert
 
 
+def _interval(value: Any) -> Any:
+    """pymysql's timedelta of a TIME as the binlog's Interval: its hours (838:59:59 is not
+    34 days 22:59:59)."""
+    return Interval.of(value) if isinstance(value, dt.timedelta) else value
+
+
 def _decimal(value: Any) -> Any:
     if value is None or isinstance(value, Decimal):
         return value
@@ -194,4 +201,6 @@ def normalizer(column: Column, policy: str = "error") -> Callable[[Any], Any] | 
         return _wkb
     if column.type is L.JSON:
         return _json_text
+    if column.type is L.INTERVAL:
+        return _interval
     return None

@@ -11,7 +11,8 @@ the same stored value:
   python-oracledb does.
 - TIMESTAMP WITH (LOCAL) TIME ZONE: aware UTC ``datetime`` (the snapshot selects
   ``SYS_EXTRACT_UTC``).
-- INTERVAL DAY TO SECOND: ``timedelta``; INTERVAL YEAR TO MONTH: ISO text ``P1Y2M``.
+- INTERVAL DAY TO SECOND: :class:`~sdk.dialect.temporal.Interval` of days and time; INTERVAL
+  YEAR TO MONTH: ISO text ``P1Y2M``.
 - text: ``str``; Oracle stores ``''`` as NULL, so an empty string is None on both paths.
 - RAW, BLOB: ``bytes``.
 
@@ -29,6 +30,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sdk import Column, LogicalType
+from sdk.dialect.temporal import DAY_MICROS, Interval
 
 from ._redo import UNSUPPORTED, Bare, Call, RawValue, unistr
 
@@ -146,6 +148,8 @@ def from_fetch(column: Column, value: Any) -> Any:
         return bytes(value) if value != b"" else None
     if logical is L.BOOLEAN:
         return bool(value)
+    if logical is L.INTERVAL and isinstance(value, dt.timedelta):
+        return day_interval(value)
     return value
 
 
@@ -220,8 +224,9 @@ _DS = re.compile(r"\s*(?P<sign>[-+])?(?P<d>\d+) (?P<h>\d+):(?P<m>\d+):(?P<s>\d+)
 _YM = re.compile(r"\s*(?P<sign>[-+])?(?P<y>\d+)-(?P<m>\d+)\s*$")
 
 
-def ds_interval(text: str) -> dt.timedelta:
-    """``+01 02:03:04.500000`` -> ``timedelta`` (nanoseconds truncated to microseconds)."""
+def ds_interval(text: str) -> Interval:
+    """``+01 02:03:04.500000`` -> ``Interval(0, 1, 7_384_500_000)`` (nanoseconds truncated to
+    microseconds)."""
     m = _DS.match(text)
     if m is None:
         raise RedoValueError(f"cannot read the day-to-second interval {text!r}")
@@ -229,7 +234,16 @@ def ds_interval(text: str) -> dt.timedelta:
     value = dt.timedelta(days=int(m.group("d")), hours=int(m.group("h")),
                          minutes=int(m.group("m")), seconds=int(m.group("s")),
                          microseconds=int(frac[:6]))
-    return -value if m.group("sign") == "-" else value
+    return day_interval(-value if m.group("sign") == "-" else value)
+
+
+def day_interval(value: dt.timedelta) -> Interval:
+    """A day-to-second interval as Oracle holds it: its days, and the time within the day, of
+    the interval's sign (a day is not 24 hours to a PostgreSQL target)."""
+    micros = value // dt.timedelta(microseconds=1)
+    days, rest = divmod(abs(micros), DAY_MICROS)
+    sign = -1 if micros < 0 else 1
+    return Interval(0, sign * days, sign * rest)
 
 
 def ym_interval(text: str) -> str:

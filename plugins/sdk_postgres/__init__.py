@@ -62,7 +62,14 @@ from ._lineage import server_identity as server_identity
 from ._offsets import NAME, compare, lsn_int, lsn_text, make_offset, parts
 from ._stream import check_slot, read_changes
 from ._tls import connection_security as connection_security
-from ._types import TEXT_TYPES, kind_of, logical_column, register_wide_temporals
+from ._types import (
+    TEXT_TYPES,
+    kind_of,
+    logical_column,
+    output_text,
+    register_intervals,
+    register_wide_temporals,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -152,6 +159,7 @@ def connect(config: ConnectionConfig) -> PgConnection:
             raise RetriableError(f"cannot connect to {config.masked_url}: {message}") from None
         raise ConfigurationError(f"cannot connect to {config.masked_url}: {message}") from None
     register_wide_temporals(raw.adapters)
+    register_intervals(raw.adapters)
     failover = config.options.get("failover_slot", "true").lower()
     if failover not in ("true", "false"):
         raw.close()
@@ -390,8 +398,9 @@ def describe_table(conn: PgConnection, table: TableId) -> TableSchema:
 
 def _select_term(column: Column) -> str:
     """A column as the snapshot selects it (in a statement with parameters): types carried as
-    text are cast, so the snapshot and the log both give the server's text form."""
-    return f"{qp(column.name)}::text" if kind_of(column) in TEXT_TYPES else qp(column.name)
+    text as their output function's text (:func:`._types.output_text`), so the snapshot and
+    the log both give the one form."""
+    return output_text(qp(column.name)) if kind_of(column) in TEXT_TYPES else qp(column.name)
 
 
 def _select_list(table: TableSchema) -> str:

@@ -7,7 +7,7 @@ by the column's logical type, so it holds for a source table and for a mirror ta
 ``create_table`` made from another database's schema (whose columns have the types
 :func:`._target.target_type` gives); a source type is looked at only where PostgreSQL's
 text differs from the value ``read_range`` gives (``bpchar``, whose cast to text drops the
-padding).
+padding, and the types carried as text, which it reads as their output function writes them).
 
 Dates and timestamps take a fast path for years 1-9999 (the ``DateStyle=ISO`` text the
 dialect's sessions have, fraction padded to six digits: about half the cost of ``to_char``)
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from sdk import Column, LogicalType, TableSchema
 from sdk.dialect.checksum import IN_SERVER_TYPES
 
-from ._types import kind_of
+from ._types import kind_of, output_text
 
 L = LogicalType
 NULL_TEXT = "E'\\\\N'"
@@ -63,11 +63,12 @@ def _time(ref: str) -> str:
 
 
 def _string(column: Column, ref: str) -> str:
-    """The text ``read_range`` gives: a ``bpchar`` keeps its padding (``concat`` writes it as
-    its output function does; a cast to text would drop it), anything else is cast."""
-    if kind_of(column) == "bpchar":
-        return f"CASE WHEN {ref} IS NOT NULL THEN concat({ref}) END"
-    return f"{ref}::text"
+    """The text ``read_range`` gives: its output function's (:func:`._types.output_text`) for
+    a ``bpchar``, which keeps its padding, and for a type carried as text (an ``inet`` host
+    without its ``/32``); ``text`` and ``varchar`` are cast."""
+    if kind_of(column) in ("text", "varchar"):
+        return f"{ref}::text"
+    return output_text(ref)
 
 
 def _decimal(ref: str, trim_scale: bool) -> str:

@@ -226,7 +226,8 @@ _SPECIAL = r"[\\\t\n\r]"
 
 def _text_column(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
     """One column as ``COPY`` text, NULL as ``\\N``; None for a type or value Arrow does not
-    write as PostgreSQL reads it (bytes, intervals, dates and timestamps past years 1-9999)."""
+    write as PostgreSQL reads it (bytes, dates and timestamps past years 1-9999); an interval's
+    ISO 8601 text goes as it is."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

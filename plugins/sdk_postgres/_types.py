@@ -3,8 +3,8 @@
 A column's ``source_type`` is ``"<kind>|<format_type>"``: ``kind`` is the type name when
 psycopg's loader gives the value the engine wants (numbers, bytea, dates and times, text), and
 ``astext`` for every other type (uuid, json, jsonb, arrays, enums, domains, network and
-geometric types...), which both the snapshot (``col::text``) and the log carry as the server's
-text, so the two paths always agree.
+geometric types...), which both the snapshot (:func:`output_text`) and the log carry as the
+type's output function writes it, so the two paths always agree.
 
 Dates, timestamps and times Python cannot hold (``infinity``, BC, years past 9999,
 ``24:00:00``), on which psycopg's loaders fail, load as :class:`sdk.dialect.temporal.WideTemporal`
@@ -12,6 +12,12 @@ Dates, timestamps and times Python cannot hold (``infinity``, BC, years past 999
 so the snapshot's cursors and the slot's decoding use them alike, and no other psycopg
 connection of the process is touched), and a WideTemporal is sent back in
 PostgreSQL's own text (``infinity``, ``0044-03-15 BC``).
+
+An interval loads as :class:`sdk.dialect.temporal.Interval`, its months, days and microseconds
+as PostgreSQL holds them (psycopg's own loader makes a month 30 days and folds hours into days),
+read from the server's text (``IntervalStyle=postgres``: ``1 year -2 mons +3 days -04:05:06``),
+and is sent as its ISO 8601 text, which PostgreSQL reads back to the same three parts
+(:func:`register_intervals`); a ``timedelta`` is sent as the Interval of its microseconds.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import re
 from typing import Any
 
 from sdk import BadValue, Column, LogicalType
-from sdk.dialect.temporal import DATE, TIME, TIMESTAMP, TIMESTAMP_TZ, WideTemporal
+from sdk.dialect.temporal import DATE, TIME, TIMESTAMP, TIMESTAMP_TZ, Interval, WideTemporal
 
 L = LogicalType
 TEXT_TYPES = {"astext"}
@@ -33,6 +39,15 @@ _LOADED = {
     "name": L.STRING,
 }
 _JSON = {"json", "jsonb"}
+
+
+def output_text(ref: str) -> str:
+    """SQL of ``ref``'s text as its type's output function writes it (what psql shows and
+    the log carries), NULL for a NULL: ``concat`` writes that, where a cast to text differs
+    for a few types (an ``inet`` host keeps its ``/32`` or ``/128``, a ``char(n)`` loses its
+    padding, a domain over ``bool`` spells ``true``). ``IS DISTINCT FROM`` keeps a composite
+    whose fields are all NULL (which ``IS NOT NULL`` calls NULL)."""
+    return f"CASE WHEN {ref} IS DISTINCT FROM NULL THEN concat({ref}) END"
 
 
 def kind_of(column: Column) -> str:
@@ -135,3 +150,49 @@ def register_wide_temporals(adapters: Any) -> None:
 
         adapters.register_loader(oid, WideLoader)
     adapters.register_dumper(WideTemporal, WideDumper)
+
+
+_PG_INTERVAL = re.compile(r"(?:([+-]?\d+) years? ?)?(?:([+-]?\d+) mons? ?)?(?:([+-]?\d+) days? ?)?"
+                          r"(?:([+-]?)(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?)?")
+
+
+def interval_value(text: str) -> Interval:
+    """An interval in PostgreSQL's output under ``IntervalStyle=postgres`` (each part with its
+    sign: ``-1 years -2 mons +3 days -04:05:06.5``, ``838:59:59``) as its three parts."""
+    match = _PG_INTERVAL.fullmatch(text)
+    if match is None or not text:
+        raise ValueError(f"not a PostgreSQL interval: {text!r}")
+    years, months, days, sign, hours, minutes, seconds, fraction = match.groups()
+    micros = ((int(hours or 0) * 60 + int(minutes or 0)) * 60 + int(seconds or 0)) * 1_000_000
+    micros += int((fraction or "0").ljust(6, "0"))
+    return Interval(int(years or 0) * 12 + int(months or 0), int(days or 0),
+                    -micros if sign == "-" else micros)
+
+
+def register_intervals(adapters: Any) -> None:
+    """On a connection's ``adapters``: load interval text as an :class:`Interval` (a text it
+    cannot read as a :class:`~sdk.BadValue`), and dump an Interval or a ``timedelta`` as ISO
+    8601 text."""
+    import datetime as dt
+
+    from psycopg.adapt import Dumper, Loader
+
+    class IntervalDumper(Dumper):
+        """An interval as untyped ISO 8601 text: the statement's cast or column types it."""
+
+        def dump(self, obj: Any) -> bytes:
+            return Interval.of(obj).isoformat().encode()
+
+    class IntervalLoader(Loader):
+        """The server's text of an interval as its months, days and microseconds."""
+
+        def load(self, data: Any) -> Any:
+            text = bytes(data).decode()
+            try:
+                return interval_value(text)
+            except ValueError as why:  # the engine names the row, applies errors.mode
+                return BadValue(text, str(why))
+
+    adapters.register_loader(adapters.types["interval"].oid, IntervalLoader)
+    adapters.register_dumper(Interval, IntervalDumper)
+    adapters.register_dumper(dt.timedelta, IntervalDumper)

@@ -14,6 +14,7 @@ storage classes (integer, real, text, blob), so dates are whatever text the appl
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 import uuid
@@ -49,6 +50,7 @@ from ._sql import (
     CHANGES,
     META,
     decode_row,
+    float32_doubles,
     from_target_value,
     q,
     target_column,
@@ -394,8 +396,24 @@ def apply_changes(conn: sqlite3.Connection, table: TableSchema,
                   events: Sequence[ChangeEvent], batch_id: str) -> bool:
     delete, upsert = _statements(table)
     with _writing(conn):
-        return APPLIED.apply(conn.cursor(), table, events, batch_id, delete, upsert,
-                             to_target_value)
+        return APPLIED.apply(conn.cursor(), table, _float32_doubles(table, events), batch_id,
+                             delete, upsert, to_target_value)
+
+
+def _float32_doubles(table: TableSchema, events: Sequence[ChangeEvent]
+                     ) -> Sequence[ChangeEvent]:
+    """``events`` with each FLOAT32 value the double its shortest text parses to, as
+    ``load_snapshot`` stores it (:func:`._sql.float32_double`): one form of a ``real``
+    whether its row came by the snapshot or the log."""
+    at = [i for i, c in enumerate(table.columns) if c.type is LogicalType.FLOAT32]
+    if not at:
+        return events
+    names = table.column_names
+    in_key = [table.key.index(names[i]) for i in at if names[i] in table.key]
+    return [dataclasses.replace(
+        e, key=float32_doubles(e.key, in_key) or (), after=float32_doubles(e.after, at),
+        before=float32_doubles(e.before, at), old_key=float32_doubles(e.old_key, in_key))
+        for e in events]
 
 
 @hookimpl
@@ -413,8 +431,8 @@ def load_snapshot(conn: sqlite3.Connection, table: TableSchema, rows: pa.Table,
 
 
 _KEYS_IN_ORDER = frozenset({LogicalType.BOOLEAN, LogicalType.INT8, LogicalType.INT16,
-                            LogicalType.INT32, LogicalType.INT64, LogicalType.INTERVAL,
-                            LogicalType.STRING, LogicalType.BINARY})
+                            LogicalType.INT32, LogicalType.INT64, LogicalType.STRING,
+                            LogicalType.BINARY})
 """Key types whose stored values (:func:`._sql.to_target_value`) order as the values do, so
 a split's range is read by its SQL; a decimal's text, say, does not (``'10' < '9'``)."""
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from sdk import Column, LogicalType, Row, TableSchema
-from sdk.dialect.temporal import time_from_text
+from sdk.dialect.temporal import Interval, time_from_text
 from sdk.dialect.types import WideTemporal
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def decode_row(text: str | None) -> Row | None:
 
 _TARGET_TYPES = {LogicalType.BOOLEAN: "INTEGER", LogicalType.INT8: "INTEGER",
                  LogicalType.INT16: "INTEGER", LogicalType.INT32: "INTEGER",
-                 LogicalType.INT64: "INTEGER", LogicalType.INTERVAL: "INTEGER",
+                 LogicalType.INT64: "INTEGER",
                  LogicalType.FLOAT32: "REAL", LogicalType.FLOAT64: "REAL",
                  LogicalType.BINARY: "BLOB"}
 
@@ -91,8 +91,10 @@ _STORED_AS_IS = frozenset({int, str, bytes, type(None)})
 
 def to_target_value(value: Any) -> Any:
     """A Python value as something sqlite3 stores exactly (decimals and times as text). NaN
-    is stored as the text ``NaN`` (SQLite would make it NULL); dates and times beyond
-    Python's as their ISO text, or ``infinity`` / ``-infinity``."""
+    is stored as the text ``NaN`` (SQLite would make it NULL); a decimal in positional
+    notation with its scale (``0.000000``, never ``0E-6``), as its source prints it; dates
+    and times beyond Python's as their ISO text, or ``infinity`` / ``-infinity``; intervals
+    as their ISO 8601 text (months, days and microseconds each kept)."""
     if type(value) in _STORED_AS_IS:  # most values: one set lookup
         return value
     if isinstance(value, float) and math.isnan(value):
@@ -100,13 +102,13 @@ def to_target_value(value: Any) -> Any:
     if value is None or isinstance(value, (int, float, str, bytes)):
         return int(value) if isinstance(value, bool) else value
     if isinstance(value, Decimal):
-        return str(value)
+        return format(value, "f")
     if isinstance(value, (dt.date, dt.time)):
         return value.isoformat()
     if isinstance(value, WideTemporal):
         return str(value)
-    if isinstance(value, dt.timedelta):
-        return value // dt.timedelta(microseconds=1)
+    if isinstance(value, (Interval, dt.timedelta)):
+        return Interval.of(value).isoformat()
     if isinstance(value, (list, dict)):
         return json.dumps(value)
     raise TypeError(f"cannot store a {type(value).__name__} in SQLite: {value!r}")
@@ -117,13 +119,34 @@ _AS_IS = frozenset({LogicalType.INT8, LogicalType.INT16, LogicalType.INT32, Logi
                     LogicalType.BOOLEAN})  # sqlite3 stores a bool as 0 or 1
 
 
+def float32_double(value: float) -> float:
+    """The double that the shortest text of float32 ``value`` parses to: what PostgreSQL
+    prints for a ``real`` (and a log's text gives), where the float32 widened would be
+    another double (``3.4028235e+38``, not ``3.4028234663852886e+38``)."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):  # a double past float32's range is its infinity
+        return float(str(np.float32(value)))
+
+
+def float32_doubles(row: Row | None, at: Sequence[int]) -> Row | None:
+    """``row`` with its floats at positions ``at`` made :func:`float32_double`."""
+    if row is None:
+        return None
+    values = list(row)
+    for i in at:
+        if isinstance(values[i], float):
+            values[i] = float32_double(values[i])
+    return tuple(values)
+
+
 def target_column(values: pa.ChunkedArray | pa.Array, column: Column) -> list[Any]:
-    """A snapshot split's column (typed as :func:`sdk.dialect.arrow.arrow_type` gives) as the values
-    :func:`to_target_value` makes of it, built by Arrow where the text is the same: integers,
-    text, bytes and booleans as they are, floats with NaN as ``NaN``, decimals as text (Arrow
-    and ``str`` of a Decimal both write the scientific form of the decimal arithmetic spec:
-    ``1.000E-7``, ``0E-10``), and dates and timestamps of years 1-9999 in ``isoformat``'s
-    text. Anything else goes value by value."""
+    """A snapshot split's column (typed as :func:`sdk.dialect.arrow.arrow_type` gives) as the
+    values :func:`to_target_value` makes of it, built by Arrow where the text is the same:
+    integers, text, bytes and booleans as they are, floats with NaN as ``NaN`` (a float32 as
+    :func:`float32_double`, from Arrow's shortest text of it), decimals as text (Arrow's, or
+    a wide one's, in positional notation: :func:`_positional`), and dates and timestamps of
+    years 1-9999 in ``isoformat``'s text. Anything else goes value by value."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -134,16 +157,30 @@ def target_column(values: pa.ChunkedArray | pa.Array, column: Column) -> list[An
                               or pa.types.is_binary(kind) or pa.types.is_boolean(kind)):
         return values.to_pylist()  # type: ignore[no-any-return]
     if logical in (LogicalType.FLOAT32, LogicalType.FLOAT64) and pa.types.is_floating(kind):
+        if logical is LogicalType.FLOAT32:
+            values = values.cast(pa.float32()).cast(pa.string()).cast(pa.float64())
         floats = values.to_pylist()
         if pc.any(pc.is_nan(values)).as_py():
             return [v if v == v else "NaN" for v in floats]
         return floats  # type: ignore[no-any-return]
-    if logical is LogicalType.DECIMAL and pa.types.is_decimal(kind):
-        return values.cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
+    if logical is LogicalType.DECIMAL and (pa.types.is_decimal(kind)
+                                           or pa.types.is_string(kind)):
+        return _positional(values.cast(pa.string()))
     text = _iso_text(values, logical)
     if text is not None:
         return text
     return [to_target_value(v) for v in python_values(values, logical)]
+
+
+def _positional(text: pa.ChunkedArray | pa.Array) -> list[Any]:
+    """Decimals' text (Arrow's, or a wide decimal's ``str``) with any in scientific form
+    (``-1E-30``, ``0E-10``) written in positional notation, its scale kept."""
+    import pyarrow.compute as pc
+
+    if not pc.any(pc.match_substring(text, "E")).as_py():
+        return text.to_pylist()  # type: ignore[no-any-return]
+    return [v if v is None or "E" not in v else format(Decimal(v), "f")
+            for v in text.to_pylist()]
 
 
 def _iso_text(values: pa.ChunkedArray | pa.Array, logical: LogicalType) -> list[Any] | None:
@@ -185,8 +222,10 @@ _FROM_TARGET: dict[LogicalType, Callable[[Any], Any]] = {
     LogicalType.TIME: time_from_text,
     LogicalType.TIMESTAMP: _temporal(dt.datetime.fromisoformat, LogicalType.TIMESTAMP),
     LogicalType.TIMESTAMP_TZ: _temporal(dt.datetime.fromisoformat, LogicalType.TIMESTAMP_TZ),
-    LogicalType.INTERVAL: lambda us: dt.timedelta(microseconds=us),
+    LogicalType.INTERVAL: lambda v: Interval.parse(v) if isinstance(v, str)
+    else Interval(0, 0, v),
 }
+"""How a stored value reads back (an interval an earlier release stored as microseconds too)."""
 
 
 def from_target_value(value: Any, logical: LogicalType) -> Any:

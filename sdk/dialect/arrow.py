@@ -2,7 +2,10 @@
 (:mod:`sdk.spark.batches`) and the table-format targets (:mod:`sdk.dialect.tableformat`) share.
 
 Instants are UTC; decimals wider than 38 digits (or of unknown precision) are kept exactly as
-strings; TIME is kept as its ISO text unless the format has a time type. Dates and timestamps
+strings; TIME is kept as its ISO text unless the format has a time type, an INTERVAL as its
+ISO 8601 text (:meth:`sdk.dialect.temporal.Interval.isoformat`: Arrow's ``month_day_nano``
+counts nanoseconds in 64 bits, ±2,562,047 hours, where PostgreSQL holds ±2,562,047,788, and
+Spark takes no such column). Dates and timestamps
 Python cannot hold (:class:`sdk.dialect.temporal.WideTemporal`: infinity, BC, years past 9999) go in
 as the days or microseconds Arrow stores.
 """
@@ -19,6 +22,7 @@ import pyarrow as pa
 from .temporal import (
     DATE_DAYS,
     DATETIME_MICROS,
+    Interval,
     WideTemporal,
     date_from_days,
     datetime_from_micros,
@@ -43,7 +47,7 @@ _ARROW: dict[LogicalType, pa.DataType] = {
     LogicalType.BINARY: pa.binary(), LogicalType.DATE: pa.date32(),
     LogicalType.TIME: pa.string(), LogicalType.TIMESTAMP: pa.timestamp("us"),
     LogicalType.TIMESTAMP_TZ: pa.timestamp("us", tz="UTC"),
-    LogicalType.INTERVAL: pa.duration("us"), LogicalType.JSON: pa.string(),
+    LogicalType.INTERVAL: pa.string(), LogicalType.JSON: pa.string(),
 }
 
 
@@ -57,9 +61,12 @@ def arrow_type(column: Column) -> pa.DataType:
 
 
 def as_text(value: Any) -> Any:
-    """A value kept as text: times and dates in ISO form, JSON compact, others ``str``."""
+    """A value kept as text: times, dates and intervals in ISO form, JSON compact, others
+    ``str``."""
     if value is None or isinstance(value, str):
         return value
+    if isinstance(value, dt.timedelta):
+        return Interval.of(value).isoformat()
     if isinstance(value, (dt.time, dt.date)):
         return value.isoformat()
     if isinstance(value, (dict, list)):
@@ -82,13 +89,6 @@ def units(value: Any) -> Any:
     return value.units if isinstance(value, WideTemporal) else value
 
 
-def micros(value: Any) -> Any:
-    """An interval as whole microseconds (a format without an interval type)."""
-    if isinstance(value, dt.timedelta):
-        return value // dt.timedelta(microseconds=1)
-    return value
-
-
 def converter(column: Column, arrow: pa.DataType | None = None
               ) -> Callable[[Any], Any] | None:
     """A per-value conversion needed before Arrow takes a value of ``column`` as ``arrow``
@@ -100,18 +100,16 @@ def converter(column: Column, arrow: pa.DataType | None = None
         return utc
     if column.type is LogicalType.BOOLEAN:
         return lambda v: None if v is None else bool(v)
-    if column.type is LogicalType.INTERVAL and pa.types.is_integer(arrow):
-        return micros
     return None
 
 
 def python_values(column: pa.Array | pa.ChunkedArray, logical: LogicalType) -> list[Any]:
     """An Arrow column as the values a dialect takes: dates and timestamps rebuilt from the
     days and microseconds Arrow or Spark store (those past Python's range come back as
-    :class:`sdk.dialect.temporal.WideTemporal`), times from their text, intervals from whole
-    microseconds, and the rest as Arrow gives them (a wide decimal as its text). Dates
-    may come as days (``unix_date``) and timestamps as intervals from the epoch: both are read
-    as the numbers they hold."""
+    :class:`sdk.dialect.temporal.WideTemporal`), times from their text, intervals from their
+    ISO 8601 text (or whole microseconds, or a duration), and the rest as Arrow gives them (a
+    wide decimal as its text). Dates may come as days (``unix_date``) and timestamps as
+    intervals from the epoch: both are read as the numbers they hold."""
     if logical is LogicalType.DATE:
         days = column.cast(pa.int32()).to_pylist()
         return [None if v is None else date_from_days(v) for v in days]
@@ -121,10 +119,20 @@ def python_values(column: pa.Array | pa.ChunkedArray, logical: LogicalType) -> l
         return [None if v is None else datetime_from_micros(v, aware=aware) for v in stamps]
     if logical is LogicalType.TIME and pa.types.is_string(column.type):
         return [None if v is None else time_from_text(v) for v in column.to_pylist()]
-    if logical is LogicalType.INTERVAL and pa.types.is_integer(column.type):
-        return [None if v is None else dt.timedelta(microseconds=v) for v in column.to_pylist()]
+    if logical is LogicalType.INTERVAL:
+        return [None if v is None else _interval(v) for v in column.to_pylist()]
     values: list[Any] = column.to_pylist()
     return values
+
+
+def _interval(value: Any) -> Interval:
+    """An interval as Arrow or Spark held it: ISO 8601 text, a duration or whole microseconds
+    (a table an earlier release wrote)."""
+    if isinstance(value, str):
+        return Interval.parse(value)
+    if isinstance(value, int):
+        return Interval(0, 0, value)
+    return Interval.of(value)
 
 
 def python_units(column: pa.Array | pa.ChunkedArray, logical: LogicalType
@@ -149,5 +157,5 @@ def python_units(column: pa.Array | pa.ChunkedArray, logical: LogicalType
     return None
 
 
-__all__ = ["MAX_DECIMAL", "arrow_type", "as_text", "converter", "micros", "python_units",
+__all__ = ["MAX_DECIMAL", "arrow_type", "as_text", "converter", "python_units",
            "python_values", "units", "utc", "wide"]

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .temporal import WideTemporal
+from .temporal import Interval, WideTemporal
 from .types import Key, LogicalType, Row, TableSchema
 
 SEPARATOR = "\x1f"
@@ -88,8 +88,8 @@ def _clock(value: dt.time | dt.datetime) -> str:
 def _time(value: Any) -> str:
     if isinstance(value, WideTemporal):
         return _wide(value)
-    if isinstance(value, dt.timedelta):  # a MySQL mirror's TIME column reads back so
-        seconds, micro = divmod(value // dt.timedelta(microseconds=1), 1_000_000)
+    if isinstance(value, (Interval, dt.timedelta)):  # a MySQL mirror's TIME column reads back so
+        seconds, micro = divmod(Interval.of(value).micros, 1_000_000)
         return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{micro:06d}"
     return _clock(value)
 
@@ -107,8 +107,9 @@ def _instant(value: Any) -> str:
 
 
 def _interval(value: Any) -> str:
-    if isinstance(value, dt.timedelta):
-        return str((value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds)
+    if isinstance(value, (Interval, dt.timedelta)):
+        value = Interval.of(value)
+        return str(value.micros) if not (value.months or value.days) else value.isoformat()
     return str(value)
 
 
@@ -154,9 +155,9 @@ each:
 - ``date``: ``YYYY-MM-DD``; ``time``: ``HH:MM:SS.ffffff``; ``timestamp``:
   ``YYYY-MM-DD HH:MM:SS.ffffff``; ``timestamp_tz``: the same in UTC; ``infinity`` and
   ``-infinity``;
-- ``float32``/``float64`` (Python's ``repr`` of the float), ``interval`` (microseconds of a
-  timedelta) and ``json`` (keys sorted, no spaces): hashed by the engine; few servers write
-  them so.
+- ``float32``/``float64`` (Python's ``repr`` of the float), ``interval`` (its microseconds
+  when it has no months or days, else its ISO 8601 text) and ``json`` (keys sorted, no
+  spaces): hashed by the engine; few servers write them so.
 """
 
 IN_SERVER_TYPES = frozenset(_CANONICAL) - {LogicalType.FLOAT32, LogicalType.FLOAT64,

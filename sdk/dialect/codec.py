@@ -4,7 +4,10 @@ State files, offsets and the change envelope are JSON; database values are riche
 bytes, dates, instants). Plain JSON values stay as they are; the others become a one-key object
 whose key starts with ``$``, so a round trip gives back the same Python value and type. A
 :class:`~sdk.dialect.temporal.WideTemporal` (a date or time Python cannot hold) takes its type's
-tag with ISO 8601 text that Spark parses to the same value (``{"$date": "-0043-03-15"}``).
+tag with ISO 8601 text that Spark parses to the same value (``{"$date": "-0043-03-15"}``). An
+:class:`~sdk.dialect.temporal.Interval` is ``{"$interval": "P1Y2M3DT4H"}`` (its ISO 8601 text); a
+``timedelta`` is encoded as the Interval of its microseconds, and the ``$timedelta`` of an
+earlier release's checkpoints (whole microseconds) still decodes, as that Interval.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from .temporal import DATE, TIME, TIMESTAMP, TIMESTAMP_TZ, WideTemporal
+from .temporal import DATE, TIME, TIMESTAMP, TIMESTAMP_TZ, Interval, WideTemporal
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -38,8 +41,8 @@ def encode_value(value: Any) -> Any:
         return {"$date": value.isoformat()}
     if isinstance(value, dt.time):
         return {"$time": value.isoformat()}
-    if isinstance(value, dt.timedelta):
-        return {"$timedelta": value // dt.timedelta(microseconds=1)}
+    if isinstance(value, (Interval, dt.timedelta)):
+        return {"$interval": Interval.of(value).isoformat()}
     if isinstance(value, WideTemporal):
         return {_WIDE_TAGS[value.type]: value.isoformat()}
     if isinstance(value, (list, tuple)):
@@ -81,7 +84,8 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "$datetime": _datetime,
     "$date": _date,
     "$time": _time,
-    "$timedelta": lambda us: dt.timedelta(microseconds=us),
+    "$interval": Interval.parse,
+    "$timedelta": lambda us: Interval(0, 0, us),  # checkpoints of an earlier release
     "$object": lambda obj: {k: decode_value(v) for k, v in obj.items()},
 }
 

@@ -216,6 +216,84 @@ def datetime_from_micros(micros: int, aware: bool) -> dt.datetime | WideTemporal
     return WideTemporal(TIMESTAMP_TZ if aware else TIMESTAMP, micros)
 
 
+_ISO_INTERVAL = re.compile(r"P(?:([+-]?\d+)Y)?(?:([+-]?\d+)M)?(?:([+-]?\d+)W)?(?:([+-]?\d+)D)?"
+                           r"(?:T(?:([+-]?\d+)H)?(?:([+-]?\d+)M)?(?:([+-]?)(\d+)(?:\.(\d{1,6}))?S)?)?")
+_SECOND, _MINUTE, _HOUR = 1_000_000, 60_000_000, 3_600_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """An interval as PostgreSQL holds it: months, days and microseconds, each with its own sign
+    and none a multiple of another (a month is not 30 days, a day not 24 hours across a
+    daylight-saving change), so ``1 mon``, ``30 days`` and ``720:00:00`` are three values.
+
+    The value of every ``interval`` column. A ``datetime.timedelta`` (what a dialect or a
+    checkpoint of an earlier release may still give) is a duration of microseconds:
+    :meth:`of` reads it as ``Interval(0, 0, micros)``, so hours stay hours. Its text
+    (:meth:`isoformat`, ``str``) is ISO 8601 as PostgreSQL's ``IntervalStyle=iso_8601`` prints
+    it: what Arrow, Spark and the targets without an interval type carry.
+    """
+
+    months: int = 0
+    days: int = 0
+    micros: int = 0
+
+    @classmethod
+    def of(cls, value: Interval | dt.timedelta) -> Interval:
+        """``value`` as an Interval (a timedelta as its microseconds: no days)."""
+        if isinstance(value, Interval):
+            return value
+        return cls(0, 0, value // _US)
+
+    @classmethod
+    def parse(cls, text: str) -> Interval:
+        """Invert :meth:`isoformat` (also reads weeks, and signs PostgreSQL would not print)."""
+        match = _ISO_INTERVAL.fullmatch(text)
+        if match is None or text in ("P", "PT") or text.endswith("T"):
+            raise ValueError(f"not an ISO 8601 interval: {text!r}")
+        y, mo, w, d, h, mi, sign, s, frac = (g or "0" for g in match.groups())
+        micros = int(h) * _HOUR + int(mi) * _MINUTE
+        seconds = int(s) * _SECOND + int(frac.ljust(6, "0"))
+        return cls(int(y) * 12 + int(mo), int(w) * 7 + int(d),
+                   micros - seconds if sign == "-" else micros + seconds)
+
+    def isoformat(self) -> str:
+        """ISO 8601 text, each part with its sign, as PostgreSQL prints it under
+        ``IntervalStyle=iso_8601`` (``P1Y2M3DT4H5M6.789S``, ``P-3DT-4H-0.5S``, ``PT0S``); PostgreSQL
+        reads it back to the same months, days and microseconds, its extremes too."""
+        if not (self.months or self.days or self.micros):
+            return "PT0S"
+        years, months = _truncated(self.months, 12)
+        hours, rest = _truncated(self.micros, _HOUR)
+        minutes, rest = _truncated(rest, _MINUTE)
+        date = "".join(f"{n}{unit}" for n, unit in ((years, "Y"), (months, "M"),
+                                                    (self.days, "D")) if n)
+        time = "".join(f"{n}{unit}" for n, unit in ((hours, "H"), (minutes, "M")) if n)
+        if rest:
+            whole, fraction = divmod(abs(rest), _SECOND)
+            digits = f".{fraction:06d}".rstrip("0") if fraction else ""
+            time += f"{'-' if rest < 0 else ''}{whole}{digits}S"
+        return f"P{date}" + (f"T{time}" if time else "")
+
+    def __str__(self) -> str:
+        return self.isoformat()
+
+    def __lt__(self, other: Interval) -> bool:
+        """PostgreSQL's order (a month as 30 days, a day as 24 hours), for keys that hold one."""
+        return self.span() < other.span()
+
+    def span(self) -> int:
+        """Microseconds, a month as 30 days and a day as 24 hours: how PostgreSQL orders (and
+        compares with ``=``) intervals; not the value."""
+        return (self.months * 30 + self.days) * DAY_MICROS + self.micros
+
+
+def _truncated(value: int, unit: int) -> tuple[int, int]:
+    """``value`` divided by ``unit`` toward zero, and the rest (of ``value``'s sign), as C does."""
+    whole = abs(value) // unit * (1 if value >= 0 else -1)
+    return whole, value - whole * unit
+
+
 def time_from_text(text: str) -> dt.time | WideTemporal:
     """A time of day as :func:`sdk.spark.batches` carries it (ISO text; ``24:00:00`` too)."""
     try:
@@ -224,5 +302,6 @@ def time_from_text(text: str) -> dt.time | WideTemporal:
         return WideTemporal.parse(text, TIME)
 
 
-__all__ = ["DATETIME_MICROS", "DATE_DAYS", "WideTemporal", "civil_from_days", "date_from_days",
-           "datetime_from_micros", "days_from_civil", "time_from_text", "units_of"]
+__all__ = ["DATETIME_MICROS", "DATE_DAYS", "Interval", "WideTemporal", "civil_from_days",
+           "date_from_days", "datetime_from_micros", "days_from_civil", "time_from_text",
+           "units_of"]

@@ -2,7 +2,9 @@
 
 Snapshot rows and log rows go through the same functions, so the same stored value gives the
 same Spark value in both phases. Instants are UTC; decimals wider than Spark's 38 digits (or of
-unknown precision) are kept exactly as strings; TIME is kept as its ISO text. Dates and
+unknown precision) are kept exactly as strings; TIME is kept as its ISO text, an INTERVAL as
+its ISO 8601 text (months, days and microseconds each kept: Spark's interval types hold either
+months or days and time, never both). Dates and
 timestamps Python cannot hold (``sdk.dialect.temporal.WideTemporal``: infinity, BC, years past 9999)
 go in as the days or microseconds Spark stores; a value no Spark type can take (a NaN in a
 ``DecimalType``) stops the read with an error naming its table, key and column.
@@ -73,7 +75,7 @@ _SPARK: dict[LogicalType, T.DataType] = {
     LogicalType.BINARY: T.BinaryType(), LogicalType.DATE: T.DateType(),
     LogicalType.TIME: T.StringType(), LogicalType.TIMESTAMP: T.TimestampNTZType(),
     LogicalType.TIMESTAMP_TZ: T.TimestampType(),
-    LogicalType.INTERVAL: T.DayTimeIntervalType(), LogicalType.JSON: T.StringType(),
+    LogicalType.INTERVAL: T.StringType(), LogicalType.JSON: T.StringType(),
 }
 
 def table_schema(table: TableSchema) -> tuple[T.StructType, pa.Schema]:

@@ -21,7 +21,7 @@ _TAGS: dict[LogicalType, tuple[str, T.DataType]] = {
     LogicalType.TIME: ("$time", T.StringType()),
     LogicalType.TIMESTAMP: ("$datetime", T.StringType()),
     LogicalType.TIMESTAMP_TZ: ("$datetime", T.StringType()),
-    LogicalType.INTERVAL: ("$timedelta", T.LongType()),
+    LogicalType.INTERVAL: ("$interval", T.StringType()),
 }
 
 
@@ -44,9 +44,6 @@ def _typed(value: SparkColumn, column: Column) -> SparkColumn:
         return F.to_timestamp_ntz(raw)
     if column.type is LogicalType.TIMESTAMP_TZ:
         return F.to_timestamp(raw)
-    if column.type is LogicalType.INTERVAL:
-        seconds = raw.cast(T.DecimalType(38, 0)) / F.lit(1_000_000)
-        return F.make_dt_interval(F.lit(0), F.lit(0), F.lit(0), seconds)
     return raw.cast(target)
 
 

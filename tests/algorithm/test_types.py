@@ -22,12 +22,14 @@ from sdk import (
     TableSchema,
 )
 from sdk.dialect.codec import decode_value, dumps, encode_value
+from sdk.dialect.temporal import Interval
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.text(), st.binary(),
     st.floats(allow_nan=False), st.decimals(allow_nan=False, allow_infinity=False),
     st.dates(), st.times(), st.datetimes(), st.datetimes(timezones=st.just(dt.UTC)),
-    st.timedeltas(),
+    st.builds(Interval, st.integers(-2**31, 2**31 - 1), st.integers(-2**31, 2**31 - 1),
+              st.integers(-2**63, 2**63 - 1)),
 )
 
 
@@ -37,6 +39,17 @@ def test_values_round_trip_through_json(values: list[object]) -> None:
     back = decode_value(json.loads(text))
     assert back == values
     assert [type(v) for v in back] == [type(v) for v in values]
+
+
+@given(st.timedeltas())
+def test_a_timedelta_is_its_microseconds_and_old_checkpoints_still_read(value: dt.timedelta
+                                                                         ) -> None:
+    """A timedelta (a dialect of an earlier release) travels as the Interval of its
+    microseconds, hours kept as hours; the ``$timedelta`` of an earlier release's checkpoints
+    decodes to that Interval."""
+    micros = value // dt.timedelta(microseconds=1)
+    assert decode_value(json.loads(dumps(encode_value(value)))) == Interval(0, 0, micros)
+    assert decode_value({"$timedelta": micros}) == Interval(0, 0, micros)
 
 
 def test_non_finite_floats_round_trip() -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import math
-import struct
+import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from sdk import (
     BadValue,
     ChangeEvent,
     ConnectionConfig,
+    DataError,
     FatalSyncError,
     SnapshotSplit,
     TableId,
@@ -33,6 +34,7 @@ from sdk import (
 from sdk.dialect.codec import decode_value, encode_value
 from sdk.dialect.temporal import (
     INT64_MAX,
+    Interval,
     WideTemporal,
     civil_from_days,
     date_from_days,
@@ -125,13 +127,22 @@ SPARK_SAFE = [1, 2, 3, 4, 5, 6]  # a numeric(10,2) NaN (row 7) fits no Spark Dec
 
 @pytest.fixture
 def pg_table(postgres_url: str, postgres_admin: Any) -> Iterator[tuple[str, Any, TableSchema]]:
-    """A PostgreSQL table holding PG_ROWS (ids 1..), published with its own slot: yields the
-    source URL, a connection and the schema. ``insert(first_id)`` is ``conn.insert``."""
+    """A PostgreSQL table of PG_TABLE's columns, published with its own slot: yields the
+    source URL, a connection and the schema."""
+    with _pg_source(postgres_url, postgres_admin, PG_TABLE) as source:
+        yield source
+
+
+@contextlib.contextmanager
+def _pg_source(postgres_url: str, postgres_admin: Any, ddl: str
+               ) -> Iterator[tuple[str, Any, TableSchema]]:
+    """A table made by ``ddl`` (its ``{name}`` filled in), published with its own slot and
+    ready for capture: the source URL, a connection and the schema; all dropped after."""
     pg = get_dialect("postgres")
     tag = uuid.uuid4().hex[:10]
     name, slot = f"edge_{tag}", f"sdk_s_{tag}"
     url = with_query(postgres_url, slot=slot, publication=slot)
-    postgres_admin.execute(PG_TABLE.format(name=name))
+    postgres_admin.execute(ddl.format(name=name))
     postgres_admin.execute(f"GRANT SELECT ON {name} TO sdk_cdc")
     postgres_admin.execute(f"CREATE PUBLICATION {slot} FOR TABLE {name}")
     conn = pg.connect(ConnectionConfig.from_url(url))
@@ -248,14 +259,130 @@ def _pg_target(admin: Any, url: str, table: TableSchema, rows: list[tuple[Any, .
         admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-def _float32(value: float) -> float:
-    return float(struct.unpack("<f", struct.pack("<f", value))[0])
+def _shortest32(value: float | None) -> float | None:
+    """The double the shortest text of float32 ``value`` parses to (``3.4028235e+38``), as
+    PostgreSQL prints a ``real``: how the SQLite target stores a FLOAT32."""
+    import numpy as np
+
+    return None if value is None else float(str(np.float32(value)))
 
 
 def _offset() -> Any:
     from sdk.dialect.types import Offset
 
     return Offset("x")
+
+
+# --- Intervals: months, days and microseconds apart, hours kept as hours (#59) ------------------
+
+PG_INTERVALS = [
+    "1 year 2 mons 3 days 04:05:06.789", "1 mon", "30 days", "720:00:00", "-3 days -04:00:00.5",
+    "838:59:59", "-838:59:59", "1 year -2 mons +3 days -04:05:06", "-00:00:00.000001", "0",
+    "P178956970Y7M2147483647DT2562047788H54.775807S",
+    "P-178956970Y-8M-2147483648DT-2562047788H-54.775808S", None,
+]
+"""Years, months, days, hours past 24, negative and mixed signs, microseconds, PostgreSQL's
+extremes (written in ISO 8601: PostgreSQL's own text of the last does not parse back), NULL."""
+HOURS = {4: "720:00:00.000000", 6: "838:59:59.000000", 7: "-838:59:59.000000",
+         9: "-00:00:00.000001", 10: "00:00:00.000000", 13: None}
+"""The ids (1..) of the intervals of hours only, as MariaDB prints them in a TIME(6) column."""
+
+
+@pytest.fixture
+def pg_intervals(postgres_url: str, postgres_admin: Any
+                 ) -> Iterator[tuple[str, Any, TableSchema]]:
+    """A published PostgreSQL table of an interval column (see :func:`_pg_source`)."""
+    ddl = "CREATE TABLE {name} (id int8 PRIMARY KEY, iv interval)"
+    with _pg_source(postgres_url, postgres_admin, ddl) as source:
+        yield source
+
+
+def _insert_intervals(admin: Any, table: TableSchema, first_id: int) -> None:
+    for j, text in enumerate(PG_INTERVALS):
+        admin.execute(f"INSERT INTO {table.table.name} VALUES (%s, %s::interval)",
+                      (first_id + j, text))
+
+
+def _texts(admin: Any, sql: str, style: str = "postgres") -> list[Any]:
+    """The first column of ``sql``'s rows as PostgreSQL prints them under ``IntervalStyle``
+    ``style`` (the shared session's style restored after)."""
+    admin.execute(f"SET IntervalStyle = {style}")
+    try:
+        return [r[0] for r in admin.execute(sql).fetchall()]
+    finally:
+        admin.execute("RESET IntervalStyle")
+
+
+@contextlib.contextmanager
+def _my_target(url: str, table: TableSchema, rows: list[tuple[Any, ...]]
+               ) -> Iterator[Callable[[str], list[Any]]]:
+    """``rows`` of ``table`` applied to a MariaDB target table in sdk_test: yields a function
+    giving the first column of a query's rows (``{name}``: the table), then drops the table."""
+    my = get_dialect("mysql")
+    mirror = TableSchema(TableId("sdk_test", f"iv_{uuid.uuid4().hex[:10]}"), table.columns,
+                         table.key)
+    target = my.connect(ConnectionConfig.from_url(url))
+
+    def column(sql: str) -> list[Any]:
+        with target.raw.cursor() as cur:
+            cur.execute(sql.format(name=f"`{mirror.table.name}`"))
+            return [r[0] for r in cur.fetchall()]
+
+    try:
+        my.create_table(target, mirror)
+        events = [ChangeEvent(mirror.table, "r", (r[0],), r, _offset()) for r in rows]
+        assert my.apply_changes(target, mirror, events, "b1")
+        yield column
+    finally:
+        column("DROP TABLE IF EXISTS {name}")
+        column(f"DELETE FROM _sdk_applied WHERE tbl = '{mirror.table.name}'")
+        target.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.mysql
+def test_postgres_intervals_reach_each_target_exactly_from_snapshot_and_log(
+        pg_intervals: Any, postgres_admin: Any, postgres_url: str, tmp_path: Path) -> None:
+    """A month is not 30 days nor a day 24 hours: each interval keeps its three parts into a
+    PostgreSQL target (the same ``::text``), SQLite (ISO 8601, PostgreSQL's ``iso_8601`` text)
+    and MariaDB's TIME(6) (hours only; months or days stop the batch, or are NULL with
+    ``out_of_range=null``), from the snapshot and from the log alike."""
+    _, conn, table = pg_intervals
+    pg, name = get_dialect("postgres"), table.table.name
+    snapshot, logged = _snapshot_and_log(
+        pg, conn, table, lambda first: _insert_intervals(postgres_admin, table, first))
+    _assert_rows_equal(snapshot, logged)
+    source = f"SELECT iv::text FROM {name} WHERE id < 1000 ORDER BY id"
+    want, iso = _texts(postgres_admin, source), _texts(postgres_admin, source, "iso_8601")
+    assert want[:3] == ["1 year 2 mons 3 days 04:05:06.789", "1 mon", "30 days"]
+    assert want[4:7] == ["-3 days -04:00:00.5", "838:59:59", "-838:59:59"]
+    for phase in (snapshot, logged):
+        rows = [(k, *v) for k, v in sorted(phase.items())]
+        with _pg_target(postgres_admin, postgres_url, table, rows) as (schema, _):
+            assert _texts(postgres_admin, f"SELECT iv::text FROM {schema}.{name} "
+                                          "ORDER BY id") == want
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.db"
+        _into_sqlite(path, TableSchema(TableId("main", name), table.columns, table.key), rows)
+        with contextlib.closing(sqlite3.connect(path)) as sqlite:
+            assert [r[0] for r in sqlite.execute(f'SELECT iv FROM "{name}" ORDER BY id')] == iso
+        with _my_target(with_query(MYSQL_ADMIN_URL, out_of_range="null"), table, rows) as mine:
+            assert mine("SELECT CAST(iv AS CHAR) FROM {name} ORDER BY id") == [
+                HOURS.get(k) for k, _ in rows]
+        with pytest.raises(DataError, match=r"column 'iv': MySQL's TIME\(6\) cannot hold "
+                                            r"P1Y2M3DT4H5M6.789S"), \
+                _my_target(MYSQL_ADMIN_URL, table, rows):
+            pass
+        with _my_target(MYSQL_ADMIN_URL, table, [r for r in rows if r[0] in HOURS]) as mine:
+            assert mine("SELECT CAST(iv AS CHAR) FROM {name} ORDER BY id") == list(
+                HOURS.values())
+    # a split loaded from Arrow (load_snapshot): the ISO 8601 text copied as it is
+    from sdk.dialect.tableformat import arrow_rows
+
+    split = arrow_rows(table, [(k, *v) for k, v in sorted(snapshot.items())])
+    with _pg_target(postgres_admin, postgres_url, table, []) as (schema, target):
+        assert pg.load_snapshot(target, TableSchema(TableId(schema, name), table.columns,
+                                                    table.key), split, "b2")
+        assert _texts(postgres_admin, f"SELECT iv::text FROM {schema}.{name} ORDER BY id") == want
 
 
 # --- MariaDB: zero dates, long TIMEs, extreme decimals and floats -------------------------------
@@ -316,8 +443,8 @@ def test_mariadb_edge_values_snapshot_equals_log_and_reach_targets(
     zero, partial, high, _ = snapshot[1], snapshot[2], snapshot[3], snapshot[4]
     assert zero[:3] == (None, None, None)  # zero dates with zero_dates=null: NULL, as Debezium
     assert partial[:2] == (None, None)  # year 0 and zero months too (no value Python holds)
-    assert zero[3] == dt.timedelta(hours=838, minutes=59, seconds=59)
-    assert partial[3] == -zero[3] and high[3] == -dt.timedelta(microseconds=1)
+    assert zero[3] == Interval(0, 0, (838 * 3600 + 59 * 60 + 59) * 1_000_000)  # hours, no days
+    assert partial[3] == Interval(0, 0, -zero[3].micros) and high[3] == Interval(0, 0, -1)
     assert high[:2] == (dt.date(9999, 12, 31), dt.datetime(9999, 12, 31, 23, 59, 59, 999999))
     assert zero[4] == Decimal("9" * 35 + "." + "9" * 30) and zero[6] == 3.4028234663852886e38
     rows = [(k, *v) for k, v in snapshot.items()]
@@ -327,9 +454,20 @@ def test_mariadb_edge_values_snapshot_equals_log_and_reach_targets(
             f'SELECT * FROM {schema}."{table.table.name}"')}
         assert got[3][4:6] == snapshot[3][4:6] and got[3][7] == snapshot[3][7]
         assert got[1][3] == zero[3] and got[1][4] == zero[4]
+        # a TIME's hours stay hours: 838:59:59, not 34 days 22:59:59
+        assert _texts(postgres_admin, f'SELECT t::text FROM {schema}."{table.table.name}" '
+                                      "ORDER BY id") == ["838:59:59", "-838:59:59",
+                                                         "-00:00:00.000001", "24:00:00"]
+    with _my_target(MYSQL_ADMIN_URL, table, rows) as mine, mysql_admin.cursor() as cur:
+        cur.execute(f"SELECT CAST(t AS CHAR) FROM `{table.table.name}` WHERE id < 1000 "
+                    "ORDER BY id")  # and into MariaDB as they were
+        assert mine("SELECT CAST(t AS CHAR) FROM {name} ORDER BY id") == [
+            r[0] for r in cur.fetchall()]
     got_sqlite = _into_sqlite(tmp_path / "my.db", TableSchema(
         TableId("main", table.table.name), table.columns, table.key), rows)
-    _assert_rows_equal({k[0]: tuple(v[1:]) for k, v in got_sqlite.items()}, snapshot)
+    # a FLOAT as the double its shortest text parses to (MariaDB prints six digits: 3.40282e38)
+    _assert_rows_equal({k[0]: tuple(v[1:]) for k, v in got_sqlite.items()},
+                       {k: (*v[:6], _shortest32(v[6]), v[7]) for k, v in snapshot.items()})
 
 
 @pytest.mark.mysql
@@ -417,9 +555,10 @@ def test_mirror_carries_postgres_edge_values_through_spark(
                                               table.key))
     finally:
         target.close()
-    # Spark's FloatType holds psycopg's float4 (a double parsed from text) as the float32
+    # Spark's FloatType holds psycopg's float4 (a double parsed from text) as the float32,
+    # which SQLite stores as the double of its shortest text: psycopg's double again
     _assert_rows_equal({k[0]: tuple(v[1:]) for k, v in got.items()},
-                       {k: (*logged[k][:-1], _float32(logged[k][-1])) for k in SPARK_SAFE})
+                       {k: logged[k] for k in SPARK_SAFE})
     # PostgreSQL mirror: the same text as the source
     schema = f"sdk_edge_{uuid.uuid4().hex[:8]}"
     postgres_admin.execute(f"CREATE SCHEMA {schema} AUTHORIZATION sdk_cdc")
@@ -437,6 +576,37 @@ def test_mirror_carries_postgres_edge_values_through_spark(
     # numeric(10,2) NaN: no Spark decimal holds it; the error names table, key and column
     with pytest.raises(FatalSyncError, match=r"key \(7,\) column 'n2'"):
         _frame(west_of_utc, table, [(7, *logged[7])], "edge_nan_probe")
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_mirror_carries_postgres_intervals_through_spark(
+        pg_intervals: Any, postgres_admin: Any, postgres_url: str, spark: Any,
+        tmp_path: Path) -> None:
+    """Through Spark (ISO 8601 text there) the intervals keep their ``::text`` into a
+    PostgreSQL mirror and PostgreSQL's ``iso_8601`` text into SQLite."""
+    from sdk.spark.mirror import Mirror
+
+    _, conn, table = pg_intervals
+    _, logged = _snapshot_and_log(get_dialect("postgres"), conn, table,
+                                  lambda first: _insert_intervals(postgres_admin, table, first))
+    frame = _frame(spark, table, [(k, *v) for k, v in sorted(logged.items())], "iv_probe")
+    assert frame.schema[table.columns[1].name].dataType.simpleString() == "string"
+    name = table.table.name
+    source = f"SELECT iv::text FROM {name} WHERE id < 1000 ORDER BY id"
+    Mirror(f"sqlite:///{tmp_path / 'm.db'}", [table], target_schema="main")(frame, 0)
+    with contextlib.closing(sqlite3.connect(tmp_path / "m.db")) as sqlite:
+        assert [r[0] for r in sqlite.execute(f'SELECT iv FROM "{name}" ORDER BY id')] == \
+            _texts(postgres_admin, source, "iso_8601")
+    schema = f"sdk_edge_{uuid.uuid4().hex[:8]}"
+    postgres_admin.execute(f"CREATE SCHEMA {schema} AUTHORIZATION sdk_cdc")
+    try:
+        Mirror(postgres_url, [table], target_schema=schema)(frame, 0)
+        assert _texts(postgres_admin, f"SELECT iv::text FROM {schema}.{name} ORDER BY id") == \
+            _texts(postgres_admin, source)
+    finally:
+        postgres_admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.mark.spark

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sdk import Column, FatalSyncError, Offset, TableId, TableSchema
+from sdk.dialect.temporal import Interval
 from sdk_oracle._miner import Miner, Session, event, make_offset
 from sdk_oracle._redo import UNSUPPORTED, Bare, Call, RedoSyntaxError, parse, unistr
 from sdk_oracle._types import RedoValueError, from_fetch, from_redo, logical_column
@@ -177,9 +178,9 @@ CASES: list[tuple[Column, Any, Any]] = [
      Call("TO_TIMESTAMP", ("2024-07-01 12:00:00.000000",)),
      dt.datetime(2024, 7, 1, 12, 0, tzinfo=UTC)),
     (col("I", "INTERVAL DAY(2) TO SECOND(6)"), Call("TO_DSINTERVAL", ("-01 02:03:04.500000",)),
-     -dt.timedelta(days=1, hours=2, minutes=3, seconds=4.5)),
+     Interval(0, -1, -7_384_500_000)),
     (col("I", "INTERVAL DAY(9) TO SECOND(9)"),
-     Call("TO_DSINTERVAL", ("+000000003 00:00:00.000000999",)), dt.timedelta(days=3)),
+     Call("TO_DSINTERVAL", ("+000000003 00:00:00.000000999",)), Interval(0, 3, 0)),
     (col("Y", "INTERVAL YEAR(2) TO MONTH"), Call("TO_YMINTERVAL", ("+02-03",)), "P2Y3M"),
     (col("Y", "INTERVAL YEAR(4) TO MONTH"), Call("TO_YMINTERVAL", ("-0010-11",)), "-P10Y11M"),
     (col("R", "RAW"), Call("HEXTORAW", ("00ff10",)), b"\x00\xff\x10"),

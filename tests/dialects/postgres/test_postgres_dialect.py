@@ -31,6 +31,7 @@ from sdk import (
     get_dialect,
 )
 from sdk.algorithm import Phase, SyncOptions, SyncRunner
+from sdk.dialect.temporal import Interval
 
 pytestmark = pytest.mark.postgres
 
@@ -139,7 +140,7 @@ def test_golden_types_read_the_same_both_ways(pg: Dialect, capture: Any,
     assert first[12] == "00000000-0000-0000-0000-000000000007"
     assert first[14] == '{"a": "é", "b": 1}' and first[15] == "{1,NULL,3}"
     assert first[20] == dt.datetime(2024, 1, 2, 1, 4, 5, 654321, tzinfo=dt.UTC)
-    assert first[21] == dt.timedelta(days=1) - dt.timedelta(hours=2, minutes=3, seconds=4.5)
+    assert first[21] == Interval(0, 1, -7_384_500_000)  # 1 day -02:03:04.5, not 21:56:55.5
     assert snapshot[3][7] == Decimal("1" + "0" * 60 + ".5")
 
 
