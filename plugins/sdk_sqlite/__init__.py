@@ -50,8 +50,9 @@ from ._sql import (
     CHANGES,
     META,
     decode_row,
-    float32_doubles,
+    form_of,
     from_target_value,
+    one_form,
     q,
     target_column,
     target_type,
@@ -396,23 +397,22 @@ def apply_changes(conn: sqlite3.Connection, table: TableSchema,
                   events: Sequence[ChangeEvent], batch_id: str) -> bool:
     delete, upsert = _statements(table)
     with _writing(conn):
-        return APPLIED.apply(conn.cursor(), table, _float32_doubles(table, events), batch_id,
+        return APPLIED.apply(conn.cursor(), table, _one_form(table, events), batch_id,
                              delete, upsert, to_target_value)
 
 
-def _float32_doubles(table: TableSchema, events: Sequence[ChangeEvent]
-                     ) -> Sequence[ChangeEvent]:
-    """``events`` with each FLOAT32 value the double its shortest text parses to, as
-    ``load_snapshot`` stores it (:func:`._sql.float32_double`): one form of a ``real``
-    whether its row came by the snapshot or the log."""
-    at = [i for i, c in enumerate(table.columns) if c.type is LogicalType.FLOAT32]
-    if not at:
+def _one_form(table: TableSchema, events: Sequence[ChangeEvent]) -> Sequence[ChangeEvent]:
+    """``events`` with each value in the form ``load_snapshot`` stores it (:func:`._sql.form_of`:
+    a float32 as the double its shortest text parses to, a decimal's text positional): one form
+    of a value whether its row came by the snapshot or the log."""
+    forms = [(i, f) for i, c in enumerate(table.columns) if (f := form_of(c)) is not None]
+    if not forms:
         return events
     names = table.column_names
-    in_key = [table.key.index(names[i]) for i in at if names[i] in table.key]
+    keyed = [(table.key.index(names[i]), f) for i, f in forms if names[i] in table.key]
     return [dataclasses.replace(
-        e, key=float32_doubles(e.key, in_key) or (), after=float32_doubles(e.after, at),
-        before=float32_doubles(e.before, at), old_key=float32_doubles(e.old_key, in_key))
+        e, key=one_form(e.key, keyed) or (), after=one_form(e.after, forms),
+        before=one_form(e.before, forms), old_key=one_form(e.old_key, keyed))
         for e in events]
 
 

@@ -129,15 +129,32 @@ def float32_double(value: float) -> float:
         return float(str(np.float32(value)))
 
 
-def float32_doubles(row: Row | None, at: Sequence[int]) -> Row | None:
-    """``row`` with its floats at positions ``at`` made :func:`float32_double`."""
+def positional(value: str) -> str:
+    """A decimal's text in positional notation, its scale kept (``-1E-30`` ->
+    ``-0.000000000000000000000000000001``, ``1E+5`` -> ``100000``), as its source prints it."""
+    return format(Decimal(value), "f") if "E" in value or "e" in value else value
+
+
+def one_form(row: Row | None, forms: Sequence[tuple[int, Callable[[Any], Any]]]
+             ) -> Row | None:
+    """``row`` with the value at each position of ``forms`` put in its one stored form (see
+    :func:`float32_double`, :func:`positional`)."""
     if row is None:
         return None
     values = list(row)
-    for i in at:
-        if isinstance(values[i], float):
-            values[i] = float32_double(values[i])
+    for i, form in forms:
+        values[i] = form(values[i])
     return tuple(values)
+
+
+def form_of(column: Column) -> Callable[[Any], Any] | None:
+    """How a change's value of ``column`` is put in the form ``load_snapshot`` stores (None:
+    as it is): a float32 as :func:`float32_double`, a decimal carried as text positional."""
+    if column.type is LogicalType.FLOAT32:
+        return lambda v: float32_double(v) if isinstance(v, float) else v
+    if column.type is LogicalType.DECIMAL:
+        return lambda v: positional(v) if isinstance(v, str) else v
+    return None
 
 
 def target_column(values: pa.ChunkedArray | pa.Array, column: Column) -> list[Any]:
@@ -179,8 +196,7 @@ def _positional(text: pa.ChunkedArray | pa.Array) -> list[Any]:
 
     if not pc.any(pc.match_substring(text, "E")).as_py():
         return text.to_pylist()  # type: ignore[no-any-return]
-    return [v if v is None or "E" not in v else format(Decimal(v), "f")
-            for v in text.to_pylist()]
+    return [v if v is None else positional(v) for v in text.to_pylist()]
 
 
 def _iso_text(values: pa.ChunkedArray | pa.Array, logical: LogicalType) -> list[Any] | None:
