@@ -372,18 +372,30 @@ def describe_table(conn: MySqlConnection, table: TableId) -> TableSchema:
     return TableSchema(table, tuple(columns), primary, unique)
 
 
+CODE_POINT_ORDERED = frozenset({"ascii", "utf8", "utf8mb3", "utf8mb4", "ucs2", "utf16",
+                                "utf32"})
+"""Character sets whose binary collation orders text as its characters' code points, as
+Python does (a single-byte set's orders its bytes: latin1's 0x80 is U+20AC)."""
+
+
 def _key_expressions(table: TableSchema, quote: Callable[[str], str] = qp) -> list[str]:
     """Key columns as SQL, quoted with ``quote`` (:func:`qp` for statements with parameters);
     text with a non-binary collation compares under its binary twin, so the database and
     Python agree on key order (docs/design.md, 'Keys and half-open ranges': keys compare as
-    Python tuples)."""
+    Python tuples), and text of a character set whose binary collation orders bytes that do
+    not sort as code points (latin1, cp1251...) as utf8mb4 (no index serves that order)."""
     out = []
     by_name = {c.name: c for c in table.columns}
     for name in table.key:
         column = by_name[name]
         _, _, collation = column.source_type.partition(" COLLATE ")
-        if column.type is LogicalType.STRING and collation and not collation.endswith("_bin"):
-            out.append(f"{quote(name)} COLLATE {collation.split('_')[0]}_bin")
+        charset = collation.split("_")[0]
+        if column.type is not LogicalType.STRING or not collation:
+            out.append(quote(name))
+        elif charset not in CODE_POINT_ORDERED:
+            out.append(f"CONVERT({quote(name)} USING utf8mb4) COLLATE utf8mb4_bin")
+        elif not collation.endswith("_bin"):
+            out.append(f"{quote(name)} COLLATE {charset}_bin")
         else:
             out.append(quote(name))
     return out

@@ -44,6 +44,7 @@ tables are written, too.
 from __future__ import annotations
 
 import random
+import re
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -66,7 +67,16 @@ from sdk import (
 from ._connect import open_connection
 from ._ddl import ROWS_ONLY, Name, emptied
 from ._offsets import NAME, MariadbGtidState, make_offset, position_key
-from ._rows import RowsDecoder, TableMap, compile_rows, lenenc, parse_table_map, shaped_like
+from ._rows import (
+    RowsDecoder,
+    TableMap,
+    Tables,
+    compile_rows,
+    lenenc,
+    parse_table_map,
+    shaped_like,
+    text_in,
+)
 from ._tls import handshake_failed
 
 _MARIADB_STANDALONE = 1  # MariaDB GTID event flag FL_STANDALONE: a statement without Xid
@@ -108,17 +118,19 @@ class _Shape:
 
 class _Version:
     """One table map's parse, the schema its rows are shaped by (None: a table not read), the
-    ``zero_dates`` option its rows are read under, and its compiled rows decoders (by
-    present-columns bitmaps)."""
+    ``zero_dates`` option its rows are read under, the server's decoding of single-byte
+    character sets, and its compiled rows decoders (by present-columns bitmaps)."""
 
-    __slots__ = ("decoders", "key_of", "map", "schema", "shape", "zero_dates")
+    __slots__ = ("decoders", "key_of", "map", "schema", "shape", "tables", "zero_dates")
 
     def __init__(self, table_map: TableMap, schema: TableSchema | None,
-                 shape: _Shape | None = None, zero_dates: str = "error") -> None:
+                 shape: _Shape | None = None, zero_dates: str = "error",
+                 tables: Tables | None = None) -> None:
         self.map = table_map
         self.schema = schema
         self.shape = shape
         self.zero_dates = zero_dates
+        self.tables = tables
         self.key_of = _key_getter(schema) if schema is not None else None
         self.decoders: dict[bytes, RowsDecoder] = {}
 
@@ -134,9 +146,38 @@ class _Version:
         if decoder is None:
             present = _bits(bitmaps[:width], count)
             after = _bits(bitmaps[width:], count) if update else None
-            decoder = compile_rows(self.map, self.schema, present, after, self.zero_dates)
+            decoder = compile_rows(self.map, self.schema, present, after, self.zero_dates,
+                                   self.tables)
             self.decoders[bitmaps] = decoder
         return decoder.read(body, end)
+
+
+_STATUS_SIZES = {0: 4, 1: 8, 3: 4, 7: 2, 8: 2, 9: 8}
+"""The sizes of a Query event's status variables before ``Q_CHARSET_CODE`` (4) is written, by
+code (flags2, sql_mode, auto_increment, lc_time_names, charset_database,
+table_map_for_update); codes 2, 5 and 6 (catalog, time zone) hold a length-prefixed text."""
+
+
+def client_collation(status: bytes) -> int | None:
+    """The ``character_set_client`` collation id of a Query event's status variables
+    (``Q_CHARSET_CODE``: it, then the connection's and the server's); None when they do not
+    hold it, or hold a variable not known before it."""
+    pos = 0
+    while pos < len(status):
+        code = status[pos]
+        pos += 1
+        if code == 4:
+            return int.from_bytes(status[pos:pos + 2], "little") if pos + 2 <= len(status) \
+                else None
+        if code in (5, 6):
+            pos += 1 + status[pos]
+        elif code == 2:  # the old catalog: its length, its text and a NUL
+            pos += 2 + status[pos]
+        elif code in _STATUS_SIZES:
+            pos += _STATUS_SIZES[code]
+        else:
+            return None
+    return None
 
 
 def _bits(bitmap: bytes, count: int) -> list[int]:
@@ -144,13 +185,56 @@ def _bits(bitmap: bytes, count: int) -> list[int]:
     return [i for i in range(count) if value >> i & 1]
 
 
+_UNICODE_SETS = frozenset({"utf8", "utf8mb3", "utf8mb4", "ucs2", "utf16", "utf16le", "utf32",
+                           "binary"})
+"""Character sets whose bytes Python's codecs read as the server does (``binary``: none)."""
+_TABLES: dict[tuple[Any, Any, str], str | None] = {}
+"""The server's decoding tables (:meth:`_Charsets.table`), by host, port and character set:
+read once per process."""
+
+
 class _Charsets:
     """Collation ids to character set and collation names: pymysql's table, then the server's
-    own (read once, when a collation pymysql does not know appears)."""
+    own (read once, when a collation pymysql does not know appears); and how the server
+    decodes each single-byte character set."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         self.settings = settings
         self.server: dict[int, tuple[str, str]] | None = None
+
+    def table(self, charset: str) -> str | None:
+        """How the server converts each byte of the single-byte character set ``charset`` to
+        the utf8mb4 a SELECT reads (a decoding table of 256 characters), or None for a
+        multi-byte one. The binlog holds a column's bytes and the snapshot the server's
+        conversion of them, which Python's codecs do not always match: MariaDB's latin1 is
+        cp1252 with 0x81, 0x8D, 0x8F, 0x90 and 0x9D as the C1 controls (Python's cp1252 has
+        none), its greek 0xA1 is U+02BD (Python's U+2018), a byte a set leaves undefined is
+        ``?``. Read from the server, once per process."""
+        if charset in _UNICODE_SETS or not re.fullmatch(r"[a-z0-9_]+", charset):
+            return None
+        key = (self.settings.get("host"), self.settings.get("port"), charset)
+        if key not in _TABLES:
+            _TABLES[key] = self._read_table(charset)
+        return _TABLES[key]
+
+    def _read_table(self, charset: str) -> str | None:
+        connection = open_connection(**self.settings)
+        try:
+            with connection.cursor() as cur:
+                cur.execute("SELECT MAXLEN FROM information_schema.CHARACTER_SETS WHERE "
+                            "CHARACTER_SET_NAME = %s", (charset,))
+                found = cur.fetchone()
+                if found is None or int(found[0]) != 1:
+                    return None
+                cur.execute("SELECT " + ", ".join(
+                    f"CONVERT(_{charset} 0x{byte:02X} USING utf8mb4)" for byte in range(256)))
+                row = cur.fetchone()
+        finally:
+            connection.close()
+        chars = [v.decode() if isinstance(v, bytes) else v for v in row]
+        if any(not isinstance(c, str) or len(c) != 1 for c in chars):
+            return None  # not one character a byte: Python's codec, as before
+        return "".join(chars)
 
     def _lookup(self, collation: int) -> tuple[str, str]:
         """The character set and the collation's name."""
@@ -540,7 +624,7 @@ class _Reader:
         parsed, charsets, mariadb = self.parsed, self.charsets, self.dump.mariadb
         if len(parsed) >= MAX_TABLE_MAPS:
             parsed.clear()
-        table_map = parse_table_map(body, mariadb, charsets.name)
+        table_map = parse_table_map(body, mariadb, charsets.name, charsets.table)
         shape = self.captured.get((table_map.schema, table_map.table))
         schema = None
         if shape is not None:
@@ -549,7 +633,8 @@ class _Reader:
                     not shaped_like(schema, table_map, charsets.collation):
                 new = self.reshape(table_map, schema, mariadb, charsets.collation)
                 schema = schema if new == schema else new
-        version = parsed[body] = _Version(table_map, schema, shape, self.zero_dates)
+        version = parsed[body] = _Version(table_map, schema, shape, self.zero_dates,
+                                          charsets.table)
         return version
 
     def _rows(self, kind: int, body: bytes, timestamp: int, server_id: int, size: int,
@@ -629,10 +714,20 @@ class _Reader:
             # a transaction starts at its BEGIN where no GTID event is decoded (MySQL's
             # anonymous GTID event is not)
             return self._begin(kind, body, timestamp, server_id, size, log_pos)
-        found = emptied(query)
+        found = emptied(query, self._statement_text(body[13:13 + status_len]))
         if found is not None:
             return self._ddl(found, body, status_len, query, size, log_pos)
         return self._statement_end(query, log_pos)
+
+    def _statement_text(self, status: bytes) -> Callable[[bytes], str] | None:
+        """How to read the text of a statement whose Query event has the status variables
+        ``status``: in its session's ``character_set_client`` (the binlog keeps a statement
+        as the client sent it); None (UTF-8) when they do not say."""
+        collation = client_collation(status)
+        if collation is None:
+            return None
+        charset, tables = self.charsets.name(collation), self.charsets.table
+        return lambda query: text_in(query, charset, tables)
 
     def _ddl(self, found: tuple[str, list[Name], list[str]], body: bytes, status_len: int,
              query: bytes, size: int, log_pos: int) -> Iterator[LogItem]:

@@ -13,6 +13,7 @@ qualified or in the event's default database.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from sdk.dialect.sql import StatementHead
 
@@ -62,14 +63,16 @@ Emptied = tuple[str, list[Name], list[str]]
 drops."""
 
 
-def emptied(query: bytes) -> Emptied | None:
+def emptied(query: bytes, text: Callable[[bytes], str] | None = None) -> Emptied | None:
     """What ``query`` does to tables, when it empties or replaces some: the statement
     (``TRUNCATE``, ``DROP TABLE``...), the tables it names and the databases it drops; None
-    for any other statement. Cheap for the common ones (a look at the first word)."""
+    for any other statement. Cheap for the common ones (a look at the first word). ``text``
+    reads the statement in the character set its session sent it in (a latin1 client's
+    ``tàble`` is other bytes than a utf8mb4 one's); UTF-8 without."""
     head = query.lstrip()[:8].upper()
     if not head.startswith(_HEADS) and not head.startswith((b"/*", b"--", b"#")):
         return None
-    cursor = _Cursor(query.decode("utf-8", "replace"))
+    cursor = _Cursor(text(query) if text is not None else query.decode("utf-8", "replace"))
     verb = cursor.word("TRUNCATE", "DROP", "RENAME", "CREATE", "ALTER")
     if verb == "TRUNCATE":
         cursor.word("TABLE")

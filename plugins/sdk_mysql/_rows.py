@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sdk import Column, ConfigurationError, LogicalType, TableSchema
+from sdk import BadValue, Column, ConfigurationError, LogicalType, TableSchema
 from sdk.dialect.temporal import Interval
 
 from ._types import logical_column, not_a_date
@@ -61,11 +61,13 @@ _SET_STR_VALUE, _ENUM_STR_VALUE, _GEOMETRY_TYPE = 5, 6, 7
 _SIMPLE_PRIMARY_KEY, _PRIMARY_KEY_WITH_PREFIX = 8, 9
 _ENUM_AND_SET_DEFAULT_CHARSET, _ENUM_AND_SET_COLUMN_CHARSET = 10, 11
 
-# MySQL character sets whose Python codec has another name (the rest share theirs, or have none)
+# MySQL character sets whose Python codec has another name (the rest share theirs, or have
+# none). A single-byte set is read by the server's own table where one is given (``Tables``);
+# euckr is cp949: MariaDB's takes the UHC extension (0x8141 is U+AC02), Python's euc_kr not
 _CODECS = {"latin1": "cp1252", "utf8mb3": "utf-8", "utf8": "utf-8", "utf8mb4": "utf-8",
            "ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le",
            "utf32": "utf-32-be", "koi8r": "koi8-r", "koi8u": "koi8-u", "macce": "mac-latin2",
-           "macroman": "mac-roman", "eucjpms": "euc-jp", "binary": ""}
+           "macroman": "mac-roman", "eucjpms": "euc-jp", "euckr": "cp949", "binary": ""}
 
 
 @dataclass(frozen=True)
@@ -112,10 +114,11 @@ def _meta_size(kind: int) -> int:
     return 0
 
 
-def parse_table_map(body: bytes, mariadb: bool, charset_of: Callable[[int], str]
-                    ) -> TableMap:
+def parse_table_map(body: bytes, mariadb: bool, charset_of: Callable[[int], str],
+                    tables: Tables | None = None) -> TableMap:
     """A Table_map event's body (after the common header, before the checksum);
-    ``charset_of`` names the character set of a collation id."""
+    ``charset_of`` names the character set of a collation id, ``tables`` gives the server's
+    decoding of a single-byte one (ENUM and SET members are read with it)."""
     table_id = int.from_bytes(body[0:6], "little")
     schema, pos = _short_name(body, 8)  # after the table id and flags
     table, pos = _short_name(body, pos)
@@ -130,11 +133,20 @@ def parse_table_map(body: bytes, mariadb: bool, charset_of: Callable[[int], str]
     columns = tuple(
         BinlogColumn(kinds[i], metas[i], bool(nulls >> i & 1), names[i] if names else None,
                      optional.unsigned[i], charsets[i],
-                     tuple(m.decode(_codec(charsets[i]) or "utf-8", "replace")
-                           for m in optional.members[i]),
+                     tuple(text_in(m, charsets[i], tables) for m in optional.members[i]),
                      collations[i], optional.geometries[i])
         for i in range(count))
     return TableMap(table_id, schema, table, columns, optional.primary_key)
+
+
+def text_in(raw: bytes, charset: str | None, tables: Tables | None) -> str:
+    """Text the binlog holds in ``charset`` (an ENUM or SET member's name, a statement), as
+    the server reads it where ``tables`` has the set, else by Python's codec, a character
+    it does not read replaced (UTF-8 for a set not given)."""
+    table = tables(charset) if tables is not None and charset is not None else None
+    if table is not None:
+        return codecs.charmap_decode(raw, None, table)[0]
+    return raw.decode(_codec(charset) or "utf-8", "replace")
 
 
 def _short_name(body: bytes, pos: int) -> tuple[str, int]:
@@ -275,6 +287,25 @@ def _strings(value: bytes) -> list[bytes]:
         out.append(value[at:at + size])
         at += size
     return out
+
+
+Tables = Callable[[str], "str | None"]
+"""``tables(charset)``: how the server converts each byte of the single-byte character set
+``charset`` to the text a SELECT gives (a decoding table of 256 characters), or None for a
+multi-byte one (``_binlog``'s ``_Charsets.table`` reads it from the server)."""
+
+
+def _decoder(charset: str, codec: str) -> Callable[[bytes], Any]:
+    """Text of multi-byte character set ``charset`` by Python's ``codec``; bytes the codec
+    does not read, a BadValue naming them (never an error that stops the log)."""
+    def decode(raw: bytes) -> Any:
+        try:
+            return str(raw, codec)
+        except UnicodeDecodeError as why:
+            return BadValue(raw.decode(codec, "backslashreplace"),
+                            f"is not {charset} text Python's {codec} codec reads (byte "
+                            f"{raw[why.start]:#04x} at offset {why.start})")
+    return decode
 
 
 def _codec(charset: str | None) -> str | None:
@@ -685,9 +716,11 @@ def _enum_text(members: tuple[str, ...]) -> Callable[[int], str]:
 # ---- the compiler ----------------------------------------------------------------------------
 
 class _Source:
-    """The generated function's source and the names it refers to."""
+    """The generated function's source, the names it refers to, and the server's decoding
+    tables of single-byte character sets (:data:`Tables`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tables: Tables | None = None) -> None:
+        self.tables = tables
         self.lines: list[str] = []
         self.names: dict[str, Any] = {"unpack_from": struct.unpack_from, "Decimal": Decimal,
                                       "from_bytes": int.from_bytes}
@@ -792,7 +825,11 @@ def _read_temporal(src: _Source, depth: int, column: BinlogColumn, target: str,
 
 def _read_bytes(src: _Source, depth: int, column: BinlogColumn, target: str,
                 logical: LogicalType | None) -> None:
-    """``_read_value`` of the types stored with a length: strings, BLOBs, GEOMETRY, JSON."""
+    """``_read_value`` of the types stored with a length: strings, BLOBs, GEOMETRY, JSON.
+    Text is read as the server converts it for a SELECT: a single-byte character set by the
+    server's own table of its 256 bytes (``src.tables``: Python's codecs differ, MariaDB's
+    latin1 is cp1252 with the five bytes cp1252 leaves undefined as C1 controls), UTF-8 as
+    is, another multi-byte set by Python's codec (:func:`_decoder`)."""
     add = src.add
     kind, meta = column.type, column.meta
     prefix = (1 if meta < 256 else 2) if kind in (VARCHAR, VAR_STRING, STRING) else meta
@@ -807,16 +844,25 @@ def _read_bytes(src: _Source, depth: int, column: BinlogColumn, target: str,
     if kind == JSON:
         add(depth, f"{target} = {src.name(_json_text)}({raw}); pos += n")
         return
+    table = None
     if column.charset is None:  # no charset metadata: as the captured schema says
         codec: str | None = "" if logical is LogicalType.BINARY else "utf-8"
     else:
+        table = src.tables(column.charset) if src.tables is not None else None
         codec = _codec(column.charset)
-    if codec is None:
+    if table is not None:
+        add(depth, f"{target} = {src.name(codecs.charmap_decode)}({raw}, None, "
+                   f"{src.name(table)})[0]; pos += n")
+    elif codec is None:
         raise ConfigurationError(
             f"column {column.name!r} uses character set {column.charset}, which Python "
             "cannot decode: convert the column to utf8mb4")
-    if codec:
-        add(depth, f"{target} = str({raw}, {codec!r}); pos += n")
+    elif codec == "utf-8":
+        add(depth, f"{target} = str({raw}, 'utf-8'); pos += n")
+    elif codec:
+        assert column.charset is not None
+        add(depth, f"{target} = {src.name(_decoder(column.charset, codec))}({raw}); "
+                   "pos += n")
     elif kind == STRING:  # BINARY(n): the binlog strips the zero padding SELECT keeps
         add(depth, f"{target} = {raw}.ljust({meta}, b'\\0'); pos += n")
     else:
@@ -847,13 +893,14 @@ class RowsDecoder:
 
 
 def compile_rows(table_map: TableMap, schema: TableSchema | None, present: Sequence[int],
-                 present_after: Sequence[int] | None, zero_dates: str = "error"
-                 ) -> RowsDecoder:
+                 present_after: Sequence[int] | None, zero_dates: str = "error",
+                 tables: Tables | None = None) -> RowsDecoder:
     """The decoder of rows events of ``table_map`` whose rows hold the columns ``present`` (and,
     for an update, ``present_after`` in the after image), giving rows in ``schema``'s order
     (with no schema: empty rows, to count them). ``schema`` has the table map's columns, by
     name (see :func:`shaped_like`). ``zero_dates`` (the URL option): a date Python cannot hold
-    is a BadValue of its text (``error``) or None (``null``)."""
+    is a BadValue of its text (``error``) or None (``null``). ``tables``: the server's
+    decoding of single-byte character sets (:data:`Tables`; without, Python's codecs)."""
     label = f"{table_map.schema}.{table_map.table}"
     binlog_index = {c.name: i for i, c in enumerate(table_map.columns)}
     if schema is not None and None in binlog_index:
@@ -868,7 +915,7 @@ def compile_rows(table_map: TableMap, schema: TableSchema | None, present: Seque
                 f"binlog rows of {label} have no column {column.name!r} of the schema they "
                 "are read with")
         wanted.append(at)
-    src = _Source()
+    src = _Source(tables)
     images = [present] if present_after is None else [present, present_after]
     src.add(0, "def read(data, pos):")
     src.add(1, "rows = []")

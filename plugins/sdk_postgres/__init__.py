@@ -63,7 +63,10 @@ from ._offsets import NAME, compare, lsn_int, lsn_text, make_offset, parts
 from ._stream import check_slot, read_changes
 from ._tls import connection_security as connection_security
 from ._types import (
+    STRING_KINDS,
     TEXT_TYPES,
+    UNCHECKED_ENCODING,
+    decode_text,
     kind_of,
     logical_column,
     output_text,
@@ -145,6 +148,9 @@ def connect(config: ConnectionConfig) -> PgConnection:
         connect_timeout=_int_option(config, "connect_timeout", 10),
         **{name: _int_option(config, name, default) for name, default in KEEPALIVES.items()},
         **_tls.connect_args(config.options),  # checked here: a bad file fails before libpq
+        # text in UTF-8 whatever the database's encoding and PGCLIENTENCODING say: the server
+        # converts a SELECT's rows and the log's pgoutput text alike (see ._types)
+        client_encoding="UTF8",
         options="-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=postgres"
                 " -c extra_float_digits=3")
     try:
@@ -157,9 +163,16 @@ def connect(config: ConnectionConfig) -> PgConnection:
             raise ConfigurationError(f"cannot connect to {config.masked_url}: {tls}") from None
         if any(mark in text for mark in UNREACHABLE):  # a passing fault, maybe
             raise RetriableError(f"cannot connect to {config.masked_url}: {message}") from None
+        if "conversion between UTF8 and" in text:  # MULE_INTERNAL: no conversion to UTF-8
+            raise ConfigurationError(
+                f"cannot connect to {config.masked_url}: {message}: the dialect reads text in "
+                "UTF-8, which PostgreSQL cannot convert this database's encoding to; copy the "
+                "data into a database of another encoding (CREATE DATABASE ... ENCODING "
+                "'UTF8')") from None
         raise ConfigurationError(f"cannot connect to {config.masked_url}: {message}") from None
     register_wide_temporals(raw.adapters)
     register_intervals(raw.adapters)
+    encoding = raw.info.parameter_status("server_encoding") or "UTF8"
     failover = config.options.get("failover_slot", "true").lower()
     if failover not in ("true", "false"):
         raw.close()
@@ -167,7 +180,7 @@ def connect(config: ConnectionConfig) -> PgConnection:
     return PgConnection(raw, config.options.get("slot", "sdk_slot"),
                         config.options.get("publication", "sdk_pub"),
                         float(config.options.get("wait_seconds", "60")), connect_args=args,
-                        failover_slot=failover == "true")
+                        failover_slot=failover == "true", server_encoding=encoding)
 
 
 @hookimpl
@@ -396,35 +409,93 @@ def describe_table(conn: PgConnection, table: TableId) -> TableSchema:
     return TableSchema(table, columns, primary, unique)
 
 
-def _select_term(column: Column) -> str:
+def _select_term(column: Column, stored: bool = False) -> str:
     """A column as the snapshot selects it (in a statement with parameters): types carried as
     text as their output function's text (:func:`._types.output_text`), so the snapshot and
-    the log both give the one form."""
-    return output_text(qp(column.name)) if kind_of(column) in TEXT_TYPES else qp(column.name)
+    the log both give the one form. ``stored`` (a ``SQL_ASCII`` database): text of any type
+    as the bytes stored, which :func:`_decode_stored` reads (the server checks what it sends a
+    UTF8 session, and one value that is not UTF-8 would fail the split)."""
+    name, kind = qp(column.name), kind_of(column)
+    if stored and kind == "bpchar":  # padded, as read (a cast to text trims)
+        return f"CASE WHEN {name} IS NOT NULL THEN convert_to(concat({name}), 'SQL_ASCII') END"
+    if stored and kind in TEXT_TYPES:
+        return f"convert_to({output_text(name)}, 'SQL_ASCII')"
+    if stored and kind in STRING_KINDS:
+        return f"convert_to({name}::text, 'SQL_ASCII')"
+    return output_text(name) if kind in TEXT_TYPES else name
 
 
-def _select_list(table: TableSchema) -> str:
+def _stored_text(conn: PgConnection, table: TableSchema) -> list[int]:
+    """The columns of ``table`` a ``SQL_ASCII`` database's snapshot reads as the bytes stored
+    (:func:`_select_term`); none in another."""
+    if conn.server_encoding != UNCHECKED_ENCODING:
+        return []
+    return [i for i, c in enumerate(table.columns)
+            if kind_of(c) in TEXT_TYPES or kind_of(c) in STRING_KINDS]
+
+
+def _decode_stored(rows: Sequence[Row], stored: list[int]) -> Sequence[Row]:
+    """``rows`` with the bytes of columns ``stored`` read as UTF-8 (:func:`decode_text`)."""
+    if not stored:
+        return rows
+    out = []
+    for row in rows:
+        values = list(row)
+        for i in stored:
+            if values[i] is not None:
+                values[i] = decode_text(values[i])
+        out.append(tuple(values))
+    return out
+
+
+def _select_list(table: TableSchema, stored: bool = False) -> str:
     """The columns as the snapshot selects them (:func:`_select_term`)."""
-    return ", ".join(map(_select_term, table.columns))
+    return ", ".join(_select_term(c, stored) for c in table.columns)
 
 
-def _key_sql(table: TableSchema, quote: Callable[[str], str] = qp) -> list[str]:
-    """Key columns in binary (``C``) order for text, matching Python's string order, each
-    quoted with ``quote`` (:func:`qp` for statements with parameters)."""
+CODE_POINT_ORDERED = frozenset({"UTF8", "LATIN1", UNCHECKED_ENCODING})
+"""Server encodings whose bytes sort as their characters' code points (a SQL_ASCII database's
+text as the UTF-8 it is read as): the ``C`` collation orders text as Python does."""
+
+
+def _key_sql(conn: PgConnection, table: TableSchema, quote: Callable[[str], str] = qp
+             ) -> list[str]:
+    """Key columns in Python's string order for text (code point order), each quoted with
+    ``quote`` (:func:`qp` for statements with parameters): the binary (``C``) collation,
+    which sorts by the bytes of the database's encoding, so in an encoding whose bytes do not
+    sort as code points (WIN1252's 0x80 is U+20AC, EUC_JP...) the UTF-8 bytes of the text
+    (``convert_to``, compared with the bound's UTF-8 bytes: :func:`_key_args`). The engine
+    finds a change's split by comparing keys in Python: an order of the server's own would
+    judge a change near a boundary against the wrong split's watermark."""
     by_name = {c.name: c for c in table.columns}
     parts = []
     for name in table.key:
-        kind = kind_of(by_name[name])
-        parts.append(f'{quote(name)} COLLATE "C"' if kind in ("text", "varchar", "bpchar")
-                     else quote(name))
+        if kind_of(by_name[name]) not in STRING_KINDS:
+            parts.append(quote(name))
+        elif conn.server_encoding in CODE_POINT_ORDERED:
+            parts.append(f'{quote(name)} COLLATE "C"')
+        elif kind_of(by_name[name]) == "bpchar":  # padded, as read (a cast to text trims)
+            parts.append(f"convert_to(concat({quote(name)}), 'UTF8')")
+        else:
+            parts.append(f"convert_to({quote(name)}, 'UTF8')")
     return parts
+
+
+def _key_args(conn: PgConnection, table: TableSchema, key: Key | None) -> Key | None:
+    """A key bound as :func:`_key_sql`'s terms compare it: text as its UTF-8 bytes where they
+    are ``convert_to``'s."""
+    if key is None or conn.server_encoding in CODE_POINT_ORDERED:
+        return key
+    by_name = {c.name: c for c in table.columns}
+    return tuple(v.encode() if isinstance(v, str) and kind_of(by_name[k]) in STRING_KINDS
+                 else v for k, v in zip(table.key, key, strict=True))
 
 
 @hookimpl
 def table_stats(conn: PgConnection, table: TableSchema) -> TableStats:
     """The first and last keys and the row estimate in one round trip (a sync of many tables
     plans each at start)."""
-    keys = _key_sql(table, qp)
+    keys = _key_sql(conn, table, qp)
     order, desc = ", ".join(keys), ", ".join(f"{k} DESC" for k in keys)
     names = ", ".join(qp(k) for k in table.key)
     source = qualified(table.table, params=True)
@@ -442,17 +513,20 @@ def table_stats(conn: PgConnection, table: TableSchema) -> TableStats:
     return TableStats(None if empty else first, None if empty else last, max(int(row[0]), 0))
 
 
-def _range(table: TableSchema, start: Key | None, end: Key | None) -> tuple[str, list[Any]]:
-    return row_range(_key_sql(table), start, end)
+def _range(conn: PgConnection, table: TableSchema, start: Key | None, end: Key | None
+           ) -> tuple[str, list[Any]]:
+    return row_range(_key_sql(conn, table), _key_args(conn, table, start),
+                     _key_args(conn, table, end))
 
 
 @hookimpl
 def next_boundary(conn: PgConnection, table: TableSchema, start: Key | None, size: int
                   ) -> Key | None:
-    where, args = _range(table, start, None)
+    where, args = _range(conn, table, start, None)
     names = ", ".join(qp(k) for k in table.key)
     rows = conn.query(f"SELECT {names} FROM {qualified(table.table, params=True)} WHERE {where} "
-                      f"ORDER BY {', '.join(_key_sql(table))} LIMIT 1 OFFSET %s", [*args, size])
+                      f"ORDER BY {', '.join(_key_sql(conn, table))} LIMIT 1 OFFSET %s",
+                      [*args, size])
     return tuple(rows[0]) if rows else None
 
 
@@ -494,24 +568,26 @@ def current_offset(conn: PgConnection) -> Offset:
         time.sleep(0.005)
 
 
-def _split_query(table: TableSchema, split: SnapshotSplit, select: str | None = None
-                 ) -> tuple[str, list[Any]]:
+def _split_query(conn: PgConnection, table: TableSchema, split: SnapshotSplit,
+                 select: str | None = None) -> tuple[str, list[Any]]:
     """The SELECT of ``split``'s rows (its key range and condition) and its parameters: of
     the columns as the snapshot reads them, or of the expressions ``select``."""
-    where, args = _range(table, split.start, split.end)
+    where, args = _range(conn, table, split.start, split.end)
     where = with_condition(where, split.where)
-    return (f"SELECT {select or _select_list(table)} FROM "
+    stored = conn.server_encoding == UNCHECKED_ENCODING
+    return (f"SELECT {select or _select_list(table, stored)} FROM "
             f"{qualified(table.table, params=True)} WHERE {where}", args)
 
 
 @hookimpl
 def read_range(conn: PgConnection, table: TableSchema, split: SnapshotSplit, fetch_size: int
                ) -> Iterator[Sequence[Row]]:
+    stored = _stored_text(conn, table)
     with conn.raw.transaction(), conn.raw.cursor(name="sdk_split") as cur:
         cur.itersize = fetch_size
-        cur.execute(*_split_query(table, split))
+        cur.execute(*_split_query(conn, table, split))
         while batch := cur.fetchmany(fetch_size):
-            yield batch
+            yield _decode_stored(batch, stored)
 
 
 @hookimpl
@@ -519,16 +595,17 @@ def read_range_arrow(conn: PgConnection, table: TableSchema, split: SnapshotSpli
                      ) -> pa.Table | None:
     """The split's rows as Arrow, numerics and times cast from the server's text
     (:mod:`._arrow`); None for a table with a column that path does not read."""
-    if not all(_arrow.readable(c) for c in table.columns):
-        return None
-    return _arrow.read_split(conn.raw, table, *_split_query(table, split))
+    if not all(_arrow.readable(c) for c in table.columns) or _stored_text(conn, table):
+        return None  # (a SQL_ASCII database's text: the row path reads its bytes)
+    return _arrow.read_split(conn.raw, table, *_split_query(conn, table, split))
 
 
 def _row_hash(conn: PgConnection, table: TableSchema) -> str | None:
     """The SQL of a row's hash on this server (:func:`._checksum.row_hash`)."""
-    info = conn.raw.info
-    return _checksum.row_hash(table, qp, trim_scale=info.server_version >= 130000,
-                              utf8=info.parameter_status("server_encoding") == "UTF8")
+    # SQL_ASCII: the bytes stored, UTF-8 where the snapshot reads them as such; a conversion
+    # would refuse a chunk holding a value that is not (which is a BadValue in a read)
+    return _checksum.row_hash(table, qp, trim_scale=conn.raw.info.server_version >= 130000,
+                              utf8=conn.server_encoding in ("UTF8", UNCHECKED_ENCODING))
 
 
 @hookimpl
@@ -540,7 +617,8 @@ def checksum_range(conn: PgConnection, table: TableSchema, split: SnapshotSplit
     hashed = _row_hash(conn, table)
     if hashed is None:
         return None
-    ((rows, total),) = conn.query(*_split_query(table, split, f"count(*), sum({hashed})"))
+    ((rows, total),) = conn.query(*_split_query(conn, table, split,
+                                                f"count(*), sum({hashed})"))
     return Checksum.of_sum(rows, total)
 
 
@@ -554,8 +632,9 @@ def row_hashes(conn: PgConnection, table: TableSchema, split: SnapshotSplit
         return None
     by_name = {c.name: c for c in table.columns}
     keys = ", ".join(_select_term(by_name[k]) for k in table.key)
-    sql, args = _split_query(table, split, f"{keys}, {hashed}")
-    return _hashes(conn, f"{sql} ORDER BY {', '.join(_key_sql(table))}", args, len(table.key))
+    sql, args = _split_query(conn, table, split, f"{keys}, {hashed}")
+    return _hashes(conn, f"{sql} ORDER BY {', '.join(_key_sql(conn, table))}", args,
+                   len(table.key))
 
 
 def _hashes(conn: PgConnection, sql: str, args: list[Any], width: int

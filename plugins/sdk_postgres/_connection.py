@@ -34,6 +34,8 @@ class PgConnection:
     in_view: bool = False
     failover_slot: bool = True
     """URL option ``failover_slot``: make the slot a failover slot where the server can."""
+    server_encoding: str = "UTF8"
+    """The database's encoding (the session's is UTF-8 whatever it is: see ``connect``)."""
 
     def query(self, sql: str, args: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         cur = self.raw.execute(sql, args)

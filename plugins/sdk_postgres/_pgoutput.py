@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from sdk import ConfigurationError
+
 UNCHANGED = object()
 """An unchanged TOASTed value the message does not carry (tuple marker ``u``)."""
 
@@ -102,10 +104,18 @@ class Reader:
         return int(value)
 
     def string(self) -> str:
+        """A name (of a schema, table or column), in the session's UTF-8; a ``SQL_ASCII``
+        database sends the bytes it stored, which may not be UTF-8."""
         end = self.data.index(b"\0", self.pos)
-        value = self.data[self.pos:end].decode()
+        raw = self.data[self.pos:end]
         self.pos = end + 1
-        return value
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            raise ConfigurationError(
+                f"the log names a schema, table or column {raw.decode(errors='replace')!r} "
+                "whose name is not UTF-8 (a SQL_ASCII database stores names unchecked): "
+                "rename it in UTF-8 (ALTER ... RENAME), then take a new snapshot") from None
 
     def tuple_data(self) -> list[bytes | object | None]:
         """A TupleData (:func:`tuple_at`)."""

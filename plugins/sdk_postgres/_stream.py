@@ -41,14 +41,22 @@ from sdk import (
 from . import _pgoutput as pgo
 from ._connection import PgConnection, q, qualified
 from ._offsets import NAME, lsn_int, lsn_text
-from ._types import TEXT_TYPES, kind_of, logical_column
+from ._types import (
+    STRING_KINDS,
+    TEXT_TYPES,
+    UNCHECKED_ENCODING,
+    decode_text,
+    kind_of,
+    logical_column,
+)
 
 PG_EPOCH_MICROS = 946_684_800_000_000  # 2000-01-01 in Unix microseconds
 PEEK_CHUNK = 5000
 
 Plan = list[tuple[int, Callable[[Any], Any]]]
 """Per table column: its index in the relation's tuples and the function that parses its text
-(``bytes.decode`` for the columns carried as text)."""
+(``bytes.decode`` for the columns carried as text; :func:`._types.decode_text` from a
+``SQL_ASCII`` database)."""
 Target = tuple[TableSchema, pgo.Relation, Plan]
 """What a relation's changes need: the table they feed, the relation, and its plan."""
 Shapes = dict[tuple[str, str], TableSchema]
@@ -72,11 +80,17 @@ def _plan(conn: PgConnection, table: TableSchema, relation: pgo.Relation) -> Pla
     """The plan of ``table`` against ``relation``, whose columns it has (made once per
     Relation message: the decoding loop keeps it with the relation's target)."""
     by_name = {name: (i, oid) for i, (name, oid, _) in enumerate(relation.columns)}
+    # pgoutput writes text in the session's encoding, UTF-8 (``connect``); a SQL_ASCII
+    # database's as stored, maybe not UTF-8 (:func:`_peek`), read by ``decode_text``
+    unchecked = conn.server_encoding == UNCHECKED_ENCODING
     plan: Plan = []
     for column in table.columns:
         i, oid = by_name[column.name]
-        plan.append((i, bytes.decode if kind_of(column) in TEXT_TYPES
-                     else _loader(conn, oid).load))
+        kind = kind_of(column)
+        if unchecked and (kind in TEXT_TYPES or kind in STRING_KINDS):
+            plan.append((i, decode_text))
+        else:
+            plan.append((i, bytes.decode if kind in TEXT_TYPES else _loader(conn, oid).load))
     return plan
 
 
@@ -193,6 +207,10 @@ def _peek(conn: PgConnection, end: int, limit: int, got: _Peeked
     # name goes quoted: a publication named ``MyPub`` or ``a,b`` is found as created. The
     # cursor is binary: each message's bytea arrives as it is, not as hex text the server
     # encodes and the client decodes again
+    # A SQL_ASCII database's text goes out as stored only to a SQL_ASCII session (to a UTF8
+    # one it is checked, and one value that is not UTF-8 would fail the whole read): the
+    # fetches, where the server decodes, run in one, the catalog queries between them in UTF8
+    unchecked = conn.server_encoding == UNCHECKED_ENCODING
     deadline = time.monotonic() + conn.wait_seconds
     while True:
         try:
@@ -201,11 +219,11 @@ def _peek(conn: PgConnection, end: int, limit: int, got: _Peeked
                                "%s::pg_lsn, %s, 'proto_version', '1', "
                                "'publication_names', %s)",
                                (conn.slot, lsn_text(end), limit, q(conn.publication)))
-                rows = cursor.fetchmany(PEEK_CHUNK)
+                rows = _fetch(conn, cursor, unchecked)
                 while rows:
                     got.rows += len(rows)
                     yield rows
-                    rows = cursor.fetchmany(PEEK_CHUNK)
+                    rows = _fetch(conn, cursor, unchecked)
             return
         except psycopg.errors.ObjectInUse:
             if time.monotonic() > deadline:
@@ -213,6 +231,17 @@ def _peek(conn: PgConnection, end: int, limit: int, got: _Peeked
                     f"replication slot {conn.slot!r} stayed in use by another session for "
                     f"{conn.wait_seconds:.0f} s") from None
             time.sleep(random.uniform(0.02, 0.2))
+
+
+def _fetch(conn: PgConnection, cursor: Any, unchecked: bool) -> list[tuple[Any, ...]]:
+    """The peek's next messages; ``unchecked``: fetched in a SQL_ASCII session (:func:`_peek`),
+    the transaction's setting back to UTF8 before they are decoded."""
+    if not unchecked:
+        return list(cursor.fetchmany(PEEK_CHUNK))
+    conn.raw.execute("SET LOCAL client_encoding TO 'SQL_ASCII'")
+    rows = list(cursor.fetchmany(PEEK_CHUNK))
+    conn.raw.execute("SET LOCAL client_encoding TO 'UTF8'")
+    return rows
 
 
 def _described(conn: PgConnection, relation: pgo.Relation,

@@ -18,6 +18,14 @@ as PostgreSQL holds them (psycopg's own loader makes a month 30 days and folds h
 read from the server's text (``IntervalStyle=postgres``: ``1 year -2 mons +3 days -04:05:06``),
 and is sent as its ISO 8601 text, which PostgreSQL reads back to the same three parts
 (:func:`register_intervals`); a ``timedelta`` is sent as the Interval of its microseconds.
+
+Text arrives in UTF-8 whatever the database's encoding: each of the dialect's sessions asks
+for ``client_encoding=UTF8`` and the server converts (LATIN1, WIN1252, EUC_JP...), in a
+SELECT's rows and in the log's pgoutput text alike. A ``SQL_ASCII`` database converts nothing,
+and checks what it sends a UTF8 session: one value that is not UTF-8 would fail the whole
+split or log read. So its text is read as the bytes it stored (the snapshot selects them with
+``convert_to(..., 'SQL_ASCII')``, the log is decoded in a ``SQL_ASCII`` session) and
+:func:`decode_text` reads them as UTF-8, bytes that are not a :class:`~sdk.BadValue`.
 """
 
 from __future__ import annotations
@@ -102,6 +110,24 @@ def pg_text(value: WideTemporal) -> str:
         text += f" {hour:02d}:{minute:02d}:{second:02d}.{micro:06d}"
         text += "+00" if value.type == TIMESTAMP_TZ else ""
     return text + (" BC" if year <= 0 else "")
+
+
+UNCHECKED_ENCODING = "SQL_ASCII"
+"""The server encoding whose text is neither converted nor checked: its bytes as stored."""
+STRING_KINDS = frozenset({"text", "varchar", "bpchar", "name"})
+"""The kinds read as text that psycopg's own loaders decode (the others are ``astext``)."""
+
+
+def decode_text(data: Any) -> str | BadValue:
+    """A text value a ``SQL_ASCII`` database holds, as it stored it: as UTF-8, or a BadValue
+    of its text (the bytes that are not UTF-8 written ``\\xfc``) saying which byte is not."""
+    try:
+        return str(data, "utf-8")
+    except UnicodeDecodeError as why:
+        raw = bytes(data)
+        return BadValue(raw.decode("utf-8", "backslashreplace"),
+                        f"is not valid UTF-8 (byte {raw[why.start]:#04x} at offset {why.start}): "
+                        "the database's encoding is SQL_ASCII, which stores text unchecked")
 
 
 def register_wide_temporals(adapters: Any) -> None:

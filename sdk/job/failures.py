@@ -276,10 +276,17 @@ def write_trace(error: BaseException, directory: str | None) -> Path | None:
 
 @contextlib.contextmanager
 def doing(what: str, retriable: Callable[[BaseException], bool] | None = None,
-          table: object | None = None) -> Iterator[None]:
+          table: object | None = None, applying: bool = False, skips: bool = False
+          ) -> Iterator[None]:
     """Name what a task was doing on an error raised in the block: a value's error becomes a
     :class:`DataError` saying where and what to do; others (not a passing fault) get a note
-    the summary shows. Errors raised on purpose pass as they are."""
+    the summary shows. Errors raised on purpose pass as they are.
+
+    The advice names only fixes that work there (:func:`_data_advice`): ``errors.mode=skip``
+    sets aside a change the target refuses (the block is ``applying`` changes) unless it
+    ``skips`` already, and a value a read returns as a :class:`~sdk.BadValue`; a value a
+    read raises on stops the read under either mode (a split cannot be read past it, nor
+    the log)."""
     try:
         yield
     except SdkError:
@@ -288,11 +295,27 @@ def doing(what: str, retriable: Callable[[BaseException], bool] | None = None,
         if retriable is not None and retriable(exc):
             raise
         if is_data_error(exc):
-            leave_out = f" (or leave {table} out: --tables '...,!{table}')" if table else ""
-            raise DataError(
-                f"{what}: {type(exc).__name__}: {_cut(str(exc))}: Spark or the target cannot "
-                f"hold this value; fix it at the source or the target{leave_out}, or run with "
-                "--option errors.mode=skip to set such changes aside; then run again with the "
-                "same --checkpoint") from exc
+            raise DataError(f"{what}: {type(exc).__name__}: {_cut(str(exc))}: "
+                            f"{_data_advice(table, applying, skips)}") from exc
         while_doing(exc, what)
         raise
+
+
+def _data_advice(table: object | None, applying: bool, skips: bool) -> str:
+    """What to do about a value's error raised while reading ``table`` (when known), or the
+    log, or while ``applying`` changes to the target (``skips``: under ``errors.mode=skip``)."""
+    leave_out = f" (or leave {table} out: --tables '...,!{table}')" if table else ""
+    again = "then run again with the same --checkpoint"
+    if applying and not skips:
+        return (f"Spark or the target cannot hold this value; fix it at the source or the "
+                f"target{leave_out}, or run with --option errors.mode=skip to set such changes "
+                f"aside; {again}")
+    if applying:
+        return (f"Spark or the target cannot hold this value, and errors.mode=skip did not set "
+                f"it aside; fix it at the source or the target{leave_out}; {again}")
+    if table:
+        return (f"the source's value could not be read, so errors.mode=skip cannot set it "
+                f"aside; fix it at the source{leave_out}; {again}")
+    return ("the log could not be read past this change, so errors.mode=skip cannot set it "
+            "aside; leave its table out (--tables '...,!<table>') and run again with the same "
+            "--checkpoint, or start a new sync (a new --checkpoint: a new snapshot)")

@@ -371,7 +371,8 @@ def _applied(reader: _SplitReader, sink: Applier) -> Iterator[pa.RecordBatch]:
                 _staged_rows(schema, staged)  # replayed or read as columns
             whole_range = split.since is not None and split.where is None  # read again
             rejects = one.rejects
-            with doing(f"applying {_split_text(split)} to the target", table=split.table):
+            with doing(f"applying {_split_text(split)} to the target", table=split.table,
+                       applying=True, skips=rejects.skips):
                 sink.apply(schema, [*(ChangeEvent(split.table, "r", schema.key_of(r), r,
                                                   watermark) for r in rows),
                                     *_deletes(schema, deleted, watermark)],
@@ -390,7 +391,8 @@ def _load(sink: Applier, split: SnapshotSplit, schema: TableSchema, rows: pa.Tab
           ledger_id: str, rejects: Rejects, letter: str, watermark: Offset) -> None:
     """Load a first read of a split (on the loader's thread); under ``errors.mode=skip`` the
     rows the target refuses are set aside in the split's dead-letter file."""
-    with doing(f"loading {_split_text(split)} into the target", table=split.table):
+    with doing(f"loading {_split_text(split)} into the target", table=split.table,
+               applying=True, skips=rejects.skips):
         sink.load(schema, rows, ledger_id, rejects.refused if rejects.skips else None,
                   watermark)
     rejects.write(letter)
@@ -511,7 +513,8 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
         def apply() -> None:
             for table, changes in events.items():
                 with doing(f"applying {len(changes)} changes of {table} (from log position "
-                           f"{changes[0].offset.json_text()}) to the target", table=table):
+                           f"{changes[0].offset.json_text()}) to the target", table=table,
+                           applying=True, skips=rejects.skips):
                     sink.apply(schemas[table], changes, ledger, refused=refused)
             rejects.write(letter)
 

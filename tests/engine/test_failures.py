@@ -73,10 +73,11 @@ def test_a_long_message_is_cut_to_one_readable_line() -> None:
 
 
 def test_a_value_error_becomes_a_data_error_naming_where_and_what_to_do() -> None:
-    expected = (r"^reading split t:0: OverflowError: too big: Spark or the target cannot "
-                r"hold this value; fix it at the source or the target \(or leave main.t out: "
-                r"--tables '...,!main.t'\), or run with --option errors.mode=skip")
-    with pytest.raises(DataError, match=expected), doing("reading split t:0", table="main.t"):
+    expected = (r"^applying split t:0 to the target: OverflowError: too big: Spark or the "
+                r"target cannot hold this value; fix it at the source or the target \(or leave "
+                r"main.t out: --tables '...,!main.t'\), or run with --option errors.mode=skip")
+    with pytest.raises(DataError, match=expected), \
+            doing("applying split t:0 to the target", table="main.t", applying=True):
         raise OverflowError("too big")
     with pytest.raises(KeyError) as caught, doing("applying split t:0 to the target"):
         raise KeyError("k")  # others keep their class, with a note
@@ -85,6 +86,29 @@ def test_a_value_error_becomes_a_data_error_naming_where_and_what_to_do() -> Non
             doing("reading", retriable=lambda e: isinstance(e, ConnectionError)):
         raise ConnectionError("reset")  # a passing fault is left to its handler
     assert not getattr(lost.value, "__notes__", None)
+
+
+def test_the_advice_names_errors_mode_skip_only_where_it_sets_the_error_aside() -> None:
+    """errors.mode=skip sets aside a value a read returns as a BadValue and a change the target
+    refuses; a value a read raises on stops the read under either mode, and a refusal that
+    comes out under skip was not set aside: neither is told to use it."""
+    with pytest.raises(DataError) as split, doing("reading split t:0", table="main.t"):
+        raise UnicodeDecodeError("utf-8", b"\xfc", 0, 1, "invalid start byte")
+    assert "errors.mode=skip cannot set it aside" in str(split.value)
+    assert "run with --option errors.mode=skip" not in str(split.value)
+    assert "fix it at the source (or leave main.t out: --tables '...,!main.t')" in \
+        str(split.value)
+    with pytest.raises(DataError) as batch, doing("reading or applying the log batch of "
+                                                  "state 3"):
+        raise UnicodeDecodeError("utf-8", b"\xfc", 0, 1, "invalid start byte")
+    assert "the log could not be read past this change" in str(batch.value)
+    assert "run with --option errors.mode=skip" not in str(batch.value)
+    with pytest.raises(DataError) as refused, \
+            doing("applying split t:0 to the target", table="main.t", applying=True,
+                  skips=True):
+        raise OverflowError("too big")  # under errors.mode=skip already
+    assert "run with --option errors.mode=skip" not in str(refused.value)
+    assert "fix it at the source or the target" in str(refused.value)
 
 
 def test_the_trace_file_masks_passwords(tmp_path: Path) -> None:
