@@ -272,20 +272,32 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+REASONS_SHOWN = 5
+"""How many reasons ``sdk status`` lists for a table's changes set aside."""
+
+
 def _skipped_lines(dead: Any, skipped: dict[str, int], checkpoint: str, folder: str
                    ) -> list[str]:
     """What ``sdk status`` says of the changes set aside (``errors.mode=skip``): per table,
-    how many, the first reason, and the ``sdk snapshot`` that brings them across once fixed."""
+    how many for each reason (the most frequent first, at most ``REASONS_SHOWN``), and the
+    ``sdk snapshot`` that brings them across once fixed."""
     from ..spark import deadletter
 
     if not skipped:
         return []
     lines = [f"skipped (errors.mode=skip): {sum(skipped.values())} changes set aside in the "
              f"dead-letter table, {folder}"]
-    reasons = dict(zip(dead.column("table").to_pylist(), dead.column("reason").to_pylist(),
-                       strict=True))
     for table, count in sorted(skipped.items()):
-        lines.append(f"  {table}: {count} ({reasons[table]})")
+        why = deadletter.reasons(dead, table)
+        if len(why) == 1:
+            lines.append(f"  {table}: {count} ({why[0][0]})")
+        else:
+            lines.append(f"  {table}: {count}, for {len(why)} reasons:")
+            lines += [f"    {n}: {reason}" for reason, n in why[:REASONS_SHOWN]]
+            if len(why) > REASONS_SHOWN:
+                rest = sum(n for _, n in why[REASONS_SHOWN:])
+                lines.append(f"    {rest}: {len(why) - REASONS_SHOWN} other reasons (each in "
+                             "the dead-letter table)")
         where = deadletter.where_of(deadletter.keys_of(dead, table))
         condition = "<a condition selecting their keys>"
         retry = "--skipped" if where is not None else f"--where {condition}"

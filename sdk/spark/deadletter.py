@@ -211,6 +211,17 @@ def counts(data: pa.Table) -> dict[str, int]:
     return out
 
 
+def reasons(data: pa.Table, table: str) -> list[tuple[str, int]]:
+    """Why the changes of ``table`` in ``data`` (:func:`read`) were set aside: each reason
+    with how many, the most frequent first (ties in the order first set aside)."""
+    out: dict[str, int] = {}
+    for name, reason in zip(data.column("table").to_pylist(),
+                            data.column("reason").to_pylist(), strict=True):
+        if name == table:
+            out[reason] = out.get(reason, 0) + 1
+    return sorted(out.items(), key=lambda item: -item[1])
+
+
 def keys_of(data: pa.Table, table: str) -> list[Any]:
     """The keys (``{column: value}``, as recorded) of the changes of ``table`` in ``data``
     (:func:`read`), each once, in the order set aside."""

@@ -291,7 +291,10 @@ def check_target(spec: SourceSpec, target: Target) -> None:
     captured = {t.table: t for t in spec.tables}
     written = [captured[t] for t in applied_tables(sync) if t in captured]
     lost = target.lost(written)
-    lost.update(_emptied(spec, target, [t for t in written if t.table not in lost]))
+    report = read_progress(store)  # the rows each table's last read found
+    read = {t: report.tables[str(t)].rows for t in sync.tables
+            if str(t) in report.tables} if report is not None else {}
+    lost.update(_emptied(spec, target, [t for t in written if t.table not in lost], read))
     if not lost:
         return
     if sync.phase is Phase.DONE or sync.stop_after_snapshot:
@@ -313,10 +316,13 @@ def check_target(spec: SourceSpec, target: Target) -> None:
         log.warning("%s: it is read again whole (request %s)", why, request.id)
 
 
-def _emptied(spec: SourceSpec, target: Target, tables: list[TableSchema]) -> dict[TableId, str]:
+def _emptied(spec: SourceSpec, target: Target, tables: list[TableSchema],
+             read: Mapping[TableId, int]) -> dict[TableId, str]:
     """Of ``tables`` (in the target, their batches in its ledger), those the target holds no
-    row of while the source does: emptied behind the sync's back (a TRUNCATE or DELETE at
-    the target), each with why. The source is asked only of the empty ones."""
+    row of while the source does, each with why: emptied behind the sync's back (a TRUNCATE
+    or DELETE at the target), or, where the sync's last read of the table (``read``: rows by
+    table, from the progress report) found none, rows the source gained since. The source is
+    asked only of the empty ones."""
     empty = target.empty(tables)
     if not empty:
         return {}
@@ -324,12 +330,21 @@ def _emptied(spec: SourceSpec, target: Target, tables: list[TableSchema]) -> dic
     conn = dialect.connect(spec.config)
     try:
         with dialect.passing_faults():
-            return {t: f"table {t} is empty in the target while the source has rows and the "
-                       "target's ledger holds batches applied to it (emptied behind the "
-                       "sync's back: a TRUNCATE or DELETE there)"
+            return {t: _empty_why(t, read.get(t))
                     for t in empty if has_rows(dialect, conn, spec.schema_of(t))}
     finally:
         conn.close()
+
+
+def _empty_why(table: TableId, rows_read: int | None) -> str:
+    """Why a table empty in the target while the source has rows is read again whole
+    (``rows_read``: what the sync's last read of it found, None when not known)."""
+    if rows_read != 0:
+        return (f"table {table} is empty in the target while the source has rows and the "
+                "target's ledger holds batches applied to it (emptied behind the sync's back: "
+                "a TRUNCATE or DELETE there)")
+    return (f"table {table} had no rows when the sync read it and has rows at the source now, "
+            "none in the target yet")
 
 
 # --- the readers (driver side) ----------------------------------------------------------------

@@ -117,23 +117,32 @@ def test_a_target_table_emptied_behind_the_sync_is_read_again(
         spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         caplog: pytest.LogCaptureFixture) -> None:
     """The table and its ledger are there, the table's rows gone (a TRUNCATE at the target):
-    read again whole; a table empty at the source too is left alone."""
+    read again whole; a table empty when read that gained rows while the sync was stopped is
+    read again too, saying so (not "emptied"); a table empty at the source too is left alone;
+    once done, nothing is read again."""
     source, mirror = tmp_path / "src.db", tmp_path / "mirror.db"
     src = make_source(source)
     with sqlite3.connect(source) as conn:
         conn.execute("CREATE TABLE vacant (id INTEGER PRIMARY KEY)")
+        conn.execute("CREATE TABLE later (id INTEGER PRIMARY KEY)")
     args = sync_args(src, f"sqlite:///{mirror}", tmp_path / "ck")
     assert main(args) == 0
     with sqlite3.connect(mirror) as conn:
         conn.execute("DELETE FROM items")
     change_source(source)
+    with sqlite3.connect(source) as conn:  # rows the source gained while the sync was stopped
+        conn.execute("INSERT INTO later VALUES (1), (2)")
     caplog.clear()
     assert main(args) == 0
     assert sqlite_rows(mirror) == source_rows(source)
-    said = [w for w in warnings_of(caplog) if "read again whole" in w]
-    assert len(said) == 1, said
+    with sqlite3.connect(mirror) as conn:
+        assert conn.execute("SELECT id FROM later ORDER BY id").fetchall() == [(1,), (2,)]
+    said = sorted(w for w in warnings_of(caplog) if "read again whole" in w)
+    assert len(said) == 2, said
     assert said[0].startswith("table main.items is empty in the target while the source has "
                               "rows")
+    assert said[1].startswith("table main.later had no rows when the sync read it and has "
+                              "rows at the source now"), said  # nothing was emptied
     caplog.clear()
     assert main(args) == 0
     assert not [w for w in warnings_of(caplog) if "read again" in w]

@@ -5,6 +5,7 @@ cause is fixed. Real PostgreSQL source and target, real Spark."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,9 @@ def test_a_value_beyond_spark_stops_or_is_set_aside_then_brought_across(
     assert main(["status", "--checkpoint", str(checkpoint)]) == 0
     status = capsys.readouterr().out
     assert "skipped (errors.mode=skip): 3 changes set aside" in status, status
-    assert "public.far_ts: 3 (" in status
+    assert "public.far_ts: 3, for 2 reasons:" in status  # each with its own count
+    assert re.search(r"\n    2: beyond what Spark's TimestampType .*\n    1: the target refused "
+                     r"it: CheckViolation", status), status
     assert f"sdk snapshot --checkpoint {checkpoint} --table public.far_ts --source <URL> " \
            "--skipped" in status
     assert main(["status", "--checkpoint", str(checkpoint), "--json"]) == 0
@@ -298,3 +301,22 @@ def test_a_key_longer_than_the_target_holds_is_refused_never_cut(
             cur.execute("DELETE FROM sdk_test._sdk_applied WHERE tbl = 'long_keys'")
         drop_capture(postgres_admin, "long_keys")
         postgres_admin.execute("DROP TABLE IF EXISTS long_keys")
+
+
+def test_status_lists_each_reason_a_table_had_changes_set_aside_for() -> None:
+    import pyarrow as pa
+
+    from sdk.app.cli import _skipped_lines
+
+    why = ["holds a NUL byte", "is a zero date", "holds a NUL byte", "holds a NUL byte",
+           "the target refused it: CheckViolation"]
+    dead = pa.table({"table": ["db.t"] * 5 + ["db.u"], "reason": [*why, "is a zero date"],
+                     "key": [f'{{"id":{i}}}' for i in range(6)]})
+    lines = _skipped_lines(dead, deadletter.counts(dead), "/ck", "/ck/state/deadletter")
+    assert lines[1:5] == ["  db.t: 5, for 3 reasons:", "    3: holds a NUL byte",
+                          "    1: is a zero date", "    1: the target refused it: CheckViolation"]
+    assert "  db.u: 1 (is a zero date)" in lines
+    many = pa.table({"table": ["db.t"] * 8, "reason": [f"reason {i}" for i in range(8)],
+                     "key": [f'{{"id":{i}}}' for i in range(8)]})
+    shown = _skipped_lines(many, deadletter.counts(many), "/ck", "/ck/state/deadletter")
+    assert shown[-2] == "    3: 3 other reasons (each in the dead-letter table)", shown
