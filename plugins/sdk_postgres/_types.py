@@ -184,7 +184,10 @@ _PG_INTERVAL = re.compile(r"(?:([+-]?\d+) years? ?)?(?:([+-]?\d+) mons? ?)?(?:([
 
 def interval_value(text: str) -> Interval:
     """An interval in PostgreSQL's output under ``IntervalStyle=postgres`` (each part with its
-    sign: ``-1 years -2 mons +3 days -04:05:06.5``, ``838:59:59``) as its three parts."""
+    sign: ``-1 years -2 mons +3 days -04:05:06.5``, ``838:59:59``) as its three parts;
+    PostgreSQL 17's ``infinity`` and ``-infinity`` as :meth:`Interval.parse` reads them."""
+    if text.endswith("infinity"):
+        return Interval.parse(text)
     match = _PG_INTERVAL.fullmatch(text)
     if match is None or not text:
         raise ValueError(f"not a PostgreSQL interval: {text!r}")

@@ -248,6 +248,8 @@ class Interval:
     @classmethod
     def parse(cls, text: str) -> Interval:
         """Invert :meth:`isoformat` (also reads weeks, and signs PostgreSQL would not print)."""
+        if text in _INFINITE:
+            return _INFINITE[text]
         match = _ISO_INTERVAL.fullmatch(text)
         if match is None or text in ("P", "PT") or text.endswith("T"):
             raise ValueError(f"not an ISO 8601 interval: {text!r}")
@@ -263,6 +265,8 @@ class Interval:
         reads it back to the same months, days and microseconds, its extremes too."""
         if not (self.months or self.days or self.micros):
             return "PT0S"
+        if self in _INFINITE_TEXT:
+            return _INFINITE_TEXT[self]
         years, months = _truncated(self.months, 12)
         hours, rest = _truncated(self.micros, _HOUR)
         minutes, rest = _truncated(rest, _MINUTE)
@@ -288,6 +292,17 @@ class Interval:
         return (self.months * 30 + self.days) * DAY_MICROS + self.micros
 
 
+INTERVAL_INFINITY = Interval(2**32, 2**32, 2**64)
+"""PostgreSQL's (17 and later) ``infinity`` interval, its text ``infinity`` in every style (ISO
+8601's too): parts past any finite interval's (PostgreSQL 17 stores it as the largest ones,
+which before 17 are a finite value), so it orders above all and is told from them."""
+INTERVAL_MINUS_INFINITY = Interval(-(2**32), -(2**32), -(2**64))
+"""PostgreSQL's ``-infinity`` interval, below all."""
+_INFINITE = {"infinity": INTERVAL_INFINITY, "+infinity": INTERVAL_INFINITY,
+             "-infinity": INTERVAL_MINUS_INFINITY}
+_INFINITE_TEXT = {INTERVAL_INFINITY: "infinity", INTERVAL_MINUS_INFINITY: "-infinity"}
+
+
 def _truncated(value: int, unit: int) -> tuple[int, int]:
     """``value`` divided by ``unit`` toward zero, and the rest (of ``value``'s sign), as C does."""
     whole = abs(value) // unit * (1 if value >= 0 else -1)
@@ -302,6 +317,7 @@ def time_from_text(text: str) -> dt.time | WideTemporal:
         return WideTemporal.parse(text, TIME)
 
 
-__all__ = ["DATETIME_MICROS", "DATE_DAYS", "Interval", "WideTemporal", "civil_from_days",
+__all__ = ["DATETIME_MICROS", "DATE_DAYS", "INTERVAL_INFINITY", "INTERVAL_MINUS_INFINITY",
+           "Interval", "WideTemporal", "civil_from_days",
            "date_from_days", "datetime_from_micros", "days_from_civil", "time_from_text",
            "units_of"]

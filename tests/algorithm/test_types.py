@@ -22,7 +22,7 @@ from sdk import (
     TableSchema,
 )
 from sdk.dialect.codec import decode_value, dumps, encode_value
-from sdk.dialect.temporal import Interval
+from sdk.dialect.temporal import INTERVAL_INFINITY, INTERVAL_MINUS_INFINITY, Interval
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.text(), st.binary(),
@@ -30,7 +30,21 @@ scalars = st.one_of(
     st.dates(), st.times(), st.datetimes(), st.datetimes(timezones=st.just(dt.UTC)),
     st.builds(Interval, st.integers(-2**31, 2**31 - 1), st.integers(-2**31, 2**31 - 1),
               st.integers(-2**63, 2**63 - 1)),
+    st.sampled_from([INTERVAL_INFINITY, INTERVAL_MINUS_INFINITY]),
 )
+
+
+def test_infinite_intervals_are_their_text_and_told_from_the_extremes() -> None:
+    """PostgreSQL 17's infinite intervals read and print as ``infinity``; the largest and
+    smallest finite ones (which 17 reserves for them, and earlier servers hold) stay finite."""
+    largest, smallest = Interval(2**31 - 1, 2**31 - 1, 2**63 - 1), Interval(-2**31, -2**31, -2**63)
+    assert Interval.parse("infinity") == INTERVAL_INFINITY and \
+        INTERVAL_INFINITY.isoformat() == "infinity"
+    assert Interval.parse("-infinity") == INTERVAL_MINUS_INFINITY and \
+        str(INTERVAL_MINUS_INFINITY) == "-infinity"
+    assert Interval.parse(smallest.isoformat()) == smallest != INTERVAL_MINUS_INFINITY
+    assert smallest.isoformat() == "P-178956970Y-8M-2147483648DT-2562047788H-54.775808S"
+    assert INTERVAL_MINUS_INFINITY < smallest < largest < INTERVAL_INFINITY
 
 
 @given(st.lists(scalars, max_size=6))
