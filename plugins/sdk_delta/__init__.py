@@ -42,6 +42,7 @@ from sdk.dialect.arrow import arrow_type
 from sdk.dialect.tableformat import (
     arrow_rows,
     arrow_schema,
+    check_interval_columns,
     compact,
     holds_any,
     key_bounds,
@@ -156,6 +157,7 @@ def create_table(conn: DeltaRoot, table: TableSchema) -> None:
     existing = _open(conn, table)
     if existing is not None:
         found = _schema_of(existing)
+        check_interval_columns(table, found, conn.table_uri(table))
         if not _same_columns(found, wanted):
             raise ConfigurationError(
                 f"Delta table {conn.table_uri(table)} exists with other columns "

@@ -56,6 +56,7 @@ from sdk.dialect.tableformat import (
     Compacted,
     arrow_rows,
     arrow_schema,
+    check_interval_columns,
     compact,
     holds_any,
     key_bounds,
@@ -196,6 +197,7 @@ def create_table(conn: Catalog, table: TableSchema) -> None:
             f"Iceberg table {conn.name(table)} exists with other columns "
             f"({', '.join(names)}; the source has {', '.join(wanted.names)}): drop or rename "
             "it, or choose another target")
+    check_interval_columns(table, existing.schema().as_arrow(), conn.name(table))
     if sorted(existing.schema().identifier_field_names()) != sorted(table.key):
         with existing.update_schema() as update:
             update.set_identifier_fields(*table.key)

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .arrow import arrow_type, converter, python_values, units
-from .errors import FatalSyncError
+from .errors import ConfigurationError, FatalSyncError
 from .types import ChangeEvent, Column, Key, LogicalType, Row, SnapshotSplit, TableSchema
 
 TypeMap = Callable[[Column], pa.DataType]
@@ -59,6 +59,21 @@ def arrow_schema(table: TableSchema, types: TypeMap = arrow_type) -> pa.Schema:
     """The Arrow schema of ``table``'s rows in a format: key columns not null."""
     return pa.schema([pa.field(c.name, types(c), nullable=c.name not in table.key)
                       for c in table.columns])
+
+
+def check_interval_columns(table: TableSchema, found: pa.Schema, name: str) -> None:
+    """Refuse a table-format table whose interval columns hold whole microseconds (an integer
+    type, as releases before intervals kept their months and days wrote them) where this one
+    writes ISO 8601 text: one message naming the columns and the fix, not a write failing
+    later. ``name``: the table as the user knows it."""
+    old = [c.name for c in table.columns if c.type is LogicalType.INTERVAL
+           and c.name in found.names and pa.types.is_integer(found.field(c.name).type)]
+    if old:
+        raise ConfigurationError(
+            f"table {name} holds the interval column(s) {', '.join(old)} as whole microseconds, "
+            "as an earlier release of sdk wrote them; this one writes an interval's ISO 8601 "
+            "text (its months, days and microseconds each kept): move the table away to have "
+            "it written again, or choose another target")
 
 
 def arrow_rows(table: TableSchema, rows: Sequence[Row], types: TypeMap = arrow_type

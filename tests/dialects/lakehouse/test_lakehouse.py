@@ -146,6 +146,23 @@ def test_a_table_with_other_columns_is_refused(lake: tuple[Dialect, Any, str]) -
         dialect.create_table(conn, other)
 
 
+def test_a_table_an_earlier_release_wrote_intervals_into_as_microseconds_is_refused(
+        lake: tuple[Dialect, Any, str]) -> None:
+    """Intervals were whole microseconds (a ``long``) before they kept their months and days:
+    such a table is refused at once, naming the column, not at the first write of its text."""
+    dialect, conn, _ = lake
+    key = TABLE.columns[0]
+    now = TableSchema(TableId(TABLE.table.schema, "spans"),
+                      (key, Column("iv", LogicalType.INTERVAL, "interval")), ("id",))
+    dialect.create_table(conn, TableSchema(now.table, (key, Column("iv", LogicalType.INT64,
+                                                                   "bigint")), ("id",)))
+    with pytest.raises(ConfigurationError, match=r"interval column\(s\) iv as whole microseconds"):
+        dialect.create_table(conn, now)
+    fresh = TableSchema(TableId(TABLE.table.schema, "spans_now"), now.columns, ("id",))
+    dialect.create_table(conn, fresh)
+    dialect.create_table(conn, fresh)  # this release's table: taken as it is
+
+
 def test_columns_added_dropped_and_widened(lake: tuple[Dialect, Any, str]) -> None:
     dialect, conn, _ = lake
     dialect.create_table(conn, TABLE)
