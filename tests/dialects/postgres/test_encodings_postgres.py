@@ -144,16 +144,24 @@ def _text_of(admin: Any, table: str, schema: TableSchema) -> dict[int, tuple[Any
     return {r[0]: tuple(r[1:]) for r in admin.execute(f"SELECT id::int, {terms} FROM {table}")}
 
 
-@pytest.mark.parametrize("encoded", list(VALUES), indirect=True)
-def test_every_value_arrives_exact_through_the_snapshot_and_the_log(
-        encoded: Encoded, pg_target: tuple[Any, str], postgres_admin: Any) -> None:
-    pg = get_dialect("postgres")
+
+def _make_table(encoded: Encoded) -> None:
+    """The table ``enc`` of every text-bearing type (its enum and domain too) in ``encoded``'s
+    database, holding row 1 of its encoding's value."""
     value, label = VALUES[encoded.encoding]
     admin = encoded.admin
     admin.execute(f"CREATE TYPE mood AS ENUM ('{label}', 'plain')")
     admin.execute("CREATE DOMAIN dtext AS text")
     admin.execute(TABLE if _xml(admin) else TABLE.replace("x xml", "x text"))
     _insert(admin, value, label, 1)
+
+@pytest.mark.parametrize("encoded", list(VALUES), indirect=True)
+def test_every_value_arrives_exact_through_the_snapshot_and_the_log(
+        encoded: Encoded, pg_target: tuple[Any, str], postgres_admin: Any) -> None:
+    pg = get_dialect("postgres")
+    value, label = VALUES[encoded.encoding]
+    admin = encoded.admin
+    _make_table(encoded)
     conn, schema = encoded.capture(pg, "enc")
     try:
         assert conn.raw.info.encoding == "utf-8"
@@ -341,10 +349,7 @@ def test_a_sync_reads_a_database_of_another_encoding_in_both_phases(
     changes after it land in the UTF-8 mirror as the source has them."""
     value, label = VALUES[encoded.encoding]
     admin = encoded.admin
-    admin.execute(f"CREATE TYPE mood AS ENUM ('{label}', 'plain')")
-    admin.execute("CREATE DOMAIN dtext AS text")
-    admin.execute(TABLE if _xml(admin) else TABLE.replace("x xml", "x text"))
-    _insert(admin, value, label, 1)
+    _make_table(encoded)
     admin.execute(f"CREATE PUBLICATION {encoded.slot} FOR TABLE enc")
     sync = _sync(encoded, postgres_admin_url, target_schema, "enc", tmp_path / "ck")
     assert main(sync) == 0
