@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.parallel import group_of, machine_setup, running, worker_suffix
+from helpers.parallel import machine_setup, running, sharing, worker_suffix
 from helpers.servers import MYSQL_ADMIN_URL, MYSQL_URL, POSTGRES_ADMIN_URL, POSTGRES_URL
 
 from sdk import Dialect, TableSchema, get_dialect
@@ -20,23 +20,23 @@ from sdk.dialect.config import ConnectionConfig
 pytest_plugins = ["pytester"]  # the conformance kit's own tests run it on broken dialects
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (pyproject's addopts), a module's tests run in order on one
-    worker, and modules sharing fixed names on the servers share one (helpers.parallel)."""
-    root = config.rootpath
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            module = item.path.relative_to(root).as_posix() if item.path.is_relative_to(
-                root) else str(item.path)
-            item.add_marker(pytest.mark.xdist_group(group_of(module)))
+def _module(item: pytest.Item | None) -> str | None:
+    """The item's module as a path relative to the repository (as SHARED_GROUPS names it)."""
+    if item is None:
+        return None
+    root = item.config.rootpath
+    return item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else str(
+        item.path)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """A test marked ``exclusive`` runs with no other worker's test running (fixtures
-    included): it changes a setting every session of a shared server sees."""
-    with running(item.get_closest_marker("exclusive") is not None):
+    """Under pytest-xdist (pyproject's addopts): a module sharing fixed names on the servers
+    with another runs holding their group's lock, and a test marked ``exclusive`` runs with
+    no other worker's test running (fixtures included), for it changes a setting every
+    session of a shared server sees (helpers.parallel)."""
+    with sharing(_module(item) or "", _module(nextitem)), \
+            running(item.get_closest_marker("exclusive") is not None):
         yield
 
 

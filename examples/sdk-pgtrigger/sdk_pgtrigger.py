@@ -31,6 +31,7 @@ from sdk.dialect.types import LogicalType, Requirement, Row, TableId, TableSchem
 
 NAME = "pgtrigger"
 SETUP = """
+SELECT pg_advisory_xact_lock(7351);  -- one session at a time: CREATE OR REPLACE races
 CREATE SCHEMA IF NOT EXISTS sdk_capture;
 CREATE TABLE IF NOT EXISTS sdk_capture.changes (id bigserial PRIMARY KEY,
   schema_name text NOT NULL, table_name text NOT NULL, op "char" NOT NULL, before jsonb,

@@ -10,6 +10,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 SHARED_GROUPS = {
     # both make, capture and drop PostgreSQL table public.far_ts, slot and publication far
@@ -19,13 +20,12 @@ SHARED_GROUPS = {
     "tests/dialects/postgres/test_example_pgtrigger.py": "pgtrigger",
     "tests/project/test_moved_modules.py": "pgtrigger",
 }
-"""Modules that use the same fixed names on the shared servers, so one worker runs them in
-turn; every other module is its own group (its tests in order, on one worker)."""
+"""Modules that use the same fixed names on the shared servers: while a worker runs one of
+them (``--dist loadfile`` runs a module's tests in order on one worker), it holds the group's
+lock, so no other worker runs another module of the group."""
 
-
-def group_of(module: str) -> str:
-    """The xdist group of the tests in ``module`` (a path relative to the repository)."""
-    return SHARED_GROUPS.get(module, module)
+_held: dict[str, IO[str]] = {}
+"""This worker's held group locks, by group."""
 
 
 def _lock_path(name: str) -> Path:
@@ -63,6 +63,28 @@ def running(exclusive: bool) -> Iterator[None]:
     finally:
         fcntl.flock(held, fcntl.LOCK_UN)
         held.close()
+
+
+@contextlib.contextmanager
+def sharing(module: str, next_module: str | None) -> Iterator[None]:
+    """Hold the lock of ``module``'s shared group (if it has one) from its first test to its
+    last: taken before the test lock (so a worker waiting here holds nothing the other needs)
+    and let go when the next test (``next_module``'s) is not of the group."""
+    group = SHARED_GROUPS.get(module)
+    if group is None or "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    if group not in _held:
+        held = open(_lock_path(f"group-{group}"), "a")  # noqa: SIM115 - held across tests
+        fcntl.flock(held, fcntl.LOCK_EX)
+        _held[group] = held
+    try:
+        yield
+    finally:
+        if next_module is None or SHARED_GROUPS.get(next_module) != group:
+            held = _held.pop(group)
+            fcntl.flock(held, fcntl.LOCK_UN)
+            held.close()
 
 
 @contextlib.contextmanager

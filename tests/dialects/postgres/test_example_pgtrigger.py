@@ -68,7 +68,7 @@ def _url(postgres_url: str) -> str:
     return postgres_url.replace("postgresql://", "pgtrigger://", 1)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # dropped while this module holds its group's lock
 def harness(postgres_url: str, postgres_admin_url: str, postgres_admin: Any
             ) -> Iterator[Harness]:
     yield ExampleHarness(_url(postgres_url), postgres_admin_url, "sdk_cdc")  # type: ignore

@@ -68,9 +68,10 @@ def capture(pg: Dialect, url: str, postgres_admin: Any, names: dict[str, str]
             with postgres_admin.cursor() as cur:
                 cur.executemany(f'INSERT INTO "{name}" VALUES ({marks})', rows)
         made.append(name)
-        tables = ", ".join(f'"{n}"' for n in made)
-        postgres_admin.execute(f"DROP PUBLICATION IF EXISTS {names['publication']}")
-        postgres_admin.execute(f"CREATE PUBLICATION {names['publication']} FOR TABLE {tables}")
+        # added to, never dropped and made again: a slot decoding a change (any session's)
+        # made while the publication did not exist fails with "publication does not exist"
+        publish = "CREATE PUBLICATION {} FOR" if len(made) == 1 else "ALTER PUBLICATION {} ADD"
+        postgres_admin.execute(f'{publish.format(names["publication"])} TABLE "{name}"')
         schema = pg.describe_table(conn, TableId("public", name))
         pg.prepare_capture(conn, [schema])
         return schema
