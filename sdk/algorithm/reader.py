@@ -95,28 +95,28 @@ def read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: Sn
     reads again a table whose changes were emitted up to there (see :func:`reread`).
     ``columnar``: the caller takes the rows as Arrow, so a split read in a snapshot view
     goes through the dialect's ``read_range_arrow`` when it has one."""
-    if split.since is None:
+    # a split read again (``since``) reads what the live table has from the start
+    reading = None if split.since is None else live_columns(dialect, conn, table)
+    try:
+        result = _read_split(dialect, conn, table, split, options, hooks, view_token, pace,
+                             reading, columnar=columnar and reading is None)
+    except Exception as failure:
+        # a column dropped while the split is read (the log phase follows the drop when it
+        # meets it): read the columns the table still has, the dropped one None
         try:
-            return _read_split(dialect, conn, table, split, options, hooks, view_token, pace,
-                               columnar=columnar)
-        except Exception as failure:
-            # a column dropped while the snapshot runs (the log phase follows the drop when
-            # it meets it): read the columns the table still has, the dropped one None
-            try:
-                reading = live_columns(dialect, conn, table)
-            except Exception:
-                raise failure from None
-            if reading is None:
-                raise
-            log.warning("table %s no longer has column(s) %s: split %s reads the others",
-                        table.table, ", ".join(sorted(set(table.column_names) -
-                                                      set(reading[0].column_names))),
-                        split.split_id)
-            return _read_split(dialect, conn, table, split, options, hooks, view_token, pace,
-                               reading)
-    result = _read_split(dialect, conn, table, split, options, hooks, view_token, pace,
-                         live_columns(dialect, conn, table))
-    return reread(dialect, conn, table, result, split.since)
+            again = live_columns(dialect, conn, table)
+        except Exception:
+            raise failure from None
+        if again is None or (reading is not None and
+                             again[0].column_names == reading[0].column_names):
+            raise
+        log.warning("table %s no longer has column(s) %s: split %s reads the others",
+                    table.table, ", ".join(sorted(set(table.column_names) -
+                                                  set(again[0].column_names))),
+                    split.split_id)
+        result = _read_split(dialect, conn, table, split, options, hooks, view_token, pace,
+                             again)
+    return result if split.since is None else reread(dialect, conn, table, result, split.since)
 
 
 Reading = tuple[TableSchema, Callable[[Row | None], Row | None]]

@@ -316,7 +316,7 @@ def test_sigterm_to_the_process_group_stops_the_sync_cleanly(tmp_path: Path) -> 
     out = "".join(seen) + process.communicate(timeout=60)[0]
     assert process.returncode == 0, out
     assert "stopping once the batch in flight commits" in out and "Traceback" not in out, out
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a loaded machine (the suite on two workers) is slow
     while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree):
         assert time.monotonic() < deadline, [p for p in tree if p.is_running()]
         time.sleep(0.1)
