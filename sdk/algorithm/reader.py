@@ -95,11 +95,12 @@ def read_split(dialect: Dialect, conn: Connection, table: TableSchema, split: Sn
     reads again a table whose changes were emitted up to there (see :func:`reread`).
     ``columnar``: the caller takes the rows as Arrow, so a split read in a snapshot view
     goes through the dialect's ``read_range_arrow`` when it has one."""
-    # a split read again (``since``) reads what the live table has from the start
+    # a split read again (``since``) reads what the live table has from the start, as rows
+    # (:func:`reread` completes them)
     reading = None if split.since is None else live_columns(dialect, conn, table)
     try:
         result = _read_split(dialect, conn, table, split, options, hooks, view_token, pace,
-                             reading, columnar=columnar and reading is None)
+                             reading, columnar=columnar and split.since is None)
     except Exception as failure:
         # a column dropped while the split is read (the log phase follows the drop when it
         # meets it): read the columns the table still has, the dropped one None
