@@ -17,4 +17,9 @@ GRANT USAGE ON SCHEMA public TO $CDC_USER;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO $CDC_USER;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO $CDC_USER;
 EOF_SQL
+  # the role writes the tests' mirrors too: what a DBA grants a target user (PostgreSQL 15 and
+  # later) so that a sync applies as a replica does (docs/operations.md)
+  if [ "$(psql_admin -c 'SHOW server_version_num')" -ge 150000 ]; then
+    psql_admin -c "GRANT SET ON PARAMETER session_replication_role TO $CDC_USER"
+  fi
 }

@@ -42,7 +42,13 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.dialect.apply import NetChanges, check_target_columns, ledger_tables, net_changes
+from sdk.dialect.apply import (
+    NetChanges,
+    check_target_columns,
+    ledger_tables,
+    net_changes,
+    write_transaction,
+)
 from sdk.dialect.checksum import Checksum
 from sdk.dialect.sql import lexicographic_range, with_condition
 
@@ -95,6 +101,7 @@ class MySqlConnection:
     in_view: bool = False
     status_sql: str | None = None  # the binlog status statement this server accepts
     out_of_range: str = "error"  # a target's values MySQL cannot hold: error or null
+    batch: bool = False  # inside an apply_transaction block: writes are savepoints in it
     zero_dates: str = "error"  # a source's dates Python cannot hold: BadValue (error) or None
     closes_window: bool = False  # upstream MySQL with GTIDs: heads wait for flushed commits
     gtid_mark: tuple[str, int, str] | None = None
@@ -740,6 +747,12 @@ def compare_offset(a: Offset, b: Offset) -> int:
     return (x > y) - (x < y)
 
 
+@hookimpl
+def same_transaction(a: Offset, b: Offset) -> bool:
+    """One transaction's changes share the position it starts at (they differ in ``n``)."""
+    return parts(a)[:2] == parts(b)[:2]
+
+
 # --- optional hooks ---------------------------------------------------------------------------
 
 
@@ -832,9 +845,18 @@ def create_table(conn: MySqlConnection, table: TableSchema) -> None:
         "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND "
         "TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (table.table.schema, table.table.name))]
     check_target_columns(existing, table)
-    conn.query(f"CREATE DATABASE IF NOT EXISTS {q(table.table.schema)}")
-    conn.query(_target.create_sql(table, _table(table.table), q))
-    conn.query(_target.ledger(q(table.table.schema)).create_sql())
+    _ddl(conn, f"CREATE DATABASE IF NOT EXISTS {q(table.table.schema)}",
+         _target.create_sql(table, _table(table.table), q),
+         _target.ledger(q(table.table.schema)).create_sql())
+
+
+def _ddl(conn: MySqlConnection, *statements: str) -> None:
+    """Run DDL, which commits the transaction open before it; inside an
+    :func:`apply_transaction` block, open the next one at once (the session autocommits)."""
+    for statement in statements:
+        conn.query(statement)
+    if conn.batch and statements:
+        conn.query("BEGIN")
 
 
 @hookimpl
@@ -861,23 +883,40 @@ def alter_table(conn: MySqlConnection, old: TableSchema, new: TableSchema) -> No
     existing = {name: kind for name, kind in conn.query(
         "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
         "%s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (new.table.schema, new.table.name))}
-    for statement in _target.alter_sql(new, _table(new.table), existing, q):
-        conn.query(statement)
+    _ddl(conn, *_target.alter_sql(new, _table(new.table), existing, q))
 
 
 @contextlib.contextmanager
 def _claiming(conn: MySqlConnection, table: TableSchema, batch_id: str) -> Iterator[Any]:
-    """One transaction that claims ``batch_id`` for ``table``: its cursor, or None (nothing
-    to write) when the batch was applied before; rolled back on an error."""
-    conn.raw.begin()
+    """One transaction that claims ``batch_id`` for ``table`` (a savepoint inside an
+    :func:`apply_transaction` block): its cursor, or None (nothing to write) when the batch
+    was applied before; rolled back on an error."""
+    with write_transaction(conn.query, conn.batch), conn.raw.cursor() as cur:
+        done = _target.ledger(q(table.table.schema)).claim(cur, table, batch_id)
+        yield cur if done else None
+
+
+@hookimpl
+def apply_transaction(conn: MySqlConnection) -> contextlib.AbstractContextManager[object]:
+    """One transaction the apply hooks inside join (each a savepoint), with
+    ``foreign_key_checks = 0`` as a replica applies: the target's foreign keys and cascades
+    do not run again on changes the source already checked and whose cascaded deletes are in
+    its log. An ``alter_table`` inside commits what came before it, as MySQL's DDL does."""
+    return _batch(conn)
+
+
+@contextlib.contextmanager
+def _batch(conn: MySqlConnection) -> Iterator[None]:
+    conn.query("SET SESSION foreign_key_checks = 0")
     try:
-        with conn.raw.cursor() as cur:
-            done = _target.ledger(q(table.table.schema)).claim(cur, table, batch_id)
-            yield cur if done else None
-        conn.raw.commit()
-    except BaseException:
-        conn.raw.rollback()
-        raise
+        with write_transaction(conn.query, False):
+            conn.batch = True
+            try:
+                yield
+            finally:
+                conn.batch = False
+    finally:
+        conn.query("SET SESSION foreign_key_checks = 1")
 
 
 @hookimpl

@@ -97,13 +97,60 @@ def delete_many_sql(table: TableSchema, quoted: str, q: Any, count: int) -> str:
 def write(cursor: Any, table: TableSchema, quoted: str, net: NetChanges, q: Any) -> None:
     """Write ``net`` (a claimed batch's changes, values as :func:`value` gives them) to
     ``quoted`` (the target, quoted for parameters) with the pymysql ``cursor``, inside the
-    caller's transaction: deletes first, then upserts (their keys differ)."""
-    for i in range(0, len(net.deletes), DELETE_CHUNK):
-        keys = net.deletes[i:i + DELETE_CHUNK]
-        cursor.execute(delete_many_sql(table, quoted, q, len(keys)),
-                       [v for key in keys for v in key])
-    if net.upserts:
-        cursor.executemany(statements(table, quoted, q)[1], net.upserts)
+    caller's transaction: deletes first, then upserts (their keys differ). Upserts that
+    meet a unique index besides the key are written by :func:`displacing`."""
+    from pymysql.err import IntegrityError
+
+    _delete(cursor, table, quoted, net.deletes, q)
+    if not net.upserts:
+        return
+    upsert = statements(table, quoted, q)[1]
+    cursor.execute("SAVEPOINT sdk_upsert")
+    try:
+        cursor.executemany(upsert, net.upserts)
+    except IntegrityError as exc:
+        if exc.args[0] != DUPLICATE_KEY:
+            raise
+        cursor.execute("ROLLBACK TO SAVEPOINT sdk_upsert")
+        displacing(cursor, table, quoted, net.upserts, q, exc)
+        cursor.executemany(upsert, net.upserts)
+    cursor.execute("RELEASE SAVEPOINT sdk_upsert")
+
+
+DUPLICATE_KEY = 1062
+"""MySQL's error of a duplicate value in a unique index (ER_DUP_ENTRY)."""
+
+
+def _delete(cursor: Any, table: TableSchema, quoted: str, keys: Sequence[tuple[Any, ...]],
+            q: Any) -> None:
+    for i in range(0, len(keys), DELETE_CHUNK):
+        chunk = keys[i:i + DELETE_CHUNK]
+        cursor.execute(delete_many_sql(table, quoted, q, len(chunk)),
+                       [v for key in chunk for v in key])
+
+
+def displacing(cursor: Any, table: TableSchema, quoted: str, rows: Sequence[tuple[Any, ...]],
+               q: Any, error: Exception) -> None:
+    """Make way for upserts ``rows`` that take values of a unique index besides the key from
+    one another (two rows that swap an email in one source transaction): delete the rows of
+    their keys, which the upserts then insert. Deleting must not run the target's foreign
+    keys (their ``ON DELETE`` actions): done with ``foreign_key_checks = 0``
+    (``apply_transaction``'s), or where none references the table; else the error, naming
+    them."""
+    cursor.execute("SELECT @@SESSION.foreign_key_checks, (SELECT GROUP_CONCAT(CONSTRAINT_NAME) "
+                   "FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE "
+                   "UNIQUE_CONSTRAINT_SCHEMA = %s AND REFERENCED_TABLE_NAME = %s)",
+                   (table.table.schema, table.table.name))
+    checks, referencing = cursor.fetchone()
+    if checks and referencing:
+        raise ConfigurationError(
+            f"the target table {table.table} has a unique index besides its key that this "
+            f"batch's rows take from one another ({error}); the sync writes them by deleting "
+            f"and inserting the rows, which would run foreign keys {referencing} of the "
+            "target: apply inside the dialect's apply_transaction block, as sdk sync does "
+            "(foreign_key_checks = 0, as a replica applies)")
+    by_name = {name: i for i, name in enumerate(table.column_names)}
+    _delete(cursor, table, quoted, [tuple(r[by_name[k]] for k in table.key) for r in rows], q)
 
 
 def value(v: Any) -> Any:

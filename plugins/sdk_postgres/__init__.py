@@ -694,6 +694,20 @@ def compare_offset(a: Offset, b: Offset) -> int:
 
 
 @hookimpl
+def same_transaction(a: Offset, b: Offset) -> bool:
+    """One transaction's changes share its commit LSN (they differ in ``n``)."""
+    return parts(a)[0] == parts(b)[0]
+
+
+@hookimpl
+def apply_transaction(conn: PgConnection) -> contextlib.AbstractContextManager[object]:
+    """One transaction the apply hooks inside join: their own ``transaction()`` blocks
+    become savepoints in it, DDL included. It applies as a replica does
+    (:func:`._target.applying`)."""
+    return _target.applying(conn)
+
+
+@hookimpl
 def acknowledge_offset(conn: PgConnection, offset: Offset) -> None:
     lsn = parts(offset)[0]
     rows = conn.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
@@ -786,7 +800,7 @@ def apply_changes(conn: PgConnection, table: TableSchema, events: Sequence[Chang
                 cur, table, quoted, [e.after for e in events if e.after is not None], q):
             return True
         _target.write(cur, table, quoted, qualified(table.table, params=True),
-                      net_changes(events), q, qp)
+                      net_changes(events), q, qp, all(e.op == "r" for e in events))
         return True
 
 

@@ -36,6 +36,8 @@ class PgConnection:
     """URL option ``failover_slot``: make the slot a failover slot where the server can."""
     server_encoding: str = "UTF8"
     """The database's encoding (the session's is UTF-8 whatever it is: see ``connect``)."""
+    replica_role: bool | None = None
+    """Whether this session may set ``session_replication_role`` (asked once, as a target)."""
 
     def query(self, sql: str, args: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         cur = self.raw.execute(sql, args)

@@ -11,12 +11,13 @@ only when one of their keys is already there.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from sdk import Column, LogicalType, TableSchema
+from sdk import Column, ConfigurationError, LogicalType, TableSchema
 from sdk.dialect.apply import Ledger, NetChanges
 
 from ._binary import TYPNAMES, binary_types, copy_binary, end_to_end
@@ -80,14 +81,16 @@ def _column_list(names: Sequence[str], q: Callable[[str], str], alias: str = "")
 
 
 def stage_sql(table: TableSchema, q: Callable[[str], str], keys_only: bool) -> tuple[str, str]:
-    """The creation of a staging table (typed like :func:`statements`' casts, so a value is
+    """The (re)creation of a staging table (typed like :func:`statements`' casts, so a value is
     read as the row-by-row statements read it) and its ``COPY``; no parameters, so ``q``."""
     columns = [c for c in table.columns if not keys_only or c.name in table.key]
     if keys_only:  # in key order, as NetChanges.deletes holds the key values
         by_name = {c.name: c for c in columns}
         columns = [by_name[k] for k in table.key]
     name = STAGE_KEYS if keys_only else STAGE
-    create = (f"CREATE TEMP TABLE {name} ("
+    # dropped first: a batch applied in one transaction (apply_transaction) stages a table,
+    # or a chunk, after another, and ON COMMIT DROP waits for the end of the batch
+    create = (f"DROP TABLE IF EXISTS pg_temp.{name}; CREATE TEMP TABLE {name} ("
               + ", ".join(f"{q(c.name)} {target_type(c)}" for c in columns)
               + ") ON COMMIT DROP")
     copy = f"COPY pg_temp.{name} ({_column_list([c.name for c in columns], q)}) FROM STDIN"
@@ -306,7 +309,7 @@ def load_arrow(cursor: Any, table: TableSchema, quoted: str, quoted_params: str,
         columns = [python_values(rows.column(i), c.type) for i, c in enumerate(table.columns)]
         values = list(zip(*columns, strict=True))
         if not load(cursor, table, quoted, values, q):
-            write(cursor, table, quoted, quoted_params, NetChanges([], values), q, qp)
+            write(cursor, table, quoted, quoted_params, NetChanges([], values), q, qp, True)
         return
     names = _column_list(table.column_names, q)
     try:
@@ -322,7 +325,11 @@ def load_arrow(cursor: Any, table: TableSchema, quoted: str, quoted_params: str,
     with cursor.copy(copy + form) as stream:
         for part in data:
             stream.write(part)
-    cursor.execute(merge_sql(table, quoted, q)[1])
+    try:
+        with cursor.connection.transaction():  # a savepoint: see displacing
+            cursor.execute(merge_sql(table, quoted, q)[1])
+    except UniqueViolation as exc:
+        displacing(cursor, table, quoted, q, exc, True)
 
 
 def typed_as_created(cursor: Any, quoted: str, table: TableSchema) -> bool:
@@ -337,22 +344,94 @@ def typed_as_created(cursor: Any, quoted: str, table: TableSchema) -> bool:
 
 
 def write(cursor: Any, table: TableSchema, quoted: str, quoted_params: str, net: NetChanges,
-          q: Callable[[str], str], qp: Callable[[str], str]) -> None:
+          q: Callable[[str], str], qp: Callable[[str], str], snapshot: bool = False) -> None:
     """Write ``net`` (a claimed batch's changes) to the target table, named ``quoted`` in
     statements without parameters and ``quoted_params`` in those with, using the psycopg
     ``cursor`` inside the caller's transaction: deletes first, then upserts (their keys
-    differ), each set staged and merged or, when small, by ``executemany``."""
-    for keys_only, rows in ((True, net.deletes), (False, net.upserts)):
-        if not rows:
-            continue
-        if len(rows) < BULK_ROWS:
-            delete, upsert = statements(table, quoted_params, qp)
-            cursor.executemany(delete if keys_only else upsert, rows)
-            continue
-        create, copy = stage_sql(table, q, keys_only)
-        cursor.execute(create)
-        copy_rows(cursor, copy, table, rows, keys_only, binary=True)
-        cursor.execute(merge_sql(table, quoted, q)[0 if keys_only else 1])
+    differ), each set staged and merged or, when small, by ``executemany``. Upserts that
+    meet a secondary unique index of the target are written by :func:`displacing`
+    (``snapshot``: the rows are a snapshot's)."""
+    from psycopg.errors import UniqueViolation
+
+    if net.deletes:
+        if len(net.deletes) < BULK_ROWS:
+            cursor.executemany(statements(table, quoted_params, qp)[0], net.deletes)
+        else:
+            _stage(cursor, table, q, net.deletes, True)
+            cursor.execute(merge_sql(table, quoted, q)[0])
+    if not net.upserts:
+        return
+    try:
+        with cursor.connection.transaction():  # a savepoint: see displacing
+            if len(net.upserts) < BULK_ROWS:
+                cursor.executemany(statements(table, quoted_params, qp)[1], net.upserts)
+                return
+            _stage(cursor, table, q, net.upserts, False)
+            cursor.execute(merge_sql(table, quoted, q)[1])
+    except UniqueViolation as exc:
+        _stage(cursor, table, q, net.upserts, False)
+        displacing(cursor, table, quoted, q, exc, snapshot)
+
+
+def _stage(cursor: Any, table: TableSchema, q: Callable[[str], str],
+           rows: Sequence[tuple[Any, ...]], keys_only: bool) -> None:
+    """Copy ``rows`` (keys when ``keys_only``) into a new staging table (:func:`stage_sql`)."""
+    create, copy = stage_sql(table, q, keys_only)
+    cursor.execute(create)
+    copy_rows(cursor, copy, table, rows, keys_only, binary=True)
+
+
+REPLICA_ROLE = "session_replication_role"
+"""The setting a session applies in as a replica does (:func:`applying`)."""
+
+
+def displacing(cursor: Any, table: TableSchema, quoted: str, q: Callable[[str], str],
+               error: Exception, snapshot: bool) -> None:
+    """Upsert the staged rows where the target table has a unique index besides its key:
+    first delete the rows whose values of such an index the staged rows take, under another
+    key: of the batch (two rows that swap an email in one source transaction), which the
+    upsert writes again, or, for ``snapshot`` rows, any (an earlier split's row whose value
+    the source gave to this one since: its change is in the log, which writes it again).
+    Deleting must not run the target's foreign keys (their ``ON DELETE`` actions): done in
+    :data:`REPLICA_ROLE` ``replica``, or where no foreign key references the table; else
+    the error, with what to grant."""
+    cursor.execute(f"SELECT current_setting('{REPLICA_ROLE}') = 'replica', ARRAY(SELECT conname"
+                   "::text FROM pg_constraint WHERE confrelid = %s::regclass AND "
+                   "contype = 'f')", (quoted,))
+    replica, referencing = cursor.fetchone()
+    if referencing and not replica:
+        raise ConfigurationError(
+            f"the target table {quoted} has a unique index besides its key that this batch's "
+            f"rows take from one another ({error}); the sync writes them by deleting and "
+            f"inserting the rows, which would run foreign keys {', '.join(referencing)} of "
+            f"the target: grant the target user SET ON PARAMETER {REPLICA_ROLE} (PostgreSQL "
+            "15 and later; a superuser has it) so the sync applies as a replica does, or "
+            "drop those foreign keys")
+    cursor.execute("SELECT array_agg(a.attname::text ORDER BY k.n) FROM pg_index i, "
+                   "unnest(i.indkey) WITH ORDINALITY AS k(attnum, n), pg_attribute a WHERE "
+                   "i.indrelid = %s::regclass AND i.indisunique AND NOT "
+                   "i.indisprimary AND i.indexprs IS NULL AND i.indpred IS NULL AND "
+                   "a.attrelid = i.indrelid AND a.attnum = k.attnum GROUP BY i.indexrelid",
+                   (quoted,))
+    names = set(table.column_names)
+    other_key = " OR ".join(f"t.{q(k)} IS DISTINCT FROM s.{q(k)}" for k in table.key)
+    staged = " AND ".join(f"b.{q(k)} = t.{q(k)}" for k in table.key)
+    held = "" if snapshot else f" AND EXISTS (SELECT 1 FROM pg_temp.{STAGE} AS b WHERE {staged})"
+    for (columns,) in cursor.fetchall():
+        if set(columns) <= names:
+            same = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in columns)
+            cursor.execute(f"DELETE FROM {quoted} AS t USING pg_temp.{STAGE} AS s WHERE {same} "
+                           f"AND ({other_key}){held}")
+    from psycopg.errors import UniqueViolation
+
+    try:
+        with cursor.connection.transaction():
+            cursor.execute(merge_sql(table, quoted, q)[1])
+    except UniqueViolation as exc:  # a row the batch does not write holds the value
+        raise ConfigurationError(
+            f"the target table {quoted} has a unique index that refuses a row the source "
+            f"holds ({exc}): the source does not keep that index (or keeps it deferred); drop "
+            "it at the target, or make it match the source's") from None
 
 
 def alter_sql(old: TableSchema, new: TableSchema, quoted: str, existing: dict[str, str],
@@ -374,3 +453,30 @@ def alter_sql(old: TableSchema, new: TableSchema, quoted: str, existing: dict[st
             out.append(f"ALTER TABLE {quoted} ALTER COLUMN {q(column.name)} TYPE {kind} "
                        f"USING {q(column.name)}::{kind}")
     return out
+
+
+@contextlib.contextmanager
+def applying(conn: Any) -> Iterator[None]:
+    """One transaction of a :class:`~._connection.PgConnection` that the apply hooks join, in
+    ``session_replication_role = replica`` where the session may set it, as PostgreSQL's own
+    logical replication applies: the target's foreign keys, cascades and triggers do not
+    run again on changes the source already checked and whose cascaded deletes are in its
+    log (so a parent's delete may precede its child's within the batch)."""
+    if conn.replica_role is None:
+        conn.replica_role = may_set_replica_role(conn)
+    with conn.raw.transaction():
+        if conn.replica_role:
+            conn.raw.execute(f"SET LOCAL {REPLICA_ROLE} = replica")
+        yield
+
+
+def may_set_replica_role(conn: Any) -> bool:
+    """Whether the session's user may set ``session_replication_role``: a superuser, or on
+    PostgreSQL 15 and later one granted ``SET ON PARAMETER session_replication_role``."""
+    if conn.raw.info.server_version >= 150000:
+        sql = ("SELECT rolsuper OR has_parameter_privilege('session_replication_role', 'SET') "
+               "FROM pg_roles WHERE rolname = current_user")
+    else:
+        sql = "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+    row = conn.raw.execute(sql).fetchone()
+    return bool(row and row[0])

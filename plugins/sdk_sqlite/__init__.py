@@ -19,7 +19,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sdk import (
@@ -43,7 +43,13 @@ from sdk import (
     TableStats,
     hookimpl,
 )
-from sdk.dialect.apply import LEDGER, Ledger, check_target_columns, ledger_tables
+from sdk.dialect.apply import (
+    LEDGER,
+    Ledger,
+    check_target_columns,
+    ledger_tables,
+    write_transaction,
+)
 from sdk.dialect.sqlbase import SqlDialect
 
 from ._sql import (
@@ -112,14 +118,17 @@ def preflight(conn: sqlite3.Connection, tables: Sequence[TableId]) -> list[Requi
 @contextmanager
 def _writing(conn: sqlite3.Connection) -> Iterator[None]:
     """One write transaction (the database's write lock taken at once), committed when the
-    block ends, rolled back when it raises."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    block ends, rolled back when it raises; a savepoint inside an open one
+    (:func:`apply_transaction`)."""
+    with write_transaction(conn.execute, conn.in_transaction, "BEGIN IMMEDIATE"):
         yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+
+
+@hookimpl
+def apply_transaction(conn: sqlite3.Connection) -> AbstractContextManager[object]:
+    """One write transaction the apply hooks inside it join (SQLite's DDL is transactional,
+    so an ``alter_table`` inside commits nothing either)."""
+    return _writing(conn)
 
 
 @hookimpl

@@ -178,9 +178,11 @@ def _imports(annotations: str) -> str:
     names = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*", annotations)) | {"DialectInfo",
                                                                          "hookimpl"}
     unknown = names - set(sdk.__all__) - set(collections.abc.__all__) - set(dir(builtins))
-    if unknown - {"dt", "pa"}:
+    if unknown - {"dt", "pa", "AbstractContextManager"}:
         raise AssertionError(f"spec annotations use names sdk does not export: {unknown}")
     stdlib = ["import datetime as dt"] if "dt" in names else []
+    if "AbstractContextManager" in names:  # apply_transaction's block
+        stdlib.append("from contextlib import AbstractContextManager")
     from_abc = sorted(names & set(collections.abc.__all__))
     if from_abc:
         stdlib.append(f"from collections.abc import {', '.join(from_abc)}")

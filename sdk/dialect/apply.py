@@ -1,10 +1,11 @@
 """Helpers for dialects that can be sync targets (``apply_changes``): the runs of changes to
 write (or their net effect, for a set-based apply), the check of an existing target table, and
-the ledger that makes batches idempotent."""
+the ledger that makes batches idempotent, and the transaction a write joins."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -200,3 +201,27 @@ def ledger_tables(tables: Sequence[TableSchema], existing: Collection[tuple[str,
 HELD_PER_QUERY = 200
 """Table names one :meth:`Ledger.holding_sql` query probes at most: SQLite refuses a compound
 SELECT of more than 500 terms (a target of 1,000 tables could not resume)."""
+
+
+@contextlib.contextmanager
+def write_transaction(execute: Callable[[str], object], inside: bool, begin: str = "BEGIN"
+                      ) -> Iterator[None]:
+    """One all-or-nothing write in SQL: its own transaction (``begin``, ``COMMIT``,
+    ``ROLLBACK`` on an error), or, ``inside`` a transaction an ``apply_transaction`` block
+    holds open, a savepoint in it, so that the block's commit is the only one."""
+    if inside:
+        execute("SAVEPOINT sdk_write")
+        try:
+            yield
+        except BaseException:
+            execute("ROLLBACK TO SAVEPOINT sdk_write")
+            raise
+        execute("RELEASE SAVEPOINT sdk_write")
+        return
+    execute(begin)
+    try:
+        yield
+    except BaseException:
+        execute("ROLLBACK")
+        raise
+    execute("COMMIT")

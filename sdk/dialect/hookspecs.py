@@ -35,6 +35,7 @@ Rules for every hook:
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -390,6 +391,16 @@ def connection_security(conn: Connection) -> list[ConnectionSecurity]:
     """
 
 
+@optional
+def same_transaction(a: Offset, b: Offset) -> bool:
+    """Whether the changes at offsets ``a`` and ``b`` (``a`` not above ``b``) were committed
+    by one source transaction. A log batch cut for size (``log.batch.changes``,
+    ``log.batch.bytes``) is cut between two transactions, never inside one, so a target that
+    applies a batch in one transaction moves from one source commit to another. Without it
+    every change counts as a transaction of its own.
+    """
+
+
 @gives(Capability.ATOMIC_SNAPSHOT)
 def begin_snapshot(conn: Connection, token: str | None) -> SnapshotView | None:
     """Open a consistent read view on ``conn`` and return its exact offset.
@@ -527,6 +538,21 @@ def load_snapshot(conn: Connection, table: TableSchema, rows: pa.Table, batch_id
     :func:`sdk.dialect.arrow.python_values` turns a column back into the values ``apply_changes``
     takes, for what the dialect cannot load as it is. Capability ``bulk_load``; without it,
     snapshot rows go through ``apply_changes``.
+    """
+
+
+@_spec(Role.TARGET, Capability.TRANSACTIONS)
+def apply_transaction(conn: Connection) -> AbstractContextManager[object]:
+    """A context manager: one target transaction that the ``apply_changes``,
+    ``load_snapshot`` and ``alter_table`` calls on ``conn`` inside its block join, committed
+    when the block ends and rolled back when it raises.
+
+    Each call inside stays all-or-nothing on its own (a savepoint: a batch applied in halves
+    under ``errors.mode=skip`` rolls back only its half) and records its batch id as before,
+    but nothing commits before the block does. The engine applies each log batch, every table
+    of it, in one block: the mirror moves from one source commit to a later one. A target whose
+    ``alter_table`` commits on its own (MySQL's DDL) commits there. Capability
+    ``transactions``; without it each call commits by itself.
     """
 
 

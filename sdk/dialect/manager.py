@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import cached_property
 from importlib.metadata import entry_points
@@ -446,6 +447,15 @@ class Dialect:
         impl = self._impls["compare_offset"]
         return lambda a, b: impl(a=a, b=b)
 
+    @cached_property
+    def same_transaction(self) -> Callable[[Offset, Offset], bool] | None:
+        """``same_transaction(a, b)``: the plugin's hook, or None without it (every change
+        its own transaction)."""
+        impl = self._impls.get("same_transaction")
+        if impl is None:
+            return None
+        return lambda a, b: bool(impl(a=a, b=b))
+
     def begin_snapshot(self, conn: Connection, token: str | None = None) -> SnapshotView | None:
         if not self.implements("begin_snapshot"):
             return None
@@ -531,6 +541,14 @@ class Dialect:
                       events: Sequence[ChangeEvent], batch_id: str) -> bool:
         result: bool = self._call("apply_changes", conn=conn, table=table, events=events,
                                   batch_id=batch_id)
+        return result
+
+    def apply_transaction(self, conn: Connection) -> AbstractContextManager[object]:
+        """The target transaction the apply hooks on ``conn`` join until its block ends; a
+        block that changes nothing without the hook (each apply commits by itself)."""
+        if not self.implements("apply_transaction"):
+            return contextlib.nullcontext()
+        result: AbstractContextManager[object] = self._call("apply_transaction", conn=conn)
         return result
 
     def checksum_range(self, conn: Connection, table: TableSchema, split: SnapshotSplit

@@ -475,6 +475,9 @@ class Capability(StrEnum):
     BULK_LOAD = "bulk_load"
     """A sync target that loads a snapshot split's rows as one Arrow table
     (``load_snapshot``), without a Python value per cell."""
+    TRANSACTIONS = "transactions"
+    """A sync target that applies a whole log batch, every table of it, in one transaction
+    (``apply_transaction``): a reader of the target never sees half a source transaction."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,11 @@ SOURCE_OPTIONS = OptionTable(
            "`committed`", "source", (), "none"),
     Option("target.schema", "target_schema", text, None, "schema (database) of the target "
            "tables with `target`", "source", (), "the source table's", ("targetSchema",)),
+    Option("apply.consistency", "apply_consistency", choice("transaction", "table"),
+           "transaction", "how a log batch commits at a `target`: `transaction` commits all "
+           "of it, every table, at once (a reader of the target sees a state the source had, "
+           "from one source commit to a later one; targets with the `transactions` "
+           "capability), `table` commits each table's changes on their own", "source"),
     Option("log.poll-interval.ms", "head_poll_seconds", _milliseconds, 0.5,
            "how often an idle stream asks the source for its log head (milliseconds); "
            "`sdk sync` starts a batch at most this often",
@@ -243,6 +248,8 @@ class SourceSpec:
     errors_mode: str = "fail"
     """What a change the sync cannot carry does: stop (``fail``) or go to the dead-letter
     table (``skip``; see :mod:`sdk.spark.deadletter`)."""
+    apply_consistency: str = "transaction"
+    """How a log batch commits at a target (:attr:`sdk.job.target.Target.consistency`)."""
 
     @property
     def follows_tables(self) -> bool:
@@ -319,8 +326,9 @@ def resolve(options: Mapping[str, str], schemas: list[TableSchema] | None = None
         schema_changes=source["schema_changes"], errors_mode=source["errors_mode"],
         log_batch_changes=source["log_batch_changes"],
         log_batch_bytes=source["log_batch_bytes"],
-        target=Target.of(source["target"], source["target_schema"])
-        if source["target"] else None)
+        apply_consistency=source["apply_consistency"],
+        target=Target.of(source["target"], source["target_schema"],
+                         source["apply_consistency"]) if source["target"] else None)
 
 
 def chosen_tables(dialect: Dialect, conn: Connection, config: ConnectionConfig,

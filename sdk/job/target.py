@@ -4,8 +4,10 @@ changes there with the target dialect's ``apply_changes``. Spark-free: the mirro
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -37,15 +39,25 @@ class Target:
     dialect_name: str
     config: ConnectionConfig
     schema_name: str | None = None
+    consistency: str = "transaction"
+    """``transaction``: a log batch commits at once, every table of it, where the dialect can
+    (``apply_transaction``); ``table``: each table's changes commit on their own."""
 
     @classmethod
-    def of(cls, url: str, target_schema: str | None = None) -> Target:
+    def of(cls, url: str, target_schema: str | None = None,
+           consistency: str = "transaction") -> Target:
         """The target at ``url``; a dialect without ``apply_changes`` is refused."""
         dialect, config = default_manager().dialect_for_url(url)
         if not dialect.has(Capability.APPLY):
             raise ConfigurationError(f"dialect {dialect.name!r} cannot be a sync target "
                                      "(it does not implement apply_changes)")
-        return cls(dialect.name, config, target_schema)
+        return cls(dialect.name, config, target_schema, consistency)
+
+    @property
+    def transactional(self) -> bool:
+        """Whether a log batch is applied in one target transaction."""
+        return self.consistency == "transaction" and \
+            get_dialect(self.dialect_name).has(Capability.TRANSACTIONS)
 
     def table_for(self, source: TableSchema) -> TableSchema:
         """The target table of source table ``source``: its columns, under the target name."""
@@ -159,6 +171,8 @@ class Applier:
     newest: dict[TableId, int] = field(default_factory=dict)
     """The newest commit time (microseconds since the epoch) seen per table."""
     _conn: Any = None
+    _transaction: Any = None
+    """The open ``apply_transaction`` block (:meth:`begin`), if any."""
 
     def apply(self, source: TableSchema, events: Sequence[ChangeEvent], batch_id: str,
               replaces: SnapshotSplit | None = None, refused: Refused | None = None) -> None:
@@ -180,7 +194,18 @@ class Applier:
             mirrored = self.target.table_for(source)
             if replaces is not None:
                 events = [*self._stale(mirrored, replaces, events), *events]
-            self._apply(dialect, source, mirrored, events, batch_id, refused)
+            with self._joined(dialect):
+                self._apply(dialect, source, mirrored, events, batch_id, refused)
+
+    def _joined(self, dialect: Any) -> AbstractContextManager[object]:
+        """The transaction an apply runs in: the one :meth:`begin` opened, else one of its
+        own from the dialect's ``apply_transaction`` (``apply.consistency=table``: a table's
+        changes commit by themselves, applied as that block applies, as a replica does), else
+        the apply's own (no such hook)."""
+        if self._transaction is not None or not dialect.has(Capability.TRANSACTIONS):
+            return contextlib.nullcontext()
+        joined: AbstractContextManager[object] = dialect.apply_transaction(self._conn)
+        return joined
 
     def _apply(self, dialect: Any, source: TableSchema, mirrored: TableSchema,
                events: Sequence[ChangeEvent], batch_id: str, refused: Refused | None) -> None:
@@ -219,15 +244,16 @@ class Applier:
         with dialect.passing_faults():
             self._connect(dialect)
             mirrored = self.target.table_for(source)
-            try:
-                done = dialect.load_snapshot(self._conn, mirrored, rows, batch_id)
-            except Exception as exc:
-                if refused is None or not is_data_error(exc) or dialect.is_retriable(exc):
-                    raise
-                self._apply(dialect, source, mirrored,
-                            _read_events(source, rows, watermark or Offset("snapshot")),
-                            batch_id, refused)
-                return
+            with self._joined(dialect):
+                try:
+                    done = dialect.load_snapshot(self._conn, mirrored, rows, batch_id)
+                except Exception as exc:
+                    if refused is None or not is_data_error(exc) or dialect.is_retriable(exc):
+                        raise
+                    self._apply(dialect, source, mirrored,
+                                _read_events(source, rows, watermark or Offset("snapshot")),
+                                batch_id, refused)
+                    return
         table = source.table
         self.applied[table] = self.applied.get(table, 0) + (rows.num_rows if done else 0)
 
@@ -270,6 +296,28 @@ class Applier:
                  "skipped": skipped.get(t, 0)}
                 for t in tables]
 
+    def begin(self) -> None:
+        """Open the target transaction that the applies up to :meth:`commit` join (the
+        dialect's ``apply_transaction``), when the target is :attr:`Target.transactional`;
+        else each apply commits by itself. Connects either way. Called on the thread that
+        applies."""
+        dialect = get_dialect(self.target.dialect_name)
+        with dialect.passing_faults():
+            self._connect(dialect)
+            if not self.target.transactional:
+                return
+            transaction = dialect.apply_transaction(self._conn)
+            transaction.__enter__()
+        self._transaction = transaction
+
+    def commit(self) -> None:
+        """Commit the transaction :meth:`begin` opened, if any (a failure before it leaves it
+        to :meth:`close`, which rolls it back with the connection)."""
+        transaction, self._transaction = self._transaction, None
+        if transaction is not None:
+            with get_dialect(self.target.dialect_name).passing_faults():
+                transaction.__exit__(None, None, None)
+
     def connect(self) -> None:
         """Open the target connection now rather than on first use: a writer thread does it
         while its task reads the first changes (the target driver's import and the login
@@ -284,6 +332,8 @@ class Applier:
             self._conn = dialect.connect(self.target.config)
 
     def close(self) -> None:
+        """Close the connection; a transaction still open is rolled back with it."""
+        self._transaction = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None

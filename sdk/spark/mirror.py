@@ -8,15 +8,16 @@ Use it with ``foreachBatch``::
 Per batch: rows are spread over ``partitions`` tasks by a hash of the table and key (or, with
 ``shuffle=False``, each input partition is a task), each task reads its rows as Arrow batches,
 keeps the last change per key (by ``_seq``) and applies its changes with the target dialect's
-``apply_changes`` in one transaction that records ``<batch id>-<task>``. A replayed batch has the
+``apply_changes``, recording ``<batch id>-<task>``, every table of the task in one transaction
+where the target can (``consistency``; else a transaction per table). A replayed batch has the
 same rows, so the same tasks get the same keys and every ``apply_changes`` is a no-op.
 
 Dates and timestamps leave Spark as the days and microseconds it stores (``unix_date``,
 ``unix_micros``), never through PySpark's own datetime conversion, which fails on years outside
 1..9999 (and on year 1 in a session time zone west of UTC): those become
 ``sdk.dialect.temporal.WideTemporal``. A task turns all its rows into change events before it
-writes, and each table's changes are written in one transaction with the batch's ledger row, so a
-value the target refuses fails before that table's transaction writes, and the rerun after the fix
+writes, and each table's changes are written with the batch's ledger row in the same transaction,
+so a value the target refuses fails before that transaction commits, and the rerun after the fix
 skips what was committed.
 """
 
@@ -67,7 +68,8 @@ class Mirror:
                  shuffle: bool = True,
                  more_tables: Callable[[], Iterable[TableSchema]] | None = None,
                  own_tables: bool = False,
-                 ledger_prefix: Callable[[], str] | None = None) -> None:
+                 ledger_prefix: Callable[[], str] | None = None,
+                 consistency: str = "transaction") -> None:
         """``tables`` are the source tables; each is mirrored under the same name, in
         ``target_schema`` when given (else in the source's schema name). ``shuffle=False``
         applies each input partition as it is, for a stream straight from the ``cdc`` source,
@@ -78,8 +80,10 @@ class Mirror:
         ``own_tables``: the target tables are this sync's (resumed), altered to ``tables``
         when a schema change left them behind. ``ledger_prefix`` gives what each batch's
         ledger id begins with (the sync's id: another sync into the same target never takes
-        this one's batches for its own)."""
-        self.target = Target.of(target_url, target_schema)
+        this one's batches for its own). ``consistency``: ``transaction`` commits each task's
+        tables together where the target can (a stream straight from the ``cdc`` source with
+        ``shuffle=False``: each log batch at once), ``table`` each table by itself."""
+        self.target = Target.of(target_url, target_schema, consistency)
         self.tables = list(tables)
         self.more_tables = more_tables
         self.partitions = partitions
@@ -223,8 +227,10 @@ class _PartitionApplier:
             return
         applier = Applier(self.target)
         try:
+            applier.begin()  # the task's tables commit together (apply.consistency)
             for table, events in per_table.items():
                 applier.apply(self.by_id[table], events, f"{self.batch_id}-{task}")
+            applier.commit()
         finally:
             applier.close()
         yield pa.RecordBatch.from_pylist(applier.report(), schema=REPORT_ARROW)

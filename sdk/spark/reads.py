@@ -479,11 +479,13 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
                ) -> Iterator[pa.RecordBatch]:
     """A chained log batch: its changes applied in log order, in chunks of at most
     ``BATCH_ROWS`` changes (memory stays O(chunk) however far behind the batch starts; the
-    first ones smaller, :func:`chunk_rows`), each chunk in one transaction per table recording
+    first ones smaller, :func:`chunk_rows`), each chunk's changes of a table recording
     ``log/<state>/<chunk>``, on a writer thread while the next chunk is read
-    (:class:`~sdk.job.target.Pipeline`). The bounded read is repeatable, so a replay cuts the
-    same chunks and skips those that committed. A schema change ends the chunk; the target's
-    table is altered (idempotently) before the next one."""
+    (:class:`~sdk.job.target.Pipeline`). All of it commits in one target transaction where
+    the target can (``apply.consistency=transaction``; the batch ends between two source
+    transactions, :func:`_log_events`), else each chunk's table by itself. The bounded read
+    is repeatable, so a replay cuts the same chunks and skips those that committed. A schema
+    change ends the chunk; the target's table is altered (idempotently) before the next one."""
     assert spec.target is not None
     sink = Applier(spec.target)
     writer = Pipeline()
@@ -526,7 +528,7 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
     last_table: TableId | None = None
     changes: list[ChangeEvent] = []
     try:
-        writer.submit(sink.connect)  # while the first chunk is read
+        writer.submit(sink.begin)  # connects while the first chunk is read
         for item in _log_events(spec, engine, shapes, partition.paced_from):
             if isinstance(item, SchemaChange):
                 last_table = None
@@ -545,6 +547,7 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
                 flush()
                 last_table = None
         flush()
+        writer.submit(sink.commit)
         writer.wait()
     finally:
         writer.shutdown()
@@ -666,8 +669,10 @@ def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes,
     captures there, that the incremental filter lets through, and the schema changes it
     follows (``shapes``); read at ``log.changes-per-second`` from ``paced_from``. A range
     holding more than ``log.batch.changes`` changes, or about ``log.batch.bytes`` of them
-    (:class:`BatchSize`), is cut before the first change past them
-    (:func:`.engine_state.write_cut`): the batch ends there, the next one reads on."""
+    (:class:`BatchSize`), is cut before the first change past them that starts a source
+    transaction (the dialect's ``same_transaction``; without it, at that change):
+    :func:`.engine_state.write_cut`, the batch ends there, the next one reads on. A
+    transaction larger than the limits is one batch."""
     dialect = spec.dialect_obj
     flt = log_filter(engine.sync, dialect.compare_offset)
     pace = throttle(spec.options.log_changes_per_second, since=paced_from)
@@ -676,6 +681,9 @@ def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes,
     route = flt.route if flt.filtered_tables else None  # None: every change passes
     left = spec.log_batch_changes  # changes this batch may still read
     size = BatchSize(spec.log_batch_bytes)
+    within = dialect.same_transaction
+    previous: Offset | None = None  # the last change's offset
+    over = False  # the limits were met inside a transaction, which the batch takes whole
     conn = dialect.connect(spec.config)
     try:
         check_task_source(shapes.store, dialect, conn)
@@ -687,10 +695,14 @@ def _log_events(spec: SourceSpec, engine: EngineState, shapes: Shapes,
     try:
         for item in stream:
             if isinstance(item, ChangeEvent):
-                if not left or size.full(item):
-                    write_cut(shapes.store, shapes.state, item.offset)
-                    return
-                left -= 1
+                if over or not left or size.full(item):
+                    if within is None or previous is None or not within(previous, item.offset):
+                        write_cut(shapes.store, shapes.state, item.offset)
+                        return
+                    over = True
+                else:
+                    left -= 1
+                previous = item.offset
                 if pace is not None:
                     pace.take(1)
                 routed = item if route is None else route(item)

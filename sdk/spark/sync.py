@@ -396,7 +396,8 @@ class _Run:
         store = self.store
         return Mirror(target, spec.tables, envelope=spec.envelope, target_schema=schema,
                       shuffle=False, more_tables=lambda: captured_tables(store, not spec.envelope),
-                      own_tables=resumed, ledger_prefix=lambda: ledger_prefix(store))
+                      own_tables=resumed, ledger_prefix=lambda: ledger_prefix(store),
+                      consistency=spec.apply_consistency)
 
     def each_batch(self, df: Any, batch_id: int) -> None:
         """The ``foreachBatch`` step: the change log written and the mirror applied."""

@@ -1061,6 +1061,78 @@ class TestReadTargetRange:
         return out
 
 
+@requires(Capability.TRANSACTIONS)
+class TestApplyTransaction:
+    """12. With capability ``transactions``: the ``apply_changes`` calls inside one
+    ``apply_transaction`` block, on two tables and several batches of each (sets large enough
+    for a set-based apply), commit together when it ends: another connection sees none of
+    them before, all after; a block that raises leaves nothing, its batch ids unclaimed."""
+
+    def test_a_block_commits_all_its_batches_or_none(self, kit: Kit) -> None:
+        items = kit.items([(i, f"row {i}") for i in range(300)])
+        pairs = kit.pairs([(a, b, "x") for a in ("a", "b") for b in range(60)])
+        mirrors = [_mirror(kit, t, kit.rows(t)) for t in (items, pairs)]
+        before = [self._read(kit, kit.target_conn, m) for m in mirrors]
+        url = kit.harness.target_url() or kit.harness.url
+        assert url is not None
+        other = kit.dialect.connect(ConnectionConfig.from_url(url))
+        try:
+            for fails in (True, False):
+                batches = [(m, self._changes(kit, m, kit.rows(t), n), f"kit {kit.tag} tx {n}")
+                           for n in (1, 2) for m, t in zip(mirrors, (items, pairs), strict=True)]
+                try:
+                    with kit.dialect.apply_transaction(kit.target_conn):
+                        for mirror, changes, batch in batches:
+                            assert kit.dialect.apply_changes(kit.target_conn, mirror, changes,
+                                                             batch), f"{batch} not claimed"
+                            assert [self._read(kit, other, m) for m in mirrors] == before, \
+                                "another connection saw a write before the block ended"
+                        if fails:
+                            raise _PlannedError
+                except _PlannedError:
+                    assert [self._read(kit, kit.target_conn, m) for m in mirrors] == before, \
+                        "a block that raised left some of its writes"
+            expected = []
+            for mirror, source in zip(mirrors, (items, pairs), strict=True):
+                rows = as_dict(mirror, kit.rows(source))
+                for n in (1, 2):
+                    apply(rows, self._changes(kit, mirror, kit.rows(source), n))
+                expected.append(sorted(rows.values(), key=mirror.key_of))
+            assert [self._read(kit, other, m) for m in mirrors] == expected
+            with kit.dialect.apply_transaction(kit.target_conn):
+                for mirror, changes, batch in batches:
+                    assert not kit.dialect.apply_changes(kit.target_conn, mirror, changes,
+                                                         batch), f"{batch} applied twice"
+        finally:
+            other.close()
+
+    @staticmethod
+    def _read(kit: Kit, conn: Any, mirror: TableSchema) -> list[Row]:
+        whole = SnapshotSplit(mirror.table, 0, None, None)
+        read = kit.dialect.read_target_range if kit.dialect.implements(
+            "read_target_range") else kit.dialect.read_range  # a mirror is a table it reads
+        got = [tuple(r) for b in read(conn, mirror, whole, 1000) for r in b]
+        return sorted(got, key=mirror.key_of)
+
+    @staticmethod
+    def _changes(kit: Kit, table: TableSchema, rows: Sequence[Row], n: int
+                 ) -> list[ChangeEvent]:
+        """Every row updated (its last column to ``v<n>``), every seventh deleted in batch 2."""
+        at = kit.offset()
+        out = []
+        for i, row in enumerate(rows):
+            if n == 2 and i % 7 == 3:
+                out.append(ChangeEvent(table.table, "d", table.key_of(row), None, at, tuple(row)))
+            else:
+                after = (*row[:-1], f"v{n} {i}")
+                out.append(ChangeEvent(table.table, "u", table.key_of(row), after, at, tuple(row)))
+        return out
+
+
+class _PlannedError(Exception):
+    """Raised on purpose inside a block that must leave nothing."""
+
+
 def _same(got: dict[Key, Row], wanted: dict[Key, Row]) -> bool:
     """The same keys with the same values (NaN equal to NaN)."""
     return got.keys() == wanted.keys() and all(
@@ -1070,6 +1142,7 @@ def _same(got: dict[Key, Row], wanted: dict[Key, Row]) -> bool:
 
 
 __all__ = [
+    "TestApplyTransaction",
     "TestBoundedStream",
     "TestChecksums",
     "TestEndToEnd",

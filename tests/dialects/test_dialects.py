@@ -246,11 +246,12 @@ def test_table_stats_is_optional_and_defaults_to_none() -> None:
 
 BUILTIN_CAPABILITIES = {
     "sqlite": {"atomic_snapshot", "before_images", "apply", "acknowledge", "earliest",
-               "filtered_reads", "alter", "bulk_load"},
+               "filtered_reads", "alter", "bulk_load", "transactions"},
     "mysql": {"atomic_snapshot", "before_images", "earliest", "apply", "filtered_reads",
-              "alter", "schema_changes", "arrow_reads", "bulk_load", "checksum"},
+              "alter", "schema_changes", "arrow_reads", "bulk_load", "checksum", "transactions"},
     "postgres": {"acknowledge", "earliest", "apply", "atomic_snapshot", "filtered_reads",
-                 "alter", "schema_changes", "bulk_load", "arrow_reads", "checksum"},
+                 "alter", "schema_changes", "bulk_load", "arrow_reads", "checksum",
+                 "transactions"},
     "oracle": {"atomic_snapshot", "earliest"},
     "sqlserver": {"before_images", "earliest", "timestamp"},
 }
