@@ -5,6 +5,7 @@ changes there with the target dialect's ``apply_changes``. Spark-free: the mirro
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -12,10 +13,20 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..dialect.apply import LEDGER
+from ..dialect.codec import dumps
 from ..dialect.config import ConnectionConfig
 from ..dialect.errors import ConfigurationError
 from ..dialect.manager import default_manager, get_dialect
-from ..dialect.types import Capability, ChangeEvent, Offset, SnapshotSplit, TableId, TableSchema
+from ..dialect.types import (
+    Capability,
+    ChangeEvent,
+    Column,
+    LogicalType,
+    Offset,
+    SnapshotSplit,
+    TableId,
+    TableSchema,
+)
 from .failures import is_data_error
 
 if TYPE_CHECKING:
@@ -28,6 +39,23 @@ changes it set aside (``errors.mode=skip``)."""
 
 Refused = Callable[[TableSchema, ChangeEvent, BaseException], None]
 """Told each change the target refuses under ``errors.mode=skip`` (see :meth:`Applier.apply`)."""
+
+
+POSITION = "_sdk_position"
+"""The table in which a database target keeps, per sync, the source position its tables
+reflect and the commit time of the last source transaction in it, written in the transaction
+of the changes: a reader asks it, in its own transaction, as of which source commit what it
+sees is (docs/operations.md)."""
+
+
+def position_table(schema: str) -> TableSchema:
+    """The :data:`POSITION` table in ``schema``: one row per sync (its id), the position as
+    ``sdk status`` prints it (canonical JSON), the source commit time, when it was written."""
+    return TableSchema(TableId(schema, POSITION), (
+        Column("sync", LogicalType.STRING, "sdk", nullable=False),
+        Column("source_position", LogicalType.STRING, "sdk"),
+        Column("source_commit", LogicalType.TIMESTAMP_TZ, "sdk"),
+        Column("applied_at", LogicalType.TIMESTAMP_TZ, "sdk")), ("sync",))
 
 
 @dataclass
@@ -173,6 +201,9 @@ class Applier:
     _conn: Any = None
     _transaction: Any = None
     """The open ``apply_transaction`` block (:meth:`begin`), if any."""
+    marker: tuple[str, str] | None = None
+    """``(schema, sync id)``: :meth:`begin` makes that schema's :data:`POSITION` table, which
+    :meth:`mark` writes."""
 
     def apply(self, source: TableSchema, events: Sequence[ChangeEvent], batch_id: str,
               replaces: SnapshotSplit | None = None, refused: Refused | None = None) -> None:
@@ -304,11 +335,34 @@ class Applier:
         dialect = get_dialect(self.target.dialect_name)
         with dialect.passing_faults():
             self._connect(dialect)
+            if self.marker is not None:  # before the block: MySQL's DDL commits by itself
+                dialect.create_table(self._conn, position_table(self.marker[0]))
             if not self.target.transactional:
                 return
             transaction = dialect.apply_transaction(self._conn)
             transaction.__enter__()
         self._transaction = transaction
+
+    def mark(self, position: Offset, commit_ts: int | None, batch_id: str) -> None:
+        """Record in the :data:`POSITION` table of :attr:`marker` that the target reflects the
+        source up to ``position`` (its last change committed at ``commit_ts``, microseconds
+        since the epoch; None: the commit recorded before stays), in the transaction of the
+        changes (:meth:`begin`)."""
+        if self.marker is None:
+            return
+        schema, sync = self.marker
+        table = position_table(schema)
+        dialect = get_dialect(self.target.dialect_name)
+        with dialect.passing_faults(), self._joined(dialect):
+            if commit_ts is None:  # a batch without changes: the last commit stays
+                whole = SnapshotSplit(table.table, 0, None, None)
+                commit = next((row[2] for rows in dialect.read_range(
+                    self._conn, table, whole, 100) for row in rows if row[0] == sync), None)
+            else:
+                commit = dt.datetime.fromtimestamp(commit_ts / 1e6, dt.UTC)
+            row = (sync, dumps(position.to_json()), commit, dt.datetime.now(dt.UTC))
+            dialect.apply_changes(self._conn, table, [
+                ChangeEvent(table.table, "u", (sync,), row, position)], batch_id)
 
     def commit(self) -> None:
         """Commit the transaction :meth:`begin` opened, if any (a failure before it leaves it

@@ -45,6 +45,7 @@ from .engine_state import (
     ledger_prefix,
     stage_name,
     staged_schema_changes,
+    with_cut,
     write_cut,
 )
 from .statestore import StateStore
@@ -527,6 +528,10 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
     engine = shapes.engine
     last_table: TableId | None = None
     changes: list[ChangeEvent] = []
+    last: ChangeEvent | None = None
+    if shapes.tables:  # the position the batch leaves the target at, with its changes
+        first = sink.target.table_for(next(iter(shapes.tables.values())))
+        sink.marker = (first.table.schema, prefix.rstrip(":") or "sync")
     try:
         writer.submit(sink.begin)  # connects while the first chunk is read
         for item in _log_events(spec, engine, shapes, partition.paced_from):
@@ -542,11 +547,17 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
                 last_table = item.table
                 changes = chunk.setdefault(last_table, [])
             changes.append(item)
+            last = item
             held += 1
             if held >= limit:
                 flush()
                 last_table = None
         flush()
+        end = with_cut(shapes.store, partition.state, engine).sync.position
+        if end is not None and sink.marker is not None:  # where it was cut, if it was
+            writer.submit(functools.partial(
+                sink.mark, end, None if last is None else last.commit_ts,
+                f"{prefix}{log_ledger_id(partition.state)}/position"))
         writer.submit(sink.commit)
         writer.wait()
     finally:

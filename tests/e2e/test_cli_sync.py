@@ -303,7 +303,10 @@ def test_sigterm_to_the_process_group_stops_the_sync_cleanly(tmp_path: Path) -> 
         [sys.executable, "-m", "sdk.app.cli", "sync", "--source", f"sqlite:///{source}",
          "--target", f"sqlite:///{tmp_path}/mirror.db", "--checkpoint", str(tmp_path / "ck"),
          "--until", "never"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+        # no JVM class archive: on a machine without one yet, its detached builder waits for
+        # the sync to end and then works for a minute, by design (sdk/spark/jvmcache.py)
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "SDK_JVM_ARCHIVE": "0"},
+        start_new_session=True)
     assert process.stdout is not None
     seen = []
     for line in process.stdout:
@@ -318,7 +321,7 @@ def test_sigterm_to_the_process_group_stops_the_sync_cleanly(tmp_path: Path) -> 
     assert "stopping once the batch in flight commits" in out and "Traceback" not in out, out
     deadline = time.monotonic() + 30  # a loaded machine (the suite on two workers) is slow
     while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree):
-        assert time.monotonic() < deadline, [p for p in tree if p.is_running()]
+        assert time.monotonic() < deadline, [(p, p.cmdline()) for p in tree if p.is_running()]
         time.sleep(0.1)
     assert rows(f"sqlite:///{tmp_path}/mirror.db")["t"] == rows(f"sqlite:///{source}")["t"]
 

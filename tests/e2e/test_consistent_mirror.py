@@ -8,6 +8,7 @@ streams transactions of 1 and of 50 transfers and one larger than ``log.batch.ch
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import signal
 import threading
@@ -21,6 +22,8 @@ from typing import Any
 import pytest
 from helpers.kill import sync_process
 from helpers.servers import MYSQL_ADMIN_URL
+
+from sdk import Offset, get_dialect
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 
@@ -133,14 +136,33 @@ def bank(request: pytest.FixtureRequest, postgres_admin: Any) -> Iterator[Bank]:
         postgres_admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+_ONE_AT_A_TIME = threading.Lock()
+
+
 @dataclass
 class Mirror:
-    """Where the sync writes the bank (``--target``, ``--target-schema``) and the invariant's
-    one statement there: SUM(balance), SUM(version), COUNT(transfers)."""
+    """Where the sync writes the bank (``--target``, ``--target-schema``), the schema prefix
+    of its tables there, and one row of a statement run there (None before the tables)."""
 
     args: list[str]
-    read: Callable[[], tuple[int, int, int]]
-    close: Callable[[], None]
+    prefix: str
+    row: Callable[[str], tuple[Any, ...] | None]
+
+    def read(self) -> tuple[int, int, int]:
+        """The invariant's one statement (one consistent read): SUM(balance), SUM(version),
+        COUNT(transfers)."""
+        with _ONE_AT_A_TIME:  # the reader's thread and the test's share the connection
+            row = self.row(self.sql)
+        return (0, 0, 0) if row is None else (int(row[0] or 0), int(row[1] or 0),
+                                              int(row[2] or 0))
+
+    sql: str = ""
+
+    def position(self) -> str | None:
+        """The source position the target says it reflects (its ``_sdk_position`` row)."""
+        with _ONE_AT_A_TIME:
+            row = self.row(f"SELECT source_position FROM {self.prefix}_sdk_position")
+        return None if row is None else str(row[0])
 
 
 @pytest.fixture
@@ -156,17 +178,14 @@ def mirror(request: pytest.FixtureRequest, bank: Bank, postgres_admin: Any, post
         name = f"bk_mirror_{uuid.uuid4().hex[:8]}"
         postgres_admin.execute(f"CREATE SCHEMA {name} AUTHORIZATION sdk_cdc")
         conn = psycopg.connect(postgres_url, autocommit=True)
-        query = sql.format(s=f"{name}.", a=accounts, t=transfers)
 
-        def read_pg() -> tuple[int, int, int]:
+        def row_pg(query: str) -> tuple[Any, ...] | None:
             with contextlib.suppress(psycopg.errors.UndefinedTable):
-                row = conn.execute(query).fetchone()
-                assert row is not None
-                return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)
-            return 0, 0, 0
+                return conn.execute(query).fetchone()
+            return None
         try:
-            yield Mirror(["--target", postgres_url, "--target-schema", name], read_pg,
-                         conn.close)
+            yield Mirror(["--target", postgres_url, "--target-schema", name], f"{name}.", row_pg,
+                         sql.format(s=f"{name}.", a=accounts, t=transfers))
         finally:
             conn.close()
             postgres_admin.execute(f"DROP SCHEMA {name} CASCADE")
@@ -176,14 +195,13 @@ def mirror(request: pytest.FixtureRequest, bank: Bank, postgres_admin: Any, post
 
         path = tmp_path / "mirror.db"
         lite = sqlite3.connect(path, timeout=30, check_same_thread=False)
-        lite_query = sql.format(s="", a=accounts, t=transfers)
 
-        def read_lite() -> tuple[int, int, int]:
+        def row_lite(query: str) -> tuple[Any, ...] | None:
             with contextlib.suppress(sqlite3.OperationalError):  # no such table, yet
-                row = lite.execute(lite_query).fetchone()
-                return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)
-            return 0, 0, 0
-        yield Mirror(["--target", f"sqlite:///{path}"], read_lite, lite.close)
+                return tuple(lite.execute(query).fetchone())
+            return None
+        yield Mirror(["--target", f"sqlite:///{path}"], "", row_lite,
+                     sql.format(s="", a=accounts, t=transfers))
         lite.close()
         return
     import pymysql
@@ -194,18 +212,17 @@ def mirror(request: pytest.FixtureRequest, bank: Bank, postgres_admin: Any, post
     db = f"bk_mirror_{uuid.uuid4().hex[:8]}"
     my = pymysql.connect(host=config.host, port=config.port or 3306, user=config.user,
                          password=config.password or "", autocommit=True)
-    my_query = sql.format(s=f"{db}.", a=accounts, t=transfers)
 
-    def read_my() -> tuple[int, int, int]:
+    def row_my(query: str) -> tuple[Any, ...] | None:
         with my.cursor() as cur:
             try:
-                cur.execute(my_query)
+                cur.execute(query)
             except pymysql.err.ProgrammingError:  # no such table, yet
-                return 0, 0, 0
-            row = cur.fetchone()
-            return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)
+                return None
+            return tuple(cur.fetchone())
     try:
-        yield Mirror(["--target", MYSQL_ADMIN_URL, "--target-schema", db], read_my, my.close)
+        yield Mirror(["--target", MYSQL_ADMIN_URL, "--target-schema", db], f"{db}.", row_my,
+                     sql.format(s=f"{db}.", a=accounts, t=transfers))
     finally:
         with my.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {db}")
@@ -300,6 +317,14 @@ def test_a_reader_of_the_mirror_never_sees_half_a_source_transaction(
         process.send_signal(signal.SIGTERM)
         process.wait(120)
 
+    # the target says which source position it reflects; sdk status, as of its last report
+    # (written as the next batch is planned), the same or an earlier one
+    progress = json.loads((tmp_path / "ck" / "state" / "progress.json").read_text())
+    marked = mirror.position()
+    assert marked is not None and progress["position"] is not None
+    at, reported = (Offset.from_json(json.loads(p)) for p in (marked, progress["position"]))
+    assert get_dialect(bank.url.split(":", 1)[0].replace("postgresql", "postgres")
+                       ).compare_offset(at, reported) >= 0, (marked, progress["position"])
     print(f"{reader.reads} reads of the mirror, {len(reader.seen)} states, torn: "
           f"{reader.torn[:5]}")
     assert reader.reads >= 200 and len(reader.seen) >= 5, (reader.reads, len(reader.seen))
