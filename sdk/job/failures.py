@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..dialect import errors
 from ..dialect.errors import (
+    ConfigurationError,
     DataError,
     FatalSyncError,
     PreflightError,
@@ -246,8 +247,19 @@ def is_data_error(error: BaseException) -> bool:
     """Whether ``error`` is about a value (a DB-API DataError or IntegrityError, a value out of
     a type's range, text that is not valid in its encoding)."""
     names = {kind.__name__ for kind in type(error).__mro__}
-    return bool(names & {"DataError", "IntegrityError", "OverflowError",
-                         "UnicodeError", "NumericValueOutOfRange", "InvalidDatetimeFormat"})
+    return not is_constraint_error(error) and bool(
+        names & {"DataError", "IntegrityError", "OverflowError", "UnicodeError",
+                 "NumericValueOutOfRange", "InvalidDatetimeFormat"})
+
+
+def is_constraint_error(error: BaseException) -> bool:
+    """Whether ``error`` is a target's foreign key refusing a change: never a value's fault
+    (the source checked its own keys), so neither a :class:`DataError` nor a change to set
+    aside. Any driver's: PostgreSQL's ``ForeignKeyViolation``, an integrity error naming a
+    foreign key (MySQL, SQLite)."""
+    names = {kind.__name__ for kind in type(error).__mro__}
+    return "ForeignKeyViolation" in names or (
+        "IntegrityError" in names and "foreign key" in str(error).lower())
 
 
 def full_trace(error: BaseException) -> str:
@@ -294,6 +306,14 @@ def doing(what: str, retriable: Callable[[BaseException], bool] | None = None,
     except Exception as exc:
         if retriable is not None and retriable(exc):
             raise
+        if applying and is_constraint_error(exc):
+            raise ConfigurationError(
+                f"{what}: {type(exc).__name__}: {_cut(str(exc))}: a foreign key of the target "
+                "refused a change the source made (the source checked its own keys; its "
+                "cascaded deletes are in its log): let the sync apply as a replica does "
+                "(PostgreSQL: GRANT SET ON PARAMETER session_replication_role TO the target "
+                "user; docs/operations.md, 'Reading the target while it syncs'), or drop the "
+                "constraint at the target; then run again with the same --checkpoint") from exc
         if is_data_error(exc):
             raise DataError(f"{what}: {type(exc).__name__}: {_cut(str(exc))}: "
                             f"{_data_advice(table, applying, skips)}") from exc

@@ -165,3 +165,29 @@ def test_a_value_spark_cannot_hold_ends_in_a_short_summary(
                         "pg_replication_slots WHERE slot_name = 'far')")
         postgres_admin.execute("DROP PUBLICATION IF EXISTS far")
         postgres_admin.execute("DROP TABLE far_ts")
+
+
+@pytest.mark.parametrize("error", [
+    "psycopg", "pymysql", "sqlite3"])
+def test_a_target_foreign_key_is_never_a_value_to_fix_at_the_source(error: str) -> None:
+    """A foreign key of the target refusing a change (each driver's own error) stops with the
+    fix that works, applying as a replica, and is no DataError (errors.mode=skip would set the
+    change aside, and the advice would blame the source)."""
+    import sqlite3
+
+    import psycopg
+    import pymysql
+
+    exc: Exception = {
+        "psycopg": psycopg.errors.ForeignKeyViolation(
+            'insert or update on table "kids" violates foreign key constraint "kids_parent_fkey"'),
+        "pymysql": pymysql.err.IntegrityError(
+            1452, "Cannot add or update a child row: a foreign key constraint fails"),
+        "sqlite3": sqlite3.IntegrityError("FOREIGN KEY constraint failed")}[error]
+    with pytest.raises(ConfigurationError, match="SET ON PARAMETER session_replication_role") \
+            as caught, doing("applying 3 changes of public.kids", applying=True):
+        raise exc
+    assert "at the source" not in str(caught.value).split(": a foreign key")[1]
+    with pytest.raises(DataError, match="fix it at the source"), doing(
+            "applying 1 change of public.t", applying=True):
+        raise sqlite3.IntegrityError("CHECK constraint failed: no_seven")  # still a value
