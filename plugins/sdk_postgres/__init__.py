@@ -24,6 +24,7 @@ connection in :mod:`._connection`, column types in :mod:`._types` and the target
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,8 @@ from ._types import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5  # an open-ended stream_log reads up to a new watermark this often
 HASHES_FETCHED = 10_000  # keys and hashes row_hashes fetches at a time
@@ -748,6 +751,8 @@ def create_table(conn: PgConnection, table: TableSchema) -> None:
         "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
         "AND NOT attisdropped ORDER BY attnum", (qualified(table.table),))]
     check_target_columns(existing, table)
+    if existing:
+        _warn_of_foreign_keys(conn, table)
     # one transaction, not flushed at its commit (a sync of many tables makes each at start):
     # the first batch applied later flushes the WAL that holds it; lost in a crash before,
     # the next start makes it again
@@ -756,6 +761,27 @@ def create_table(conn: PgConnection, table: TableSchema) -> None:
         conn.query(f"CREATE SCHEMA IF NOT EXISTS {q(table.table.schema)}")
         conn.query(_target.create_sql(table, qualified(table.table), q))
         conn.query(_target.ledger(q(table.table.schema)).create_sql())
+
+
+def _warn_of_foreign_keys(conn: PgConnection, table: TableSchema) -> None:
+    """One line, before anything is applied, when the existing target ``table`` has foreign
+    keys (its own or others' on it) and the user may not apply as a replica
+    (:func:`._target.applying`): a batch that deletes a parent before its child, or a child's
+    split loaded before its parent's, would fail on them."""
+    if conn.replica_role is None:
+        conn.replica_role = _target.may_set_replica_role(conn)
+    if conn.replica_role:
+        return
+    keys = [name for (name,) in conn.query(
+        "SELECT conname::text FROM pg_constraint WHERE contype = 'f' AND (conrelid = "
+        "to_regclass(%s) OR confrelid = to_regclass(%s)) ORDER BY 1",
+        (qualified(table.table),) * 2)]
+    if keys:
+        log.warning("target table %s has foreign keys (%s) and the target user may not apply as "
+                    "a replica, so a change the source made in another order fails on them: "
+                    "GRANT SET ON PARAMETER %s TO %s (PostgreSQL 15 and later; a superuser "
+                    "has it), or drop them", table.table, ", ".join(keys),
+                    _target.REPLICA_ROLE, conn.raw.info.user)
 
 
 @hookimpl
