@@ -102,56 +102,54 @@ def test_postgres_snapshot_rows_displace_a_row_the_log_writes_later(pg: Any) -> 
         (5, "e0", "new")]
 
 
-@pytest.mark.postgres
-def test_postgres_without_the_replica_role_a_swap_under_a_foreign_key_is_refused(
-        pg: Any, postgres_admin: Any, postgres_url: str) -> None:
-    dialect, conn, schema = pg
-    table = _pg_table(dialect, conn, schema, 3, referenced=True)
+@pytest.fixture
+def plain(pg: Any, postgres_admin: Any, postgres_url: str) -> Iterator[tuple[Any, str]]:
+    """A target connection as a role of its own without the replica right (it may write the
+    schema's tables and make schemas), and the role's name."""
+    dialect, _, schema = pg
     role = f"sdk_plain_{uuid.uuid4().hex[:6]}"
     postgres_admin.execute(f"CREATE ROLE {role} LOGIN")
     postgres_admin.execute(f"GRANT ALL ON SCHEMA {schema} TO {role}")
-    postgres_admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {role}")
-    plain = dialect.connect(ConnectionConfig.from_url(
+    postgres_admin.execute(f"GRANT CREATE ON DATABASE sdk_test TO {role}")
+    conn = dialect.connect(ConnectionConfig.from_url(
         postgres_url.replace("sdk_cdc:sdk_cdc@", f"{role}@")))
     try:
-        refused = pytest.raises(ConfigurationError, match=f"{table.table.name}_kids_parent_fkey"
-                                ".*SET ON PARAMETER session_replication_role")
-        with refused, dialect.apply_transaction(plain):
-            dialect.apply_changes(plain, table, rotated(table, 3), "b1")
-        assert _pg_rows(conn, table) == [(i, f"e{i}", "old") for i in range(3)]
+        yield conn, role
     finally:
-        plain.close()
+        conn.close()
         postgres_admin.execute(f"DROP OWNED BY {role}")
         postgres_admin.execute(f"DROP ROLE {role}")
 
 
 @pytest.mark.postgres
+def test_postgres_without_the_replica_role_a_swap_under_a_foreign_key_is_refused(
+        pg: Any, plain: tuple[Any, str], postgres_admin: Any) -> None:
+    dialect, conn, schema = pg
+    table = _pg_table(dialect, conn, schema, 3, referenced=True)
+    postgres_admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {plain[1]}")
+    refused = pytest.raises(ConfigurationError, match=f"{table.table.name}_kids_parent_fkey"
+                            ".*SET ON PARAMETER session_replication_role")
+    with refused, dialect.apply_transaction(plain[0]):
+        dialect.apply_changes(plain[0], table, rotated(table, 3), "b1")
+    assert _pg_rows(conn, table) == [(i, f"e{i}", "old") for i in range(3)]
+
+
+@pytest.mark.postgres
 def test_postgres_a_user_who_may_not_apply_as_a_replica_is_told_before_anything_is_applied(
-        pg: Any, postgres_admin: Any, postgres_url: str,
+        pg: Any, plain: tuple[Any, str], postgres_admin: Any,
         caplog: pytest.LogCaptureFixture) -> None:
     """An existing target table with foreign keys: a target user without the replica right
     gets one line naming them and the grant when the sync takes the table; one with it, none."""
     dialect, conn, schema = pg
     table = _pg_table(dialect, conn, schema, 3, referenced=True)
-    role = f"sdk_plain_{uuid.uuid4().hex[:6]}"
-    postgres_admin.execute(f"CREATE ROLE {role} LOGIN")
-    postgres_admin.execute(f"GRANT ALL ON SCHEMA {schema} TO {role}")
-    postgres_admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {role}")
-    postgres_admin.execute(f"GRANT CREATE ON DATABASE sdk_test TO {role}")
-    plain = dialect.connect(ConnectionConfig.from_url(
-        postgres_url.replace("sdk_cdc:sdk_cdc@", f"{role}@")))
-    try:
-        with caplog.at_level("WARNING", logger="sdk_postgres"):
-            dialect.create_table(conn, table)  # granted (scripts/services.sh)
-            assert not caplog.records
-            dialect.create_table(plain, table)
-        lines = [r.getMessage() for r in caplog.records]
-        assert len(lines) == 1 and f"{table.table.name}_kids_parent_fkey" in lines[0] and \
-            f"GRANT SET ON PARAMETER session_replication_role TO {role}" in lines[0], lines
-    finally:
-        plain.close()
-        postgres_admin.execute(f"DROP OWNED BY {role}")
-        postgres_admin.execute(f"DROP ROLE {role}")
+    postgres_admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {plain[1]}")
+    with caplog.at_level("WARNING", logger="sdk_postgres"):
+        dialect.create_table(conn, table)  # granted (scripts/services.sh)
+        assert not caplog.records
+        dialect.create_table(plain[0], table)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and f"{table.table.name}_kids_parent_fkey" in lines[0] and \
+        f"GRANT SET ON PARAMETER session_replication_role TO {plain[1]}" in lines[0], lines
 
 
 @pytest.fixture
