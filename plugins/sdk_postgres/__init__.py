@@ -822,11 +822,12 @@ def apply_changes(conn: PgConnection, table: TableSchema, events: Sequence[Chang
         if not _target.ledger(q(table.table.schema)).claim(cur, table, batch_id):
             return False
         quoted = qualified(table.table)
-        if all(e.op == "r" for e in events) and _target.load(
+        snapshot = all(e.op == "r" for e in events)
+        if snapshot and _target.load(
                 cur, table, quoted, [e.after for e in events if e.after is not None], q):
             return True
         _target.write(cur, table, quoted, qualified(table.table, params=True),
-                      net_changes(events), q, qp, all(e.op == "r" for e in events))
+                      net_changes(events), q, qp, snapshot)
         return True
 
 

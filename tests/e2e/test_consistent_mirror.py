@@ -413,7 +413,7 @@ def test_target_tables_made_with_foreign_keys_and_a_unique_index_hold_them(
             writer.execute(sql)
         target_url, schema = postgres_url, f"famt{tag}"
 
-        def read_target(sql: str) -> list[tuple[Any, ...]]:
+        def on_target(sql: str) -> list[tuple[Any, ...]]:
             with psycopg.connect(postgres_url, autocommit=True) as conn:
                 return [tuple(r) for r in conn.execute(sql)]
     else:
@@ -424,7 +424,7 @@ def test_target_tables_made_with_foreign_keys_and_a_unique_index_hold_them(
 
         config = ConnectionConfig.from_url(MYSQL_ADMIN_URL)
 
-        def read_target(sql: str) -> list[tuple[Any, ...]]:
+        def on_target(sql: str) -> list[tuple[Any, ...]]:
             conn = pymysql.connect(host=config.host, port=config.port or 3306,
                                    user=config.user, password=config.password or "")
             try:
@@ -434,9 +434,9 @@ def test_target_tables_made_with_foreign_keys_and_a_unique_index_hold_them(
             finally:
                 conn.close()
         made = Family(f"famt{tag}.")
-        read_target(f"CREATE DATABASE famt{tag}")
+        on_target(f"CREATE DATABASE famt{tag}")
         for sql in made.ddl("varchar(40)"):
-            read_target(sql)
+            on_target(sql)
         target_url, schema = MYSQL_ADMIN_URL, f"famt{tag}"
     url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}slot=fam{tag}&publication=fam{tag}"
     process = sync_process(
@@ -455,7 +455,7 @@ def test_target_tables_made_with_foreign_keys_and_a_unique_index_hold_them(
             with writer.transaction():
                 for sql in source.round(r, rng):
                     writer.execute(sql)
-            broken.append(read_target(BROKEN.format(s=f"famt{tag}."))[0][0])
+            broken.append(on_target(BROKEN.format(s=f"famt{tag}."))[0][0])
             time.sleep(0.1)
         query = "SELECT {c} FROM {s}{t} ORDER BY id"
         wanted = {t: [tuple(map(str, r)) for r in writer.execute(query.format(
@@ -464,8 +464,8 @@ def test_target_tables_made_with_foreign_keys_and_a_unique_index_hold_them(
 
         def equal() -> bool:
             assert process.poll() is None, "\n".join(lines[-10:])
-            broken.append(read_target(BROKEN.format(s=f"famt{tag}."))[0][0])
-            return all([tuple(map(str, r)) for r in read_target(query.format(
+            broken.append(on_target(BROKEN.format(s=f"famt{tag}."))[0][0])
+            return all([tuple(map(str, r)) for r in on_target(query.format(
                 c=c, s=f"famt{tag}.", t=t))] == wanted[t]
                 for t, c in (("parents", "id, email, coalesce(boss, -1)"),
                              ("kids", "id, parent, v")))
@@ -481,5 +481,5 @@ def test_target_tables_made_with_foreign_keys_and_a_unique_index_hold_them(
         if target == "postgres":
             postgres_admin.execute(f"DROP SCHEMA IF EXISTS famt{tag} CASCADE")
         else:
-            read_target(f"DROP DATABASE IF EXISTS famt{tag}")
+            on_target(f"DROP DATABASE IF EXISTS famt{tag}")
     assert not any(broken), f"reads of the mirror found rows breaking a key: {broken}"
