@@ -46,6 +46,7 @@ from sdk.dialect.tableformat import (
     compact,
     holds_any,
     key_bounds,
+    source_marks,
     split_batches,
 )
 from sdk.dialect.types import Column
@@ -170,11 +171,12 @@ def create_table(conn: DeltaRoot, table: TableSchema) -> None:
         storage_options=conn.storage_options)
 
 
-def _commit(batch_id: str) -> Any:
+def _commit(batch_id: str, events: Sequence[ChangeEvent]) -> Any:
+    """A batch's commit: its id (a replay finds it) and where in the source it reaches."""
     deltalake = _driver()
     return deltalake.CommitProperties(
         app_transactions=[deltalake.Transaction(batch_id, 1)],
-        custom_metadata={"sdk.batch": batch_id}, max_commit_retries=50)
+        custom_metadata={"sdk.batch": batch_id, **source_marks(events)}, max_commit_retries=50)
 
 
 def _quoted(name: str) -> str:
@@ -208,7 +210,8 @@ def apply_changes(conn: DeltaRoot, table: TableSchema, events: Sequence[ChangeEv
     if batch.inserts_only and (not batch.upserts or  # an empty batch: recorded, no rows
                                not _held_keys(delta, table, [table.key_of(r)
                                                              for r in batch.upserts])):
-        deltalake.write_deltalake(delta, rows, mode="append", commit_properties=_commit(batch_id))
+        deltalake.write_deltalake(delta, rows, mode="append",
+                                  commit_properties=_commit(batch_id, events))
         return True
     gone = arrow_rows(table, [table.key_row(k) for k in batch.deleted], delta_type)
     source = pa.concat_tables([
@@ -218,7 +221,7 @@ def apply_changes(conn: DeltaRoot, table: TableSchema, events: Sequence[ChangeEv
     values = {_quoted(c): f"s.{_quoted(c)}" for c in table.column_names}
     updates = {k: v for k, v in values.items() if k not in {_quoted(n) for n in table.key}}
     merger = delta.merge(source, predicate=on, source_alias="s", target_alias="t",
-                         commit_properties=_commit(batch_id)) \
+                         commit_properties=_commit(batch_id, events)) \
         .when_matched_delete(predicate=f"s.{DELETE}")
     if updates:
         merger = merger.when_matched_update(updates=updates, predicate=f"NOT s.{DELETE}")

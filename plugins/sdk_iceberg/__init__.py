@@ -53,6 +53,8 @@ from sdk import (
 from sdk.dialect.arrow import arrow_type
 from sdk.dialect.codec import decode_value, dumps, encode_value
 from sdk.dialect.tableformat import (
+    SOURCE_COMMIT,
+    SOURCE_POSITION,
     Compacted,
     arrow_rows,
     arrow_schema,
@@ -60,6 +62,7 @@ from sdk.dialect.tableformat import (
     compact,
     holds_any,
     key_bounds,
+    source_marks,
     split_batches,
 )
 from sdk.dialect.types import Column, LogicalType
@@ -321,7 +324,7 @@ def apply_changes(conn: Catalog, table: TableSchema, events: Sequence[ChangeEven
     keys = [table.key_of(r) for r in batch.upserts]
     touched = [*keys, *batch.deleted]
     written = _data_file(iceberg, rows) if rows.num_rows else None
-    mark = {BATCH: batch_id, **_bounds(keys)}
+    mark = {BATCH: batch_id, **_bounds(keys), **source_marks(events)}
     for attempt in range(COMMIT_TRIES):
         if attempt:
             time.sleep(min(0.02 * attempt, 0.5))  # another task committed first
@@ -354,7 +357,9 @@ def _commit(iceberg: Any, table: TableSchema, batch: Compacted, keys: Sequence[K
             # their keys are within the bounds of the commits that wrote them first, so the
             # touched keys' bounds keep the history complete
             tx.delete(_keys_filter(table, touched), snapshot_properties={
-                **_bounds(touched), **({} if written else {BATCH: batch_id})})
+                **_bounds(touched), **({} if written else {
+                    key: mark[key] for key in (BATCH, SOURCE_POSITION, SOURCE_COMMIT)
+                    if key in mark})})
         if written:  # a fresh file name: no need to look for it among the table's files
             tx.add_files([written], snapshot_properties=mark, check_duplicate_files=False)
 

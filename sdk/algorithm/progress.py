@@ -56,6 +56,7 @@ class Part(Enum):
     CAUGHT_UP = "whether what was applied reached the log head"
     LAG = "now minus the commit time of the newest change applied"
     POSITION = "the log position applied"
+    CONSISTENT = "the source commit the target reflects, and since when it is consistent"
     AGE = "how old the report is"
 
 
@@ -119,17 +120,18 @@ _STATES = {s.value: s for s in TableState}
 _REPORT_KEYS = frozenset(("phase", "tables", "rows", "rows_per_second", "started_at",
                           "updated_at", "position", "head", "caught_up", "counted", "requests",
                           "applied", "applied_per_second", "skipped", "lag_seconds",
-                          "resuming", "final"))
+                          "source_commit", "consistent_since", "resuming", "final"))
 
 
 @dataclass(frozen=True, slots=True)
 class ProgressReport:
     """A sync's progress: what the driver reports at each batch (from the state,
     :func:`progress_of`; in ``progress.json`` and ``progress-tables.json``) and what the
-    running ``sdk sync`` adds (``applied``, ``skipped``, ``lag_seconds``, ``resuming``,
-    ``final``). :meth:`to_json` and :meth:`from_json` keep the files' format: a report written
-    by an earlier version reads, and an earlier version reads this one's. Optional figures
-    are None when not known (and left out of the JSON)."""
+    running ``sdk sync`` adds (``applied``, ``skipped``, ``lag_seconds``, ``source_commit``,
+    ``consistent_since``, ``resuming``, ``final``). :meth:`to_json` and :meth:`from_json`
+    keep the files' format: a report written by an earlier version reads, and an earlier
+    version reads this one's. Optional figures are None when not known (and left out of the
+    JSON)."""
 
     phase: Phase | None = None
     """None before the sync's first report (:data:`STARTING`)."""
@@ -153,6 +155,12 @@ class ProgressReport:
     applied_per_second: float | None = None
     skipped: int | None = None
     lag_seconds: float | None = None
+    source_commit: float | None = None
+    """When the newest source transaction the target reflects committed (seconds since the
+    epoch): what the target's ``_sdk_position`` table says too."""
+    consistent_since: float | None = None
+    """Since when a reader of the target sees only states the source had (every table
+    streams, each log batch one target transaction); None while it does not."""
     resuming: bool = False
     """The last run's report, shown until this run writes its own."""
     final: bool = False
@@ -210,7 +218,8 @@ class ProgressReport:
                 out[key] = value
         if self.caught_up is not None:
             out["caught_up"] = self.caught_up
-        for key in ("counted", "applied", "applied_per_second", "skipped", "lag_seconds"):
+        for key in ("counted", "applied", "applied_per_second", "skipped", "lag_seconds",
+                    "source_commit", "consistent_since"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
@@ -252,6 +261,7 @@ class ProgressReport:
             None if data.get("applied") is None else int(data["applied"]),
             _number(data.get("applied_per_second")),
             None if skipped is None else int(skipped), _number(data.get("lag_seconds")),
+            _number(data.get("source_commit")), _number(data.get("consistent_since")),
             bool(data.get("resuming", False)), bool(data.get("final", False)), extra)
 
 

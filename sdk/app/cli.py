@@ -235,8 +235,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     dead = deadletter.read(store)
     skipped = deadletter.counts(dead)
     applied = store.read_json(APPLIED_FILE) or {}
-    if applied.get("lag_seconds") is not None and progress.lag_seconds is None:
-        progress = replace(progress, lag_seconds=float(applied["lag_seconds"]))
+    last: dict[str, Any] = {  # what the running sync last said it applied
+        key: float(applied[key]) for key in ("lag_seconds", "source_commit", "consistent_since")
+        if applied.get(key) is not None and getattr(progress, key) is None}
+    progress = replace(progress, **last)
     verified = store.read_json(VERIFY_FILE)
     if args.json:
         owner = store.read_json("owner.json")

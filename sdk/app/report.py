@@ -6,6 +6,7 @@ thousands separated)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,15 @@ def duration_label(seconds: float) -> str:
     if seconds >= 60:
         return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
     return f"{seconds:.0f} s"
+
+
+def time_label(seconds: float, digits: int = 3) -> str:
+    """A time (seconds since the epoch) as UTC, to the millisecond by default."""
+    stamp = dt.datetime.fromtimestamp(seconds, dt.UTC)
+    text = stamp.strftime("%Y-%m-%d %H:%M:%S")
+    if digits:
+        text += f"{stamp.microsecond / 1e6:.{digits}f}"[1:]
+    return f"{text} UTC"
 
 
 PLAIN = Style(", ", str, lambda seconds: f"{seconds:.0f} s")
@@ -99,6 +109,12 @@ def part_text(part: Part, report: ProgressReport, style: Style) -> str | None:
         case Part.POSITION:
             return None if not report.position else \
                 f"log at {position_label(report.position)}"
+        case Part.CONSISTENT:
+            if report.source_commit is None:
+                return None
+            since = "not consistent yet" if report.consistent_since is None else \
+                f"consistent since {time_label(report.consistent_since, 0)}"
+            return f"target as of source commit {time_label(report.source_commit)} ({since})"
         case _:
             assert_never(part)
 

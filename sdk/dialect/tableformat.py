@@ -6,6 +6,7 @@ the values the source dialect gives. Spark-free and database-free: ``sdk_delta``
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -148,11 +149,30 @@ def holds_any(found: pa.Table, table: TableSchema, keys: Sequence[Key]) -> bool:
     return any(tuple(k) in have for k in keys)
 
 
+SOURCE_POSITION = "sdk.source_position"
+SOURCE_COMMIT = "sdk.source_commit"
+
+
+def source_marks(events: Sequence[ChangeEvent]) -> dict[str, str]:
+    """What a format's commit of ``events`` records of the source (neither format commits
+    several tables at once, so a reader lines tables up by these): the log position of the
+    last change (as ``sdk status`` prints positions) and when the newest source transaction
+    among them committed (ISO 8601, UTC; none for snapshot rows)."""
+    if not events:
+        return {}
+    marks = {SOURCE_POSITION: events[-1].offset.json_text()}
+    stamps = [e.commit_ts for e in events if e.commit_ts is not None]
+    if stamps:
+        marks[SOURCE_COMMIT] = dt.datetime.fromtimestamp(max(stamps) / 1e6, dt.UTC).isoformat()
+    return marks
+
+
 def key_bounds(keys: Sequence[Key]) -> tuple[Any, Any]:
     """The least and greatest first key column value among ``keys`` (none of them None)."""
     firsts = [key[0] for key in keys]
     return min(firsts), max(firsts)
 
 
-__all__ = ["Compacted", "TypeMap", "arrow_rows", "arrow_schema", "compact", "holds_any",
-           "key_bounds", "python_rows", "split_batches"]
+__all__ = ["SOURCE_COMMIT", "SOURCE_POSITION", "Compacted", "TypeMap", "arrow_rows",
+           "arrow_schema", "compact", "holds_any", "key_bounds", "python_rows", "source_marks",
+           "split_batches"]

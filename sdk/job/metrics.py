@@ -55,6 +55,17 @@ def _part(part: Part, report: ProgressReport) -> Iterator[Metric]:
         case Part.CAUGHT_UP:
             yield _gauge("sdk_sync_caught_up", "1 once the log phase reached the source's head",
                          1.0 if report.caught_up else 0.0)
+        case Part.CONSISTENT:
+            if report.source_commit is not None:
+                yield _gauge("sdk_sync_source_commit_timestamp_seconds", "when the newest "
+                             "source transaction the target reflects committed",
+                             report.source_commit)
+            yield _gauge("sdk_sync_consistent", "1 while a reader of the target sees only "
+                         "states the source had (every table streams, apply.consistency="
+                         "transaction)", 0.0 if report.consistent_since is None else 1.0)
+            if report.consistent_since is not None:
+                yield _gauge("sdk_sync_consistent_since_timestamp_seconds", "since when the "
+                             "target is consistent", report.consistent_since)
         case Part.LAG:
             if report.lag_seconds is not None:
                 yield _gauge("sdk_sync_lag_seconds", "now minus the commit time of the newest "

@@ -58,6 +58,11 @@ def position_table(schema: str) -> TableSchema:
         Column("applied_at", LogicalType.TIMESTAMP_TZ, "sdk")), ("sync",))
 
 
+_POSITION_MADE: set[tuple[str, str, tuple[str, str] | None]] = set()
+"""The :data:`POSITION` tables this process made (or found) by target, URL and marker: made
+once, not at every log batch."""
+
+
 @dataclass
 class Target:
     """The target database; each source table is mirrored under its own name, in
@@ -201,6 +206,8 @@ class Applier:
     _conn: Any = None
     _transaction: Any = None
     """The open ``apply_transaction`` block (:meth:`begin`), if any."""
+    _begun: bool = False
+    """Between :meth:`begin` and :meth:`commit`."""
     marker: tuple[str, str] | None = None
     """``(schema, sync id)``: :meth:`begin` makes that schema's :data:`POSITION` table, which
     :meth:`mark` writes."""
@@ -335,8 +342,12 @@ class Applier:
         dialect = get_dialect(self.target.dialect_name)
         with dialect.passing_faults():
             self._connect(dialect)
-            if self.marker is not None:  # before the block: MySQL's DDL commits by itself
+            made = (self.target.dialect_name, self.target.config.url, self.marker)
+            if self.marker is not None and made not in _POSITION_MADE:
+                # before the block: MySQL's DDL commits by itself
                 dialect.create_table(self._conn, position_table(self.marker[0]))
+                _POSITION_MADE.add(made)
+            self._begun = True
             if not self.target.transactional:
                 return
             transaction = dialect.apply_transaction(self._conn)
@@ -368,6 +379,7 @@ class Applier:
         """Commit the transaction :meth:`begin` opened, if any (a failure before it leaves it
         to :meth:`close`, which rolls it back with the connection)."""
         transaction, self._transaction = self._transaction, None
+        self._begun = False
         if transaction is not None:
             with get_dialect(self.target.dialect_name).passing_faults():
                 transaction.__exit__(None, None, None)
@@ -386,7 +398,11 @@ class Applier:
             self._conn = dialect.connect(self.target.config)
 
     def close(self) -> None:
-        """Close the connection; a transaction still open is rolled back with it."""
+        """Close the connection; a transaction still open is rolled back with it (and the
+        :data:`POSITION` table made again by the next :meth:`begin`: it may be what failed)."""
+        if self._begun:
+            _POSITION_MADE.discard((self.target.dialect_name, self.target.config.url,
+                                    self.marker))
         self._transaction = None
         if self._conn is not None:
             self._conn.close()

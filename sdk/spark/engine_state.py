@@ -198,8 +198,9 @@ def stage_name(split: SnapshotSplit) -> str:
 
 APPLIED_FILE = "applied.json"
 """What the running ``sdk sync`` last reported of what it applied (``sdk status`` shows it):
-changes applied and set aside by this run, and the lag then."""
-APPLIED_KEYS = ("applied", "skipped", "lag_seconds")
+changes applied and set aside by this run, the lag then, the source commit the target
+reflects and since when it is consistent."""
+APPLIED_KEYS = ("applied", "skipped", "lag_seconds", "source_commit", "consistent_since")
 
 VERIFY_FILE = "verify.json"
 """The progress of the last ``sdk verify`` on the checkpoint (:mod:`sdk.spark.verify`):

@@ -131,6 +131,11 @@ class Mirror:
         return self.tally.lag_seconds
 
     @property
+    def newest(self) -> float | None:
+        """The commit time of the newest change applied (:attr:`Tally.newest`)."""
+        return self.tally.newest
+
+    @property
     def batch_lag(self) -> float | None:
         """Commit-to-applied time of the newest change of the last batch that applied one."""
         return self.tally.batch_lag

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..algorithm.lineage import SOURCE_FILE
+from ..algorithm.progress import TableState
 from ..dialect.errors import (
     ConfigurationError,
     SdkError,
@@ -362,6 +363,10 @@ def _settle_committed(first: dict[str, str], spark_checkpoint: str) -> None:
             reader.stop()
 
 
+_SETTLED = (TableState.STREAMING.value, TableState.DROPPED.value)
+"""The table states a consistent target has: each table's changes applied from the log."""
+
+
 class _Run:
     """:func:`run_sync` once it owns the checkpoint: the outputs made, the progress reported,
     the summary at the end."""
@@ -381,6 +386,8 @@ class _Run:
         self.retries = Retries(settings.retry_seconds)
         self.staged: dict[str, FinishedSplit] = {}  # the staged splits live_progress read
         self.head_started = False  # the run began with the driver's head start
+        applied = self.store.read_json(APPLIED_FILE) if self.mirror is not None else None
+        self.consistent_since: float | None = (applied or {}).get("consistent_since")
 
     def _mirror(self, resumed: bool) -> Mirror | Tally | None:
         """What applies each batch to the target, if there is one: the tasks themselves
@@ -426,7 +433,24 @@ class _Run:
         if mirror is not None and progress.get("phase") in ("log", "done"):
             # caught up with nothing left to apply: no lag; else the last batch's
             report["lag_seconds"] = 0.0 if progress.get("caught_up") else mirror.lag_seconds
+        if mirror is not None and mirror.newest is not None:
+            report["source_commit"] = mirror.newest
+        self.consistent_since = self._consistent_since(progress)
+        if self.consistent_since is not None:
+            report["consistent_since"] = self.consistent_since
         return report
+
+    def _consistent_since(self, progress: dict[str, Any]) -> float | None:
+        """Since when a reader of the target sees only states the source had: from the first
+        report in the log phase with every table streaming (a table read again commits per
+        split: not then), when each log batch is one target transaction; kept across runs."""
+        target = self.spec.target if self.spec.target is not None else \
+            getattr(self.mirror, "target", None)
+        tables = progress.get("tables") or {}
+        if target is None or not target.transactional or progress.get("phase") != "log" or \
+                not tables or any(t.get("state") not in _SETTLED for t in tables.values()):
+            return None
+        return self.consistent_since or time.time()
 
     def due(self) -> bool:
         """Whether a report is due (someone to tell, and the interval passed)."""
@@ -444,9 +468,8 @@ class _Run:
                           if k not in ("caught_up", "lag_seconds")}, "resuming": True}
         if self.report is not None:
             self.report(current)
-        if self.mirror is not None and "resuming" not in current:
-            self.store.write_json({k: current[k] for k in APPLIED_KEYS if k in current}
-                                  | {"updated_at": time.time()}, APPLIED_FILE)
+        if "resuming" not in current:
+            self._record(current)
         if self.metrics is not None:
             self.metrics.update(current)
             self.metrics.update_verify(self.store.read_json(VERIFY_FILE))
@@ -497,12 +520,20 @@ class _Run:
                     time.sleep(0.1)  # let the batch in flight commit
                 query.stop()
 
+    def _record(self, current: dict[str, Any]) -> None:
+        """Keep what this run applied, for ``sdk status`` (:data:`APPLIED_FILE`)."""
+        if self.mirror is not None:
+            self.store.write_json({k: current[k] for k in APPLIED_KEYS if k in current}
+                                  | {"updated_at": time.time()}, APPLIED_FILE)
+
     def summary(self) -> SyncSummary:
         """What the run did (the display told the last of it)."""
         mirror = self.mirror
         progress = live_progress(self.store, self.staged) or {}
+        final = {**self.with_applied(progress), "final": True}
+        self._record(final)  # what sdk status shows: as of the last batch, not the last report
         if self.report is not None:
-            self.report({**self.with_applied(progress), "final": True})
+            self.report(final)
         applied = sum(mirror.applied.values()) if mirror is not None else 0
         return SyncSummary(applied, time.monotonic() - self.started,
                            progress.get("phase", "snapshot"), bool(progress.get("caught_up")),

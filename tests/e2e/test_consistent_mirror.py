@@ -8,7 +8,9 @@ streams transactions of 1 and of 50 transfers and one larger than ``log.batch.ch
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
+import os
 import random
 import signal
 import threading
@@ -24,6 +26,7 @@ from helpers.kill import sync_process
 from helpers.servers import MYSQL_ADMIN_URL
 
 from sdk import Offset, get_dialect
+from sdk.app.cli import main
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 
@@ -57,6 +60,22 @@ def _statements(bank: Bank, rng: random.Random, first: int, n: int) -> list[str]
                 f"UPDATE {bank.accounts} SET balance = balance + {amount}, version = version + 1 "
                 f"WHERE id = {dst}",
                 f"INSERT INTO {bank.transfers} VALUES ({i}, {src}, {dst}, {amount})"]
+    return out
+
+
+def _bulk(bank: Bank, first: int, rounds: int) -> list[str]:
+    """One transaction of ``300 * rounds`` changes in ``2 * rounds`` statements: each round
+    moves one unit from every odd account to an even one (``version + 1`` each: 200 updates)
+    and records 100 transfers."""
+    mysql = bank.url.startswith("mysql")
+    out = []
+    for r in range(rounds):
+        at = first + 100 * r
+        series = f"seq_{at}_to_{at + 99}" if mysql else \
+            f"generate_series({at}, {at + 99}) AS g(seq)"
+        out += [f"UPDATE {bank.accounts} SET balance = balance + CASE WHEN id % 2 = 0 THEN 1 "
+                "ELSE -1 END, version = version + 1",
+                f"INSERT INTO {bank.transfers} SELECT seq, 1, 0, 1 FROM {series}"]
     return out
 
 
@@ -158,11 +177,17 @@ class Mirror:
 
     sql: str = ""
 
-    def position(self) -> str | None:
-        """The source position the target says it reflects (its ``_sdk_position`` row)."""
+    def position(self) -> tuple[str, dt.datetime] | None:
+        """The source position the target says it reflects and the commit time of its last
+        transaction (its ``_sdk_position`` row)."""
         with _ONE_AT_A_TIME:
-            row = self.row(f"SELECT source_position FROM {self.prefix}_sdk_position")
-        return None if row is None else str(row[0])
+            row = self.row(f"SELECT source_position, source_commit FROM "
+                           f"{self.prefix}_sdk_position")
+        if row is None:
+            return None
+        commit = row[1] if isinstance(row[1], dt.datetime) else \
+            dt.datetime.fromisoformat(str(row[1]))
+        return str(row[0]), commit if commit.tzinfo else commit.replace(tzinfo=dt.UTC)
 
 
 @pytest.fixture
@@ -280,13 +305,24 @@ def _wait(what: str, done: Callable[[], bool], lines: list[str], seconds: float)
         time.sleep(0.2)
 
 
+def _until_mirrored(process: Any, lines: list[str], mirror: Mirror, transfers: int,
+                    seconds: float) -> None:
+    """Wait until the mirror holds ``transfers`` transfers (the running sync's lines shown if
+    it ends), and a little more for the reader."""
+    def mirrored() -> bool:
+        assert process.poll() is None, "\n".join(lines[-10:])
+        return mirror.read()[2] == transfers
+    _wait(f"mirror of {transfers} transfers", mirrored, lines, seconds)
+    time.sleep(0.5)
+
+
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("bank, mirror", [
     pytest.param("mysql", "postgres", marks=pytest.mark.mysql),
     ("postgres", "postgres"), ("postgres", "sqlite"),
     pytest.param("mysql", "mysql", marks=pytest.mark.mysql)], indirect=True)
 def test_a_reader_of_the_mirror_never_sees_half_a_source_transaction(
-        bank: Bank, mirror: Mirror, tmp_path: Path) -> None:
+        bank: Bank, mirror: Mirror, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     process = sync_process(
         ["sync", "--source", bank.url, *mirror.args, "--tables", bank.tables, "--checkpoint",
          str(tmp_path / "ck"), "--until", "never", "--option", "log.batch.changes=2000"])
@@ -306,30 +342,95 @@ def test_a_reader_of_the_mirror_never_sees_half_a_source_transaction(
                 bank.transaction(_statements(bank, rng, number, size))
                 number += size
                 time.sleep(0.1)
-            total = bank.count()
-
-            def mirrored() -> bool:
-                assert process.poll() is None, "\n".join(lines[-10:])
-                return mirror.read()[2] == total
-            _wait("mirror of every transfer", mirrored, lines, 180)
-            time.sleep(0.5)
+            _until_mirrored(process, lines, mirror, bank.count(), 180)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(120)
 
-    # the target says which source position it reflects; sdk status, as of its last report
-    # (written as the next batch is planned), the same or an earlier one
-    progress = json.loads((tmp_path / "ck" / "state" / "progress.json").read_text())
-    marked = mirror.position()
-    assert marked is not None and progress["position"] is not None
-    at, reported = (Offset.from_json(json.loads(p)) for p in (marked, progress["position"]))
-    assert get_dialect(bank.url.split(":", 1)[0].replace("postgresql", "postgres")
-                       ).compare_offset(at, reported) >= 0, (marked, progress["position"])
+    _status_agrees(bank, mirror, tmp_path / "ck", capsys)
     print(f"{reader.reads} reads of the mirror, {len(reader.seen)} states, torn: "
           f"{reader.torn[:5]}")
     assert reader.reads >= 200 and len(reader.seen) >= 5, (reader.reads, len(reader.seen))
     assert not reader.torn, f"{len(reader.torn)} of {reader.reads} reads saw half a " \
         f"transaction: (SUM(balance), SUM(version), COUNT(transfers)) = {reader.torn[:5]}"
+
+def _status_agrees(bank: Bank, mirror: Mirror, checkpoint: Path,
+                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``sdk status`` of a sync that stopped names the source commit the target's
+    ``_sdk_position`` row records, says since when the target was consistent, and reports a
+    log position no later than the row's (as of its last report)."""
+    capsys.readouterr()
+    assert main(["status", "--checkpoint", str(checkpoint), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert main(["status", "--checkpoint", str(checkpoint)]) == 0
+    text = capsys.readouterr().out
+    marked = mirror.position()
+    assert marked is not None and status.get("position") is not None, status
+    position, commit = marked
+    assert status.get("source_commit") is not None, status
+    assert abs(status["source_commit"] - commit.timestamp()) < 1e-3, (status, marked)
+    assert status.get("consistent_since") is not None, status
+    assert commit.strftime("target as of source commit %Y-%m-%d %H:%M:%S") in text, text
+    at, reported = (Offset.from_json(json.loads(p)) for p in (position, status["position"]))
+    assert get_dialect(bank.url.split(":", 1)[0].replace("postgresql", "postgres")
+                       ).compare_offset(at, reported) >= 0, (position, status["position"])
+
+
+BULK_ROUNDS = 667
+"""Rounds of :func:`_bulk` in the large transaction: 200,100 changes."""
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("bank, mirror", [
+    pytest.param("mysql", "postgres", marks=pytest.mark.mysql), ("postgres", "postgres")],
+    indirect=True)
+def test_a_sync_killed_while_it_applies_a_large_transaction_shows_the_old_state_or_the_new(
+        bank: Bank, mirror: Mirror, tmp_path: Path, postgres_admin: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A transaction of 200k changes; the sync SIGKILLed twice while its target transaction
+    writes (seen in ``pg_stat_activity``), started again each time: a reader sees the bank
+    before the transaction or after it, never between, and the mirror ends with it."""
+    args = ["sync", "--source", bank.url, *mirror.args, "--tables", bank.tables,
+            "--checkpoint", str(tmp_path / "ck"), "--until", "never"]
+    process = sync_process(args)
+    lines = _lines(process)
+
+    def writing() -> bool:  # the sync's target transaction has written (it holds an xid)
+        assert process.poll() is None, "\n".join(lines[-10:])
+        return bool(postgres_admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = 'sdk_cdc' AND "
+            "backend_type = 'client backend' AND backend_xid IS NOT NULL").fetchone()[0])
+    try:
+        _wait("snapshot", lambda: mirror.read()[0] == ACCOUNTS * BALANCE and
+              any("caught up" in line for line in lines), lines, 180)
+        # a transfer streamed first: a table the snapshot found empty and the target still
+        # holds none of is read again whole at a restart (it may have been emptied there)
+        bank.transaction(_statements(bank, random.Random(3), 0, 1))
+        _until_mirrored(process, lines, mirror, 1, 60)
+        before = bank.count()
+        with Reader(mirror.read).reading() as reader:
+            bank.transaction(_bulk(bank, before, BULK_ROUNDS))
+            total = bank.count()
+            killed_mid = 0
+            for _ in range(2):
+                _wait("target transaction", writing, lines, 120)
+                time.sleep(random.uniform(0.0, 0.3))
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                killed_mid += mirror.read()[2] < total
+                process = sync_process(args)
+                lines = _lines(process)
+            _until_mirrored(process, lines, mirror, total, 300)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(120)
+    assert killed_mid >= 1, "no kill landed before the large transaction committed"
+    assert reader.seen <= {before, total}, sorted(reader.seen)
+    assert not reader.torn, f"{len(reader.torn)} of {reader.reads} reads saw half a " \
+        f"transaction: {reader.torn[:5]}"
+    _status_agrees(bank, mirror, tmp_path / "ck", capsys)
+    print(f"{reader.reads} reads, states {sorted(reader.seen)}, killed mid-apply {killed_mid}")
+
 
 PARENTS = 40
 

@@ -118,3 +118,24 @@ def test_the_summary_shows_what_the_run_adds_in_each_style() -> None:
                                       "(sdk status lists them), catching up, lag 75.0 s, "
                                       "log at lsn 77")
     assert summary(report, DISPLAY).startswith("phase log | 500 rows | applied 12,345 (1/s)")
+
+
+def test_the_source_commit_the_target_reflects_reads_the_same_everywhere() -> None:
+    """``source_commit`` and ``consistent_since``: the line, the JSON both ways, the gauges."""
+    commit, since = 1_796_000_000.25, 1_795_999_000.0
+    data = {**REPORTS["caught up"], "source_commit": commit, "consistent_since": since}
+    report = ProgressReport.from_json(data)
+    assert report.to_json() == data
+    words = part_text(Part.CONSISTENT, report, PLAIN)
+    assert words == ("target as of source commit 2026-11-30 00:53:20.250 UTC (consistent "
+                     "since 2026-11-30 00:36:40 UTC)")
+    assert summary(report, PLAIN).endswith(f"log at lsn 77, {words}")
+    got = samples(render(data))
+    assert got["sdk_sync_source_commit_timestamp_seconds"] == commit
+    assert got["sdk_sync_consistent"] == 1
+    assert got["sdk_sync_consistent_since_timestamp_seconds"] == since
+    # in the snapshot the target holds rows of several moments: not consistent yet
+    snapshot = ProgressReport.from_json({**REPORTS["snapshot"], "source_commit": commit})
+    assert part_text(Part.CONSISTENT, snapshot, PLAIN).endswith("(not consistent yet)")
+    assert samples(render(snapshot.to_json()))["sdk_sync_consistent"] == 0
+    assert part_text(Part.CONSISTENT, ProgressReport.from_json(REPORTS["done"]), PLAIN) is None

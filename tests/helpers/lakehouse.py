@@ -23,11 +23,19 @@ TABLE = TableSchema(TableId("shop", "orders"), (
 
 def commits(dialect: Dialect, conn: Any, table: TableSchema = TABLE) -> list[str]:
     """The batch ids recorded by the table's commits, oldest first."""
+    return [marks["sdk.batch"] for marks in commit_marks(dialect, conn, table)]
+
+
+def commit_marks(dialect: Dialect, conn: Any, table: TableSchema = TABLE
+                 ) -> list[dict[str, str]]:
+    """What each commit of a batch records (``sdk.*`` properties), oldest first."""
     if dialect.name == "delta":
         from deltalake import DeltaTable
 
         history = DeltaTable(conn.table_uri(table)).history()
-        return [h["sdk.batch"] for h in reversed(history) if "sdk.batch" in h]
+        return [{k: v for k, v in h.items() if k.startswith("sdk.")}
+                for h in reversed(history) if "sdk.batch" in h]
     iceberg = conn.catalog.load_table(conn.identifier(table))
-    return [s.summary.additional_properties["sdk.batch"] for s in iceberg.metadata.snapshots
+    return [{k: v for k, v in s.summary.additional_properties.items() if k.startswith("sdk.")}
+            for s in iceberg.metadata.snapshots
             if s.summary is not None and "sdk.batch" in s.summary.additional_properties]

@@ -9,12 +9,13 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from helpers.lakehouse import TABLE, commits
+from helpers.lakehouse import TABLE, commit_marks, commits
 
 from sdk import (
     ChangeEvent,
@@ -84,6 +85,31 @@ def test_changes_land_once_as_each_keys_last_state(lake: tuple[Dialect, Any, str
     part = SnapshotSplit(TABLE.table, 1, (10,), (20,))
     assert read(dialect, conn, split=part) == {k: v for k, v in expected.items()
                                                if 10 <= k < 20}
+
+
+def test_each_commit_records_where_in_the_source_it_reaches(
+        lake: tuple[Dialect, Any, str]) -> None:
+    """Neither format commits several tables at once: each table's commit records the log
+    position of its last change and when its newest source transaction committed, so a
+    reader can line tables up."""
+    dialect, conn, _ = lake
+    dialect.create_table(conn, TABLE)
+    assert dialect.apply_changes(conn, TABLE, [event("r", row(i), i) for i in range(3)], "s")
+    at = dt.datetime(2026, 12, 7, 12, 0, 0, 250000, tzinfo=dt.UTC)
+    micros = int(at.timestamp() * 1e6)
+    log = [replace(event("c", row(9), 9), commit_ts=micros - 5),
+           replace(event("u", row(9, "u"), 9), commit_ts=micros)]
+    assert dialect.apply_changes(conn, TABLE, log, "log/1")
+    deletes = [replace(event("d", None, 1), commit_ts=micros + 1_000_000)]  # nothing written
+    assert dialect.apply_changes(conn, TABLE, deletes, "log/2")
+    marks = [{k: v for k, v in m.items() if k.startswith(("sdk.batch", "sdk.source"))}
+             for m in commit_marks(dialect, conn)]
+    assert marks[0] == {"sdk.batch": "s", "sdk.source_position": Offset("t", n=2).json_text()}
+    assert marks[1] == {"sdk.batch": "log/1",
+        "sdk.source_position": Offset("t", n=9).json_text(),
+        "sdk.source_commit": "2026-12-07T12:00:00.250000+00:00"}
+    assert marks[-1]["sdk.batch"] == "log/2" and \
+        marks[-1]["sdk.source_commit"] == "2026-12-07T12:00:01.250000+00:00"
 
 
 def test_a_snapshot_of_keys_the_table_holds_is_merged(lake: tuple[Dialect, Any, str]) -> None:
