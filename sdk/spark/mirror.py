@@ -5,11 +5,13 @@ Use it with ``foreachBatch``::
     mirror = Mirror("sqlite:///mirror.db", source_schemas)
     stream.writeStream.foreachBatch(mirror).option("checkpointLocation", ...).start()
 
-Per batch: rows are spread over ``partitions`` tasks by a hash of the table and key (or, with
-``shuffle=False``, each input partition is a task), each task reads its rows as Arrow batches,
-keeps the last change per key (by ``_seq``) and applies its changes with the target dialect's
-``apply_changes``, recording ``<batch id>-<task>``, every table of the task in one transaction
-where the target can (``consistency``; else a transaction per table). A replayed batch has the
+Per batch: rows go to one task where the target applies a batch in one transaction
+(``consistency="transaction"``, the default, on a target that can), else they are spread over
+``partitions`` tasks by a hash of the table and key (a transaction per table and task); with
+``shuffle=False`` each input partition is a task (a stream straight from the ``cdc`` source: a
+log batch is one). Each task reads its rows as Arrow batches, keeps the last change per key (by
+``_seq``) and applies its changes with the target dialect's ``apply_changes``, recording
+``<batch id>-<task>``. A replayed batch has the
 same rows, so the same tasks get the same keys and every ``apply_changes`` is a no-op.
 
 Dates and timestamps leave Spark as the days and microseconds it stores (``unix_date``,
@@ -80,9 +82,10 @@ class Mirror:
         ``own_tables``: the target tables are this sync's (resumed), altered to ``tables``
         when a schema change left them behind. ``ledger_prefix`` gives what each batch's
         ledger id begins with (the sync's id: another sync into the same target never takes
-        this one's batches for its own). ``consistency``: ``transaction`` commits each task's
-        tables together where the target can (a stream straight from the ``cdc`` source with
-        ``shuffle=False``: each log batch at once), ``table`` each table by itself."""
+        this one's batches for its own). ``consistency``: ``transaction`` commits a batch in
+        one target transaction where the target can (in one task; with ``shuffle=False``,
+        each input partition's: a stream straight from the ``cdc`` source has a log batch in
+        one), ``table`` each table and task by itself, over ``partitions`` tasks."""
         self.target = Target.of(target_url, target_schema, consistency)
         self.tables = list(tables)
         self.more_tables = more_tables
@@ -149,10 +152,10 @@ class Mirror:
             df = df.select(*[_as_units(c.name, c.type) for c in table.columns],
                            *[F.col(spark_name(c)) for c in df.columns
                              if c not in table.column_names])
-        if self.shuffle:
+        if self.shuffle:  # a batch in one transaction: in one task
             keys = [F.col("table"), F.col("key")] if self.envelope else \
                 [F.col(spark_name(k)) for k in self.tables[0].key]
-            df = df.repartition(self.partitions, *keys)
+            df = df.repartition(1 if self.target.transactional else self.partitions, *keys)
         prefix = self.ledger_prefix() if self.ledger_prefix is not None else ""
         applier = _PartitionApplier(self, f"{prefix}{batch_id}", df.columns)
         # mapInArrow resolves each column by name, which fails on dots and backquotes

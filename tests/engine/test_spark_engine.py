@@ -174,6 +174,10 @@ def test_stream_to_mirror_with_concurrent_writer(spark: Any, tmp_path: Path) -> 
     for schema in schemas:
         assert read_target(target, schema) == source_rows(url, schema.table.name)
     assert sum(mirror.applied.values()) > 0
+    with sqlite3.connect(tmp_path / "mirror.db") as ledger:  # a batch in one task's transaction
+        tasks = {b.rsplit("-", 1)[1] for (b,) in ledger.execute("SELECT batch_id FROM "
+                                                                   "_sdk_applied")}
+    assert tasks == {"0"}, tasks
     # a log batch applies changes committed a moment before: a lag of seconds, not hours
     with sqlite3.connect(tmp_path / "src.db") as writer_conn:
         writer_conn.execute("UPDATE items SET name = 'late' WHERE id < 5")
