@@ -363,6 +363,27 @@ class TestBoundedStream:
                 f"resuming at the offset of event {cut} of one transaction lost or repeated " \
                 f"events ({len(head)} + {len(tail)})"
 
+    @requires("same_transaction")
+    def test_same_transaction_tells_the_changes_of_one_commit_apart(self, kit: Kit) -> None:
+        """``same_transaction`` is true of the changes of one source transaction, whatever
+        tables they touch, and false across two (a batch cut for size ends only there)."""
+        items, pairs = kit.items([(1, "one")]), kit.pairs()
+        h = kit.harness
+        low = kit.offset()
+        h.execute(kit.insert_sql("kit_items", ("id", "v"), (2, "two")),
+                  kit.insert_sql("kit_pairs", ("a", "b", "v"), ("k", 1, "other table")),
+                  kit.sql("kit_items", "UPDATE {t} SET v = 'changed' WHERE id = 1"))
+        h.execute(kit.insert_sql("kit_items", ("id", "v"), (3, "three")),
+                  kit.sql("kit_items", "DELETE FROM {t} WHERE id = 2"))
+        events = kit.events([items, pairs], low, kit.offset())
+        assert len(events) == 5, _summary(events)
+        same = kit.dialect.same_transaction
+        assert same is not None
+        assert [same(a.offset, b.offset) for a, b in pairwise(events)] == \
+            [True, True, False, True], _summary(events)
+        assert not same(events[0].offset, events[4].offset)
+        assert same(events[3].offset, events[3].offset)
+
     @requires(Feature.LOG_SWITCH)
     def test_a_log_switch_inside_the_window(self, kit: Kit) -> None:
         items = kit.items()
