@@ -4,6 +4,8 @@ Dialect plugin authors import everything they need from here: ``hookimpl``, the 
 and the errors. The contract itself is :mod:`sdk.dialect.hookspecs`.
 """
 
+from importlib import metadata as _metadata
+
 from . import _moved
 from .dialect.checksum import Checksum
 from .dialect.config import ConnectionConfig
@@ -52,7 +54,11 @@ from .dialect.types import (
 
 _moved.install()
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("sdk")
+    """This release, from the repository's tags (``sdk --version``; recorded in checkpoints)."""
+except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BadValue",

@@ -549,8 +549,25 @@ def _verify_parser(verify: argparse.ArgumentParser) -> None:
     verify.set_defaults(func=cmd_verify)
 
 
+class _Version(argparse.Action):
+    """``--version``: the release and the checkpoint format it writes (imported only when
+    asked: the state directory's modules load pyarrow)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the release and the "
+                         "checkpoint format it writes, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from .. import __version__
+        from ..spark.checkpoint_format import FORMAT
+
+        print(f"sdk {__version__} (checkpoint format {FORMAT})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sdk", description=__doc__)
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     dialects = sub.add_parser("dialects", help=cmd_dialects.__doc__)
     dialects.add_argument("--options", action="store_true",
@@ -615,9 +632,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["SDK_VERBOSE"] = "1"  # read where the Spark session starts
     try:
         result: int = args.func(args)
+        sys.stdout.flush()  # here, where a reader gone is caught, not at the exit
         return result
+    except BrokenPipeError:
+        return _reader_gone()
     except (Exception, KeyboardInterrupt) as exc:
         return _failed(args, exc)
+
+
+def _reader_gone() -> int:
+    """The reader of a pipe left (``sdk status | head -3``): what it wanted it has; end
+    quietly, with what is left unwritten sent nowhere (Python would flush it at exit)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 0
 
 
 def _failed(args: argparse.Namespace, error: BaseException) -> int:

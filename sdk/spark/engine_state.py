@@ -43,6 +43,7 @@ from ..dialect.types import (
     TableTruncated,
 )
 from ..job.spec import SourceSpec
+from .checkpoint_format import FORMAT, check_format
 from .statestore import StateStore
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class EngineState:
         digest = store.put_content(content, "content")
         name = f"{self.seq:012d}-{digest}"
         if store.read_bytes("states", f"{name}.json") is None:
-            store.write_json({"content": digest}, "states", f"{name}.json")
+            store.write_json({"content": digest, "format": FORMAT}, "states", f"{name}.json")
         return name
 
     @classmethod
@@ -326,6 +327,7 @@ def readable_checkpoint(store: StateStore) -> EngineState | None:
     its content and chunks, the source's record, the progress report): a damaged or missing
     one raises :class:`CheckpointDamagedError` naming it and the way out, before anything
     reports on the checkpoint or adds to it. None for a new state directory."""
+    check_format(store)  # a newer release's, or written to by one that knows no format
     for file in (SOURCE_FILE, STREAM_FILE, PROGRESS_FILE, PROGRESS_TABLES):
         data = store.read_json(file)
         if data is not None and not isinstance(data, dict):

@@ -84,6 +84,7 @@ from ..job.spec import (
 )
 from ..job.target import Target, has_rows
 from .batches import REPORT_SPARK, TableBatcher, envelope_schema
+from .checkpoint_format import check_format, record_format
 from .engine_state import (
     CUTS,
     ChunkCache,
@@ -398,6 +399,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.spec = spec
         assert spec.state_dir
         self.store = StateStore(spec.state_dir)
+        check_format(self.store)  # a stream of its own (no sdk sync) is protected too
+        record_format(self.store)
         self._conn: Connection | None = None
         self._head: tuple[float, Offset | None] = (0.0, None)
         self._target: Offset | None = None

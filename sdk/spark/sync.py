@@ -34,6 +34,7 @@ from ..job.spec import (
     resolve,
 )
 from ..job.target import Target
+from .checkpoint_format import record_format
 from .engine_state import (
     APPLIED_FILE,
     APPLIED_KEYS,
@@ -257,8 +258,10 @@ def run_sync(settings: SyncSettings | str, *fields: Any, report: Report | None =
     workers = early_workers(settings) if workers is None else workers
     try:
         resolved, reader_options, state_dir, spark_checkpoint = _prepare(settings)
-        lease = CheckpointLease(StateStore(state_dir))
+        store = StateStore(state_dir)
+        lease = CheckpointLease(store)
         lease.acquire()  # one sync per checkpoint, taken before this one changes anything
+        record_format(store)  # this release's from now on (an older format upgraded in place)
     except BaseException:
         discard(workers)
         raise
