@@ -878,6 +878,11 @@ def applied_tables(conn: MySqlConnection, tables: Sequence[TableSchema]
 
 
 @hookimpl
+def trim_ledger(conn: MySqlConnection, table: TableSchema, low: str, high: str) -> None:
+    conn.query(_target.ledger(q(table.table.schema)).trim_sql(), (table.table.name, low, high))
+
+
+@hookimpl
 def alter_table(conn: MySqlConnection, old: TableSchema, new: TableSchema) -> None:
     """Add, drop and widen columns so the mirror table holds ``new``'s rows, in its order."""
     existing = {name: kind for name, kind in conn.query(

@@ -802,6 +802,11 @@ def applied_tables(conn: PgConnection, tables: Sequence[TableSchema]) -> dict[Ta
 
 
 @hookimpl
+def trim_ledger(conn: PgConnection, table: TableSchema, low: str, high: str) -> None:
+    conn.query(_target.ledger(q(table.table.schema)).trim_sql(), (table.table.name, low, high))
+
+
+@hookimpl
 def alter_table(conn: PgConnection, old: TableSchema, new: TableSchema) -> None:
     """Add, drop and retype columns so the mirror table holds ``new``'s rows."""
     existing = {name: kind for name, kind in conn.query(

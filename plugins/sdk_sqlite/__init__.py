@@ -365,6 +365,12 @@ def create_table(conn: sqlite3.Connection, table: TableSchema) -> None:
 
 
 @hookimpl
+def trim_ledger(conn: sqlite3.Connection, table: TableSchema, low: str, high: str) -> None:
+    with _writing(conn):
+        conn.execute(APPLIED.trim_sql(), (table.table.name, low, high))
+
+
+@hookimpl
 def applied_tables(conn: sqlite3.Connection, tables: Sequence[TableSchema]
                    ) -> dict[TableId, bool]:
     """One look at ``sqlite_master``, and one probe of the ledger per table (its key)."""

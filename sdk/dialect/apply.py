@@ -150,6 +150,13 @@ class Ledger:
             return f"INSERT IGNORE INTO {name} {values}"
         return f"INSERT INTO {name} {values} ON CONFLICT DO NOTHING"
 
+    def trim_sql(self) -> str:
+        """The delete of a table's rows whose batch id is in a range ``[low, high)`` (the
+        parameters: the table's name, low, high): an index range of the key."""
+        name = self.name.replace("%", "%%") if self.param == "%s" else self.name
+        p = self.param
+        return f"DELETE FROM {name} WHERE tbl = {p} AND batch_id >= {p} AND batch_id < {p}"
+
     def holding_sql(self, count: int) -> str:
         """The query of which of ``count`` table names (the parameters) the ledger holds a
         batch of, one per row: an index probe per name (its key starts with ``tbl``), so it

@@ -577,6 +577,17 @@ def applied_tables(conn: Connection, tables: Sequence[TableSchema]) -> dict[Tabl
     """
 
 
+@_spec(Role.TARGET)
+def trim_ledger(conn: Connection, table: TableSchema, low: str, high: str) -> None:
+    """Delete the applied-batch ledger's rows of target table ``table`` whose batch id is in
+    ``[low, high)`` (compared as text): batches no replay can ask about any more. Called
+    inside the ``apply_transaction`` block of a later batch of the table (whose own row
+    stays), so the ledger holds O(tables) rows however long the sync runs, and a table keeps
+    the rows of its latest batches (``applied_tables``). Without it the ledger grows by a row
+    per table per batch.
+    """
+
+
 # ---------------------------------------------------------------------------------------------
 # Derived from the marks above
 # ---------------------------------------------------------------------------------------------

@@ -537,6 +537,12 @@ class Dialect:
         result: dict[TableId, bool] = self._call("applied_tables", conn=conn, tables=tables)
         return result
 
+    def trim_ledger(self, conn: Connection, table: TableSchema, low: str, high: str) -> None:
+        """The ledger's rows of ``table`` with batch ids in ``[low, high)`` deleted; nothing
+        without the hook."""
+        if self.implements("trim_ledger"):
+            self._call("trim_ledger", conn=conn, table=table, low=low, high=high)
+
     def apply_changes(self, conn: Connection, table: TableSchema,
                       events: Sequence[ChangeEvent], batch_id: str) -> bool:
         result: bool = self._call("apply_changes", conn=conn, table=table, events=events,

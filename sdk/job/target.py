@@ -375,6 +375,22 @@ class Applier:
             dialect.apply_changes(self._conn, table, [
                 ChangeEvent(table.table, "u", (sync,), row, position)], batch_id)
 
+    def trim(self, ranges: Sequence[tuple[str, str]]) -> None:
+        """Delete, in the transaction of the changes, the target ledger's rows of the tables
+        this applier applied (and of the :data:`POSITION` table) whose batch ids are in any of
+        ``ranges`` (``[low, high)``): batches no replay can ask about (the dialect's
+        ``trim_ledger``; nothing without it)."""
+        dialect = get_dialect(self.target.dialect_name)
+        if not ranges or not dialect.implements("trim_ledger") or self._conn is None:
+            return
+        tables = [TableId(self.target.schema_name or t.schema, t.name) for t in self.applied]
+        if self.marker is not None:
+            tables.append(TableId(self.marker[0], POSITION))
+        with dialect.passing_faults(), self._joined(dialect):
+            for table in dict.fromkeys(tables):
+                for low, high in ranges:
+                    dialect.trim_ledger(self._conn, TableSchema(table, (), ()), low, high)
+
     def commit(self) -> None:
         """Commit the transaction :meth:`begin` opened, if any (a failure before it leaves it
         to :meth:`close`, which rolls it back with the connection)."""

@@ -168,6 +168,24 @@ def log_ledger_id(state: str) -> str:
     return f"log/{state}"
 
 
+TRIM_BEHIND = 2
+"""A log batch deletes the target ledger's rows of its tables' batches whose state is this
+many or more before its own: a replay is only ever of the batch after Spark's last commit
+(and a head start hands Spark only its last batch to replay), so two is a margin."""
+
+
+def ledger_trims(prefix: str, state: str) -> list[tuple[str, str]]:
+    """The ranges of ledger ids (``[low, high)``) of the sync with ``prefix`` that the log
+    batch ending at ``state`` deletes: split loads (``<state>/<split>``) and log batches
+    (``log/<state>/...``) of states ``TRIM_BEHIND`` and more before it (state names begin with
+    their number, 12 digits: the ids sort by it)."""
+    below = int(state.split("-", 1)[0]) - TRIM_BEHIND + 1
+    if below <= 0:
+        return []
+    return [(f"{prefix}{0:012d}", f"{prefix}{below:012d}"),
+            (f"{prefix}{log_ledger_id(f'{0:012d}')}", f"{prefix}{log_ledger_id(f'{below:012d}')}")]
+
+
 @functools.cache
 def freeze_imports() -> None:
     """Once per process: move the objects alive now out of the cyclic collector's sight (see
@@ -558,6 +576,7 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
             writer.submit(functools.partial(
                 sink.mark, end, None if last is None else last.commit_ts,
                 f"{prefix}{log_ledger_id(partition.state)}/position"))
+        writer.submit(functools.partial(sink.trim, ledger_trims(prefix, partition.state)))
         writer.submit(sink.commit)
         writer.wait()
     finally:

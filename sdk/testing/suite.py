@@ -1127,6 +1127,22 @@ class TestApplyTransaction:
         finally:
             other.close()
 
+    @requires("trim_ledger")
+    def test_trim_ledger_forgets_the_batches_in_its_range_only(self, kit: Kit) -> None:
+        """``trim_ledger`` inside a block deletes the ledger rows of its table in
+        ``[low, high)``: a batch there is claimed again, one outside is still a replay."""
+        items = kit.items([(1, "one")])
+        mirror = _mirror(kit, items, kit.rows(items))
+        ids = [f"kit {kit.tag}:{n:012d}-x/0" for n in (1, 2, 3)]
+        change = self._changes(kit, mirror, kit.rows(items), 1)
+        for batch in ids:
+            assert kit.dialect.apply_changes(kit.target_conn, mirror, change, batch)
+        with kit.dialect.apply_transaction(kit.target_conn):
+            kit.dialect.trim_ledger(kit.target_conn, mirror, f"kit {kit.tag}:{0:012d}",
+                                    f"kit {kit.tag}:{3:012d}")
+        assert [kit.dialect.apply_changes(kit.target_conn, mirror, change, b)
+                for b in ids] == [True, True, False], "the trim missed or passed its range"
+
     @staticmethod
     def _read(kit: Kit, conn: Any, mirror: TableSchema) -> list[Row]:
         whole = SnapshotSplit(mirror.table, 0, None, None)
