@@ -311,19 +311,19 @@ def preflight(conn: MySqlConnection, tables: Sequence[TableId]) -> list[Requirem
             "SET GLOBAL enforce_gtid_consistency = ON, then gtid_mode OFF_PERMISSIVE -> "
             "ON_PERMISSIVE -> ON", required=False))
     grants = _grants(conn)
-    user = conn.settings["user"]
+    account = _account(conn)
     for privilege, alternatives in (("REPLICATION SLAVE", {"REPLICATION SLAVE",
                                                            "REPLICATION REPLICA"}),
                                     ("REPLICATION CLIENT", {"REPLICATION CLIENT",
                                                             "BINLOG MONITOR"})):
         ok = bool(grants.get("*.*", set()) & (alternatives | {"ALL PRIVILEGES"}))
         checks.append(Requirement(f"privilege {privilege}", ok, "",
-                                  f"GRANT {privilege} ON *.* TO '{user}'@'%'"))
+                                  f"GRANT {privilege} ON *.* TO {account}"))
     for table in tables:
         scopes = ("*.*", f"{q(table.schema)}.*".upper(), _table(table).upper())
         ok = any(grants.get(s, set()) & {"SELECT", "ALL PRIVILEGES"} for s in scopes)
         checks.append(Requirement(f"SELECT on {table}", ok, "",
-                                  f"GRANT SELECT ON {_table(table)} TO '{user}'@'%'"))
+                                  f"GRANT SELECT ON {_table(table)} TO {account}"))
     return checks
 
 
@@ -478,21 +478,44 @@ def _status_row(conn: MySqlConnection) -> tuple[Any, ...]:
     The statement is ``SHOW BINARY LOG STATUS`` on MySQL 8.2+ (8.4 removed ``SHOW MASTER
     STATUS``), ``SHOW BINLOG STATUS`` on MariaDB 10.5.2+, ``SHOW MASTER STATUS`` before; the
     first one the server accepts is remembered on the connection (no failing query per call)."""
+    import pymysql
+
     rows: list[tuple[Any, ...]] = []
+    denied = None
     if conn.status_sql:
         rows = conn.query(conn.status_sql)
     else:
         for statement in _STATUS_STATEMENTS:
             try:
                 rows = conn.query(statement)
-            except Exception:  # another spelling exists on this server
+            except pymysql.err.MySQLError as exc:  # another spelling exists on this server
+                if exc.args and exc.args[0] in ACCESS_DENIED:
+                    denied = exc
                 continue
             conn.status_sql = statement
             break
     if rows:
         return rows[0]
+    if denied is not None and not conn.status_sql:
+        raise ConfigurationError(
+            f"the capture user may not read the binlog position ({denied.args[1]}): "
+            f"GRANT REPLICATION CLIENT ON *.* TO {_account(conn)} (MariaDB 10.5+: BINLOG "
+            "MONITOR)") from None
     raise ConfigurationError("the server reports no binlog position: start it with log_bin "
                              "(see sdk check)")
+
+
+ACCESS_DENIED = (1227, 1045, 1044, 1142, 1143)
+"""The server's "you may not" errors: a privilege missing (specific, database, table or
+column access denied)."""
+
+
+def _account(conn: MySqlConnection) -> str:
+    """The account the server says the session is (``CURRENT_USER()``), quoted as GRANT
+    takes it: ``'cdc'@'127.0.0.1'``, not the ``'%'`` host a grant names by habit."""
+    (current,) = conn.query("SELECT CURRENT_USER()")[0]
+    user, _, host = str(current).rpartition("@")
+    return "'{}'@'{}'".format(user.replace("'", "''"), host.replace("'", "''"))
 
 
 def _mysql_gtid(text: Any) -> str | None:

@@ -245,9 +245,14 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
         "FROM unnest(%s::text[], %s::text[]) AS w(s, t) JOIN pg_namespace n ON n.nspname = w.s "
         "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t",
         ([t.schema for t in tables], [t.name for t in tables]))}
+    (database,) = conn.query("SELECT current_database()")[0]
+    creating = _capture.create_requirement(pub, user, database, every)
+    if creating is not None:
+        checks.append(creating)
+    pending = _capture.unpublished(pub, every)
     for table in tables:
         found = every[table]
-        checks.extend(_capture.table_requirements(pub, table, found))
+        checks.extend(_capture.table_requirements(pub, table, found, pending))
         identity_ok = found is not None and _capture.identity_problem(found) is None
         partitioned = partitioned or (found is not None and found.partitioned)
         toastable, can_select = details.get((table.schema, table.name), ([], False))

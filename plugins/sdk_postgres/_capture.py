@@ -40,13 +40,14 @@ class Publication:
     """This role may alter it (owns it, or is a superuser), or may create it when missing."""
     owner: str
 
-    def sql_for(self, table: Captured) -> str:
-        """The statement that puts ``table`` in the publication."""
-        name, target = q(self.name), qualified(table.table)
+    def sql_for(self, tables: Sequence[Captured]) -> str:
+        """The one statement that puts ``tables`` in the publication (pasted once: a
+        ``CREATE PUBLICATION`` per table would fail from the second on)."""
+        name, targets = q(self.name), ", ".join(qualified(t.table) for t in tables)
         if self.exists:
-            return f"ALTER PUBLICATION {name} ADD TABLE {target}"
-        return f"CREATE PUBLICATION {name} FOR TABLE {target}" + (
-            f" WITH ({VIA_ROOT})" if table.partitioned else "")
+            return f"ALTER PUBLICATION {name} ADD TABLE {targets}"
+        return f"CREATE PUBLICATION {name} FOR TABLE {targets}" + (
+            f" WITH ({VIA_ROOT})" if any(t.partitioned for t in tables) else "")
 
 
 @dataclass(frozen=True)
@@ -179,9 +180,30 @@ def identity_problem(table: Captured) -> tuple[str, str] | None:
     return None
 
 
-def table_requirements(pub: Publication, table: TableId, found: Captured | None
-                       ) -> list[Requirement]:
-    """The replica identity and publication checks of ``table`` (``found``: :func:`captured`)."""
+def unpublished(pub: Publication, every: dict[TableId, Captured | None]) -> list[Captured]:
+    """The captured tables missing from the publication that this role cannot add: one
+    statement, run by their owners, adds them all (:func:`table_requirements`)."""
+    return [c for c in every.values()
+            if c is not None and not c.published and not (c.owned and pub.mine)]
+
+
+def create_requirement(pub: Publication, user: str, database: str,
+                       every: dict[TableId, Captured | None]) -> Requirement | None:
+    """Where the publication is missing and this role owns tables to put in it but may not
+    create it: the ``CREATE`` on the database it lacks, named (the tables are its own)."""
+    if pub.exists or pub.mine or not any(c is not None and c.owned and not c.published
+                                         for c in every.values()):
+        return None
+    return Requirement(f"may create publication {pub.name}", False,
+                       f"role {user} has no CREATE on database {database}",
+                       f"GRANT CREATE ON DATABASE {q(database)} TO {q(user)}, as the "
+                       "database's owner (sdk sync then creates the publication)")
+
+
+def table_requirements(pub: Publication, table: TableId, found: Captured | None,
+                       pending: Sequence[Captured] = ()) -> list[Requirement]:
+    """The replica identity and publication checks of ``table`` (``found``: :func:`captured`);
+    ``pending``: :func:`unpublished`, whose first table's fix is the statement for all."""
     if found is None:
         return [Requirement(f"{table} exists", False, "no such table or not visible", "")]
     problem = identity_problem(found)
@@ -194,11 +216,16 @@ def table_requirements(pub: Publication, table: TableId, found: Captured | None
         f"sdk sync cannot add it: the table belongs to role {found.owner}"
         + (f" and the publication to role {pub.owner}" if pub.exists and not pub.mine else "")
         + ("" if pub.exists or pub.mine else ", and this role may not create publications"))
-    owners = "the table's owner" if not pub.exists else \
-        "a role owning both the table and the publication (or a superuser)"
+    together = [c for c in pending if c.table != table] if found in pending else []
+    owners = ("the tables' owner" if len(together) else "the table's owner") \
+        if not pub.exists else "a role owning the tables and the publication (or a superuser)"
+    fix = f"{pub.sql_for([found, *together])}, as {owners}"
+    if pending and found in pending and pending[0] != found:
+        fix = f"the statement shown for {pending[0].table} adds it too"
+    elif found.owned and not pub.exists and not pub.mine:
+        fix = "the GRANT CREATE above (sdk sync then adds it)"
     checks.append(Requirement(f"{table} in publication {pub.name}",
-                              found.published or addable, detail,
-                              f"{pub.sql_for(found)}, as {owners}"))
+                              found.published or addable, detail, fix))
     return checks
 
 

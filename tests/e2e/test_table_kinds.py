@@ -245,6 +245,41 @@ def test_check_says_which_tables_sync_adds_itself(pg_env: dict[str, Any], postgr
     assert f"[MISSING] public.{theirs} in publication" in out
     assert (f'fix: CREATE PUBLICATION "{pg_env["publication"]}" FOR TABLE "public"."{theirs}", '
             "as the table's owner") in out
+    # two of them: one statement for both, pasted once (a CREATE each would fail the second)
+    other = pg_env["make"]("CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+    assert main(["check", "--source", pg_env["url"], "--tables",
+                 f"public.{theirs},public.{other}"]) == 1
+    out = capsys.readouterr().out
+    first, second = sorted([theirs, other])
+    assert (f'fix: CREATE PUBLICATION "{pg_env["publication"]}" FOR TABLE "public"."{first}", '
+            f'"public"."{second}", as the tables\' owner') in out, out
+    assert f"fix: the statement shown for public.{first} adds it too" in out, out
+
+
+@pytest.mark.postgres
+def test_an_owner_without_create_on_the_database_is_told_the_grant(
+        pg_env: dict[str, Any], postgres_admin: Any, postgres_url: str, capsys: Any) -> None:
+    """The role owns the table but may not create the publication: the grant it lacks is
+    named, not 'create it as the table's owner' (it is the owner)."""
+    role = f"sdk_nc_{uuid.uuid4().hex[:8]}"
+    postgres_admin.execute(f"CREATE ROLE {role} LOGIN REPLICATION")
+    try:
+        mine = pg_env["make"]("CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+        postgres_admin.execute(f'ALTER TABLE "{mine}" OWNER TO {role}')
+        config = ConnectionConfig.from_url(postgres_url)
+        url = with_query(f"postgresql://{role}@{config.host}:{config.port}/{config.database}",
+                         slot=pg_env["slot"], publication=pg_env["publication"])
+        assert main(["check", "--source", url, "--tables", f"public.{mine}"]) == 1
+        out = capsys.readouterr().out
+        assert f"[MISSING] may create publication {pg_env['publication']}" in out, out
+        assert (f'fix: GRANT CREATE ON DATABASE "{config.database}" TO "{role}", as the '
+                "database's owner") in out, out
+        postgres_admin.execute(f'GRANT CREATE ON DATABASE "{config.database}" TO {role}')
+        assert main(["check", "--source", url, "--tables", f"public.{mine}"]) == 0, \
+            capsys.readouterr().out
+    finally:
+        postgres_admin.execute(f"DROP OWNED BY {role}")
+        postgres_admin.execute(f"DROP ROLE {role}")
 
 
 @pytest.mark.postgres

@@ -385,19 +385,39 @@ def test_purged_position_is_fatal(mysql: Dialect, conn: Any, make_table: Any) ->
 
 def test_preflight_names_each_missing_privilege(mysql: Dialect, mysql_admin: Any,
                                                 make_table: Any, mysql_url: str) -> None:
+    """An account for one host ('weak'@'127.0.0.1', as a least-privilege account is made):
+    each fix names that account (pasted, it works), and reading the log position without
+    REPLICATION CLIENT names the privilege, not log_bin."""
+    from sdk import ConfigurationError
+
     table = make_table("CREATE TABLE {name} (id INT PRIMARY KEY)")
-    admin(mysql_admin, "CREATE USER IF NOT EXISTS 'sdk_weak'@'%' IDENTIFIED BY 'weak'")
-    admin(mysql_admin, "GRANT SELECT ON sdk_test.* TO 'sdk_weak'@'%'")
+    user = f"sdk_weak_{uuid.uuid4().hex[:6]}"
+    account = f"'{user}'@'127.0.0.1'"
+    admin(mysql_admin, f"CREATE USER {account} IDENTIFIED BY 'weak'")
+    admin(mysql_admin, f"GRANT SELECT ON sdk_test.* TO {account}")
     try:
-        weak = mysql.connect(ConnectionConfig.from_url(as_user(mysql_url, "sdk_weak:weak")))
-        checks = mysql.preflight(weak, [table])
-        weak.close()
+        weak = mysql.connect(ConnectionConfig.from_url(as_user(mysql_url, f"{user}:weak")))
+        try:
+            missing = {c.name: c.fix for c in mysql.preflight(weak, [table]) if not c.ok}
+            assert set(missing) == {"privilege REPLICATION SLAVE", "privilege REPLICATION CLIENT"}
+            assert missing["privilege REPLICATION SLAVE"] == \
+                f"GRANT REPLICATION SLAVE ON *.* TO {account}"
+            with pytest.raises(ConfigurationError, match=r"may not read the binlog position .*"
+                               rf"GRANT REPLICATION CLIENT ON \*\.\* TO {account}"):
+                mysql.current_offset(weak)
+        finally:
+            weak.close()
+        for fix in missing.values():  # pasted as they are
+            admin(mysql_admin, fix)
+        weak = mysql.connect(ConnectionConfig.from_url(as_user(mysql_url, f"{user}:weak")))
+        try:
+            assert all(c.ok for c in mysql.preflight(weak, [table]) if c.name.startswith(
+                "privilege")), [c for c in mysql.preflight(weak, [table]) if not c.ok]
+            assert mysql.current_offset(weak) is not None
+        finally:
+            weak.close()
     finally:
-        admin(mysql_admin, "DROP USER 'sdk_weak'@'%'")
-    missing = {c.name: c.fix for c in checks if not c.ok}
-    assert set(missing) == {"privilege REPLICATION SLAVE", "privilege REPLICATION CLIENT"}
-    assert missing["privilege REPLICATION SLAVE"] == \
-        "GRANT REPLICATION SLAVE ON *.* TO 'sdk_weak'@'%'"
+        admin(mysql_admin, f"DROP USER {account}")
 
 
 def test_bad_password_is_a_clear_error_without_the_password(mysql: Dialect,
