@@ -13,7 +13,7 @@ moment (docs/design.md, 'The visibility hazard'), so ``current_offset`` waits un
 in progress at that position have ended.
 
 Slot and publication names come from the URL: ``?slot=NAME&publication=NAME`` (defaults
-``sdk_slot`` and ``sdk_pub``).
+``sdk_slot_<database>``, the slot names being the cluster's, and ``sdk_pub``).
 
 The hooks are here; the slot's reading and decoding loop is in :mod:`._stream`, the exported
 snapshot behind ``begin_snapshot`` in :mod:`._snapshot`, offsets in :mod:`._offsets`, the
@@ -24,7 +24,9 @@ connection in :mod:`._connection`, column types in :mod:`._types` and the target
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -103,7 +105,7 @@ def dialect_info() -> DialectInfo:
         extra="postgres", url_schemes=("postgres", "postgresql"),
         capabilities=frozenset({Capability.FILTERED_READS, Capability.SCHEMA_CHANGES}),
         url_options=(
-            ("slot", "the replication slot (default sdk_slot)"),
+            ("slot", "the replication slot (default sdk_slot_<database>)"),
             ("publication", "the publication (default sdk_pub)"),
             ("wait_seconds", "how long a watermark waits for older transactions (default 60)"),
             ("host", "a host or socket directory, overriding the URL's"),
@@ -180,10 +182,29 @@ def connect(config: ConnectionConfig) -> PgConnection:
     if failover not in ("true", "false"):
         raw.close()
         raise ConfigurationError(f"failover_slot takes true or false, not {failover!r}")
-    return PgConnection(raw, config.options.get("slot", "sdk_slot"),
-                        config.options.get("publication", "sdk_pub"),
+    slot = config.options.get("slot") or _default_slot(raw, raw.info.dbname)
+    return PgConnection(raw, slot, config.options.get("publication", "sdk_pub"),
                         float(config.options.get("wait_seconds", "60")), connect_args=args,
                         failover_slot=failover == "true", server_encoding=encoding)
+
+
+LEGACY_SLOT = "sdk_slot"
+"""The default slot name before 0.2.0, one for the whole cluster: still used where this
+database has it (a sync that made it resumes on it)."""
+
+
+def _default_slot(raw: Any, database: str) -> str:
+    """The slot a URL without ``slot=`` names: ``sdk_slot_<database>`` (slot names are the
+    cluster's, and two databases' syncs must not share one; a name with other characters than
+    lowercase letters, digits and _ is kept readable and made unique by a digest), or
+    ``sdk_slot`` where this database has that one already."""
+    name = re.sub(r"[^a-z0-9_]", "_", database.lower())
+    if name != database or len(name) > 40:
+        name = f"{name[:40]}_{hashlib.sha256(database.encode()).hexdigest()[:8]}"
+    if raw.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND database = "
+                   "current_database()", (LEGACY_SLOT,)).fetchone():
+        return LEGACY_SLOT
+    return f"{LEGACY_SLOT}_{name}"
 
 
 @hookimpl
@@ -213,7 +234,10 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
     replication, superuser, user = conn.query(
         "SELECT rolreplication, rolsuper, current_user FROM pg_roles "
         "WHERE rolname = current_user")[0]
-    mine = conn.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (conn.slot,))
+    slot = conn.query("SELECT database, plugin FROM pg_replication_slots WHERE slot_name = %s",
+                      (conn.slot,))
+    (database,) = conn.query("SELECT current_database()")[0]
+    mine = [row for row in slot if row[0] == database]
     checks = [
         Requirement("wal_level=logical", wal_level == "logical", f"wal_level is {wal_level}",
                     "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL"),
@@ -229,6 +253,12 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
                     "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf()",
                     required=False),
     ]
+    if slot and not mine:  # the cluster's names: another database's sync has it
+        checks.append(Requirement(
+            f"slot {conn.slot} is this database's", False,
+            f"it belongs to database {slot[0][0]} (plugin {slot[0][1]}): another sync's",
+            f"give this sync a slot of its own: ?slot=sdk_slot_{database} (any name not in "
+            "use) in the source URL"))
     checks.extend(_slot_requirements(conn, bool(mine)))
     pub = _capture.publication(conn)
     partitioned = False
@@ -245,7 +275,6 @@ def preflight(conn: PgConnection, tables: Sequence[TableId]) -> list[Requirement
         "FROM unnest(%s::text[], %s::text[]) AS w(s, t) JOIN pg_namespace n ON n.nspname = w.s "
         "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t",
         ([t.schema for t in tables], [t.name for t in tables]))}
-    (database,) = conn.query("SELECT current_database()")[0]
     creating = _capture.create_requirement(pub, user, database, every)
     if creating is not None:
         checks.append(creating)

@@ -94,8 +94,8 @@ def _switch_over(primary: Postgres, standby: Postgres, synced: bool = True) -> N
     if synced:
         primary.query("SELECT pg_log_standby_snapshot()")  # lets the slot's xmin move
         confirmed = primary.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
-                                  "WHERE slot_name = 'sdk_slot'")[0][0]
-        wait_slot_synced(standby, "sdk_slot", lsn=confirmed)
+                                  "WHERE slot_name = 'sdk_slot_sdk_test'")[0][0]
+        wait_slot_synced(standby, "sdk_slot_sdk_test", lsn=confirmed)
     primary.stop("fast")
     standby.promote()
 
@@ -107,7 +107,7 @@ def test_the_sync_follows_a_promoted_standby_with_its_failover_slot(
     mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
     assert main(_sync(primary.url(), mirror, checkpoint)) == 0
     assert primary.query("SELECT failover FROM pg_replication_slots "
-                         "WHERE slot_name = 'sdk_slot'") == [(True,)]
+                         "WHERE slot_name = 'sdk_slot_sdk_test'") == [(True,)]
     _writes(primary, 1, 60)
     primary.query("SELECT pg_log_standby_snapshot()")
     assert main(_sync(primary.url(), mirror, checkpoint)) == 0  # in the log phase
@@ -138,7 +138,7 @@ def test_a_slot_the_standby_does_not_have_is_refused_naming_the_settings(
     url = primary.url(query="?failover_slot=false")
     assert main(_sync(url, mirror, checkpoint)) == 0
     assert primary.query("SELECT failover FROM pg_replication_slots "
-                         "WHERE slot_name = 'sdk_slot'") == [(False,)]
+                         "WHERE slot_name = 'sdk_slot_sdk_test'") == [(False,)]
     _writes(primary, 5, 20)
     _switch_over(primary, standby, synced=False)
     capsys.readouterr()
@@ -148,7 +148,7 @@ def test_a_slot_the_standby_does_not_have_is_refused_naming_the_settings(
     (line,) = [line for line in err.splitlines() if line.startswith("sdk: error:")]
     assert "does not exist on this server, which took over" in line
     assert "sync_replication_slots" in line
-    assert not standby.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'sdk_slot'")
+    assert not standby.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'sdk_slot_sdk_test'")
 
 
 def test_a_switchover_while_the_snapshot_runs_goes_on_from_the_splits_read(
@@ -162,9 +162,9 @@ def test_a_switchover_while_the_snapshot_runs_goes_on_from_the_splits_read(
     primary, standby = topology
     primary.execute("INSERT INTO items SELECT i, i FROM generate_series(1000, 20999) i",
                     "ANALYZE items")  # the splits estimated from the statistics
-    primary.query("SELECT pg_create_logical_replication_slot('sdk_slot', 'pgoutput', false, "
+    primary.query("SELECT pg_create_logical_replication_slot('sdk_slot_sdk_test', 'pgoutput', false, "
                   "false, true)")
-    wait_slot_synced(standby, "sdk_slot", lsn=advance_slot(primary, "sdk_slot"))
+    wait_slot_synced(standby, "sdk_slot_sdk_test", lsn=advance_slot(primary, "sdk_slot_sdk_test"))
     mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
     args = [*_sync(primary.url(), mirror, checkpoint)[:-2], "--until", "never",
             "--option", "snapshot.split.size=500", "--option",
@@ -196,8 +196,8 @@ def test_a_standby_promoted_behind_what_the_sync_read_is_refused(
     primary.query("SELECT pg_log_standby_snapshot()")
     assert main(_sync(primary.url(), mirror, checkpoint)) == 0
     confirmed = primary.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
-                              "WHERE slot_name = 'sdk_slot'")[0][0]
-    wait_slot_synced(standby, "sdk_slot", lsn=confirmed)
+                              "WHERE slot_name = 'sdk_slot_sdk_test'")[0][0]
+    wait_slot_synced(standby, "sdk_slot_sdk_test", lsn=confirmed)
     standby.stop("fast")  # the standby falls behind
     primary.execute("INSERT INTO items VALUES (5000, 1)")
     assert main(_sync(primary.url(), mirror, checkpoint)) == 0

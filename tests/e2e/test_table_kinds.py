@@ -7,6 +7,7 @@ and ends with the mirror equal to the source."""
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -416,5 +417,40 @@ def test_a_late_partition_without_full_identity_stops_rather_than_write_null(
         end = pg.current_offset(conn)
         with pytest.raises(FatalSyncError, match="REPLICA IDENTITY FULL"):
             list(pg.stream_log(conn, [schema], start, end))
+    finally:
+        conn.close()
+
+
+@pytest.mark.postgres
+def test_a_slot_of_another_database_is_refused_and_the_default_is_this_databases(
+        pg_env: dict[str, Any], postgres_admin: Any, postgres_url: str, capsys: Any) -> None:
+    """Slot names are the cluster's: a slot another database's sync made is never reported
+    as fine, and the default name carries the database's (two databases, two slots)."""
+    import psycopg
+
+    table = pg_env["make"]("CREATE TABLE {name} (id int PRIMARY KEY)")
+    postgres_admin.execute(f'ALTER TABLE "{table}" OWNER TO "{pg_env["role"]}"')
+    admin = ConnectionConfig.from_url(os.environ.get("SDK_TEST_POSTGRES_ADMIN_URL")
+                                      or postgres_url)
+    elsewhere = psycopg.connect(host=admin.host, port=admin.port, user=admin.user,
+                                dbname="postgres", autocommit=True)
+    slot = pg_env["slot"]
+    elsewhere.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    try:
+        assert main(["check", "--source", pg_env["url"], "--tables", f"public.{table}"]) == 1
+        out = capsys.readouterr().out
+        assert f"[MISSING] slot {slot} is this database's: it belongs to database postgres" \
+            in out, out
+    finally:
+        elsewhere.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        elsewhere.close()
+    pg = get_dialect("postgres")
+    conn = pg.connect(ConnectionConfig.from_url(postgres_url))
+    try:
+        database = conn.raw.info.dbname
+        expected = "sdk_slot" if postgres_admin.execute(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'sdk_slot' AND database = "
+            "current_database()").fetchall() else f"sdk_slot_{database}"
+        assert conn.slot == expected
     finally:
         conn.close()
