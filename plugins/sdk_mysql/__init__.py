@@ -43,6 +43,7 @@ from sdk import (
     hookimpl,
 )
 from sdk.dialect.apply import (
+    LEDGER,
     NetChanges,
     check_target_columns,
     ledger_tables,
@@ -868,9 +869,28 @@ def create_table(conn: MySqlConnection, table: TableSchema) -> None:
         "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND "
         "TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (table.table.schema, table.table.name))]
     check_target_columns(existing, table)
-    _ddl(conn, f"CREATE DATABASE IF NOT EXISTS {q(table.table.schema)}",
-         _target.create_sql(table, _table(table.table), q),
-         _target.ledger(q(table.table.schema)).create_sql())
+    schema = table.table.schema
+    found = {name for (name,) in conn.query(
+        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND "
+        "TABLE_NAME = %s", (schema, LEDGER))}
+    has_schema = bool(found) or bool(existing) or bool(conn.query(
+        "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (schema,)))
+    # only what is missing: a user without CREATE uses the tables made for it as they are
+    statements = ([] if has_schema else [f"CREATE DATABASE IF NOT EXISTS {q(schema)}"]) + \
+        ([] if existing else [_target.create_sql(table, _table(table.table), q)]) + \
+        ([] if found else [_target.ledger(q(schema)).create_sql()])
+    import pymysql
+
+    try:
+        _ddl(conn, *statements)
+    except pymysql.err.MySQLError as exc:
+        if not exc.args or exc.args[0] not in ACCESS_DENIED:
+            raise
+        raise ConfigurationError(
+            f"the target user may not create what the sync needs in {schema} "
+            f"({exc.args[1]}): GRANT CREATE ON {q(schema)}.* TO {_account(conn)}, or make the "
+            f"tables (and {LEDGER}) beforehand as a user who may (the sync then writes them "
+            "as they are)") from None
 
 
 def _ddl(conn: MySqlConnection, *statements: str) -> None:

@@ -787,14 +787,37 @@ def create_table(conn: PgConnection, table: TableSchema) -> None:
     check_target_columns(existing, table)
     if existing:
         _warn_of_foreign_keys(conn, table)
-    # one transaction, not flushed at its commit (a sync of many tables makes each at start):
-    # the first batch applied later flushes the WAL that holds it; lost in a crash before,
-    # the next start makes it again
-    with conn.raw.transaction():
-        conn.query("SET LOCAL synchronous_commit TO off")
-        conn.query(f"CREATE SCHEMA IF NOT EXISTS {q(table.table.schema)}")
-        conn.query(_target.create_sql(table, qualified(table.table), q))
-        conn.query(_target.ledger(q(table.table.schema)).create_sql())
+    schema = table.table.schema
+    ((has_schema, has_ledger),) = conn.query(
+        "SELECT to_regnamespace(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
+        (q(schema), qualified(TableId(schema, LEDGER))))
+    # only what is missing: a user without CREATE uses the tables made for it as they are
+    statements = ([] if has_schema else [f"CREATE SCHEMA IF NOT EXISTS {q(schema)}"]) + \
+        ([] if existing else [_target.create_sql(table, qualified(table.table), q)]) + \
+        ([] if has_ledger else [_target.ledger(q(schema)).create_sql()])
+    if not statements:
+        return
+    import psycopg
+
+    try:  # one transaction, not flushed at its commit (a sync of many tables makes each at
+        # start): the first batch applied later flushes the WAL that holds it; lost in a
+        # crash before, the next start makes it again
+        with conn.raw.transaction():
+            conn.query("SET LOCAL synchronous_commit TO off")
+            for statement in statements:
+                conn.query(statement)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        user, database = conn.raw.info.user, conn.raw.info.dbname
+        grant = f"GRANT CREATE ON SCHEMA {q(schema)} TO {q(user)}" if has_schema else \
+            f"GRANT CREATE ON DATABASE {q(database)} TO {q(user)}"
+        made = "" if has_schema else f"schema {schema}, "
+        what = ", ".join(x for x in (made.rstrip(", "),
+                                     "" if existing else f"table {table.table}",
+                                     "" if has_ledger else f"the ledger {schema}.{LEDGER}") if x)
+        raise ConfigurationError(
+            f"the target user {user} may not create {what} ({exc.diag.message_primary}): "
+            f"{grant}, or make {'them' if ',' in what else 'it'} beforehand as a user who may "
+            "(the sync then writes the tables as they are)") from None
 
 
 def _warn_of_foreign_keys(conn: PgConnection, table: TableSchema) -> None:
