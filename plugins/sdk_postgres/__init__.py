@@ -379,13 +379,14 @@ def drop_capture(conn: PgConnection) -> None:
 @hookimpl
 def list_tables(conn: PgConnection) -> list[TableId]:
     """Tables and partitioned tables; partitions are captured through their root, so they are
-    not listed."""
+    not listed. Every one the catalog has, readable by this role or not: one the patterns
+    select that it may not read is a missing ``SELECT`` (preflight names the GRANT), never
+    left out in silence (``information_schema`` would hide it) nor taken for dropped."""
     return [TableId(s, t) for s, t in conn.query(
-        "SELECT table_schema, table_name FROM information_schema.tables t WHERE table_type = "
-        "'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema') "
-        "AND NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON "
-        "n.oid = c.relnamespace WHERE n.nspname = t.table_schema AND "
-        "c.relname = t.table_name AND c.relispartition) ORDER BY 1, 2")]
+        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
+        "c.relnamespace WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND "
+        "n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE "
+        "'pg\\_toast%%' AND n.nspname NOT LIKE 'pg\\_temp\\_%%' ORDER BY 1, 2")]
 
 
 @hookimpl
