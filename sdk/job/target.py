@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -151,6 +152,25 @@ class Target:
                                "the ledger dropped)" for t in sources})
         return out
 
+    def reflected(self, schema: str, sync: str) -> Offset | None:
+        """The source position sync ``sync``'s :data:`POSITION` row in ``schema`` says the
+        target reflects (what its batches applied); None without one, or for a target that
+        cannot say (no ``applied_tables`` or ``read_range``)."""
+        dialect = get_dialect(self.dialect_name)
+        if not dialect.implements("applied_tables") or not dialect.implements("read_range"):
+            return None
+        table = position_table(schema)
+        conn = dialect.connect(self.config)
+        try:
+            with dialect.passing_faults():
+                if table.table not in dialect.applied_tables(conn, [table]):
+                    return None
+                row = _position_row(dialect, conn, table, sync)
+        finally:
+            conn.close()
+        return None if row is None or row[1] is None else \
+            Offset.from_json(json.loads(row[1]))
+
     def empty(self, tables: Sequence[TableSchema]) -> list[TableId]:
         """Of source tables ``tables``, those whose target table holds no row (one read of a
         key a table; none for a target that cannot read its rows back)."""
@@ -164,6 +184,14 @@ class Target:
                         if not has_rows(dialect, conn, self.table_for(t))]
         finally:
             conn.close()
+
+
+def _position_row(dialect: Any, conn: Any, table: TableSchema, sync: str
+                  ) -> Sequence[Any] | None:
+    """Sync ``sync``'s row of :data:`POSITION` table ``table``, None without one."""
+    whole = SnapshotSplit(table.table, 0, None, None)
+    return next((row for rows in dialect.read_range(conn, table, whole, 100) for row in rows
+                 if row[0] == sync), None)
 
 
 def has_rows(dialect: Any, conn: Any, table: TableSchema) -> bool:
@@ -366,9 +394,8 @@ class Applier:
         dialect = get_dialect(self.target.dialect_name)
         with dialect.passing_faults(), self._joined(dialect):
             if commit_ts is None:  # a batch without changes: the last commit stays
-                whole = SnapshotSplit(table.table, 0, None, None)
-                commit = next((row[2] for rows in dialect.read_range(
-                    self._conn, table, whole, 100) for row in rows if row[0] == sync), None)
+                row = _position_row(dialect, self._conn, table, sync)
+                commit = None if row is None else row[2]
             else:
                 commit = dt.datetime.fromtimestamp(commit_ts / 1e6, dt.UTC)
             row = (sync, dumps(position.to_json()), commit, dt.datetime.now(dt.UTC))

@@ -60,7 +60,7 @@ from ..algorithm.policy import (
     truncations_to_reread,
 )
 from ..algorithm.progress import ProgressReport, progress_of
-from ..dialect.codec import dumps
+from ..dialect.codec import dumps, position_label
 from ..dialect.errors import ConfigurationError
 from ..dialect.manager import Dialect
 from ..dialect.types import (
@@ -92,6 +92,7 @@ from .engine_state import (
     checkpointed,
     follow_or_check_source,
     latest,
+    ledger_prefix,
     read_progress,
     stage_name,
     staged_schema_changes,
@@ -289,6 +290,7 @@ def check_target(spec: SourceSpec, target: Target) -> None:
     if engine is None:
         return
     sync = engine.sync
+    _check_reflected(spec, target, store, engine)
     captured = {t.table: t for t in spec.tables}
     written = [captured[t] for t in applied_tables(sync) if t in captured]
     lost = target.lost(written)
@@ -315,6 +317,37 @@ def check_target(spec: SourceSpec, target: Target) -> None:
                                   None, time.time())
         write_request(store, request)
         log.warning("%s: it is read again whole (request %s)", why, request.id)
+
+
+def _check_reflected(spec: SourceSpec, target: Target, store: StateStore,
+                     engine: EngineState) -> None:
+    """Stop when the target says this sync applied batches past the newest state its
+    checkpoint holds (its ``_sdk_position`` row ahead of it): the checkpoint is an older copy
+    (restored from a backup), or another process wrote with this sync's id. Resuming would
+    apply older changes over newer ones and call the result caught up. After a failover the
+    positions are another server's: not compared."""
+    position = engine.sync.position
+    recorded = store.read_json(SOURCE_FILE) or {}
+    if position is None or not spec.tables or recorded.get("followed"):
+        return
+    first = target.table_for(next(iter(engine.sync.tables.values()), spec.tables[0]))
+    sync_id = ledger_prefix(store).rstrip(":") or "sync"
+    reflected = target.reflected(first.table.schema, sync_id)
+    if reflected is None or reflected.dialect != position.dialect:
+        return
+    try:
+        ahead = spec.dialect_obj.compare_offset(reflected, position) > 0
+    except Exception:  # positions of two servers: nothing to say
+        return
+    if ahead:
+        raise ConfigurationError(
+            f"the target says sync {sync_id} applied the source up to "
+            f"{position_label(reflected.json_text())}, past the newest state of checkpoint "
+            f"{store.uri} ({position_label(position.json_text())}): the checkpoint is older "
+            "than the target (restored from a copy?) or another process wrote with its id; "
+            "resuming would apply older changes over newer ones. Resume from the checkpoint "
+            "that wrote the target, or take a new snapshot into a fresh target (a new "
+            "--checkpoint)")
 
 
 def _emptied(spec: SourceSpec, target: Target, tables: list[TableSchema],

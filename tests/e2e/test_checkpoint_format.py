@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -172,3 +173,40 @@ def test_a_checkpoint_of_a_newer_format_is_refused_before_anything_is_touched(
     bench.mirror.unlink()
     _ok(_cli(*bench.args))
     assert bench.equal()
+
+
+@pytest.mark.mysql
+def test_a_checkpoint_older_than_the_target_is_refused(
+        tmp_path: Path, mysql_admin: Any, mysql_url: str) -> None:
+    """A checkpoint restored from a copy taken before the target moved on (a MariaDB source,
+    whose binlog still holds the copy's position): the target's ``_sdk_position`` is past its
+    newest state, and the sync stops instead of applying older changes over newer ones and
+    saying caught up."""
+    table = f"older_{uuid.uuid4().hex[:8]}"
+
+    def run(sql: str) -> None:
+        with mysql_admin.cursor() as cur:
+            cur.execute(sql)
+    run(f"CREATE TABLE sdk_test.{table} (id INT PRIMARY KEY, v INT)")
+    run(f"INSERT INTO sdk_test.{table} VALUES (1, 0), (2, 0)")
+    mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
+    args = ["sync", "--source", mysql_url, "--target", f"sqlite:///{mirror}", "--tables",
+            f"sdk_test.{table}", "--checkpoint", str(checkpoint), "--until", "caught-up"]
+    try:
+        _ok(_cli(*args))
+        run(f"UPDATE sdk_test.{table} SET v = 1")
+        _ok(_cli(*args))
+        copy = tmp_path / "ck-copy"
+        shutil.copytree(checkpoint, copy)
+        run(f"UPDATE sdk_test.{table} SET v = 2")
+        _ok(_cli(*args))
+        shutil.rmtree(checkpoint)
+        shutil.copytree(copy, checkpoint)  # restored
+        result = _cli(*args)
+        assert result.returncode == 2, result.stderr
+        assert "past the newest state of checkpoint" in result.stderr and \
+            "restored from a copy?" in result.stderr, result.stderr
+        with sqlite3.connect(mirror) as conn:
+            assert conn.execute(f"SELECT v FROM {table}").fetchall() == [(2,), (2,)]
+    finally:
+        run(f"DROP TABLE IF EXISTS sdk_test.{table}")
