@@ -154,7 +154,8 @@ def read_only(text: str) -> ReadOnlyError | None:
     found = _READ_ONLY.search(text)
     if found is None:
         return None
-    detail = _cut(found.group(0).strip(), 200)
+    # the database's words, without the class a traceback line names them by
+    detail = _cut(re.sub(r"^(?:\w+\.)+\w+: ", "", found.group(0).strip()), 200)
     return ReadOnlyError(
         f"a database refused a write: it is read-only ({detail}): point the URL at a "
         "writable server (the primary, not a standby) or lift its read-only setting, then "
