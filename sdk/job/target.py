@@ -59,6 +59,11 @@ def position_table(schema: str) -> TableSchema:
         Column("applied_at", LogicalType.TIMESTAMP_TZ, "sdk")), ("sync",))
 
 
+TRIM_BEHIND = 2
+"""A batch deletes the target ledger's rows of its tables' batches this many or more before
+its own (:meth:`Applier.trim`): a replay is only ever of the batch after Spark's last commit
+(and a head start hands Spark only its last batch to replay), so two is a margin."""
+
 _POSITION_MADE: set[tuple[str, str, tuple[str, str] | None]] = set()
 """The :data:`POSITION` tables this process made (or found) by target, URL and marker: made
 once, not at every log batch."""

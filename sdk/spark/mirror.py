@@ -35,7 +35,7 @@ import pyarrow as pa
 from ..dialect.codec import decode_value
 from ..dialect.errors import ConfigurationError
 from ..dialect.types import ChangeEvent, LogicalType, Offset, TableId, TableSchema
-from ..job.target import REPORT_SCHEMA, Applier, Target, add_reports
+from ..job.target import REPORT_SCHEMA, TRIM_BEHIND, Applier, Target, add_reports
 from .batches import REPORT_ARROW, python_values
 
 _EPOCH_NTZ = "TIMESTAMP_NTZ '1970-01-01 00:00:00'"
@@ -157,7 +157,7 @@ class Mirror:
                 [F.col(spark_name(k)) for k in self.tables[0].key]
             df = df.repartition(1 if self.target.transactional else self.partitions, *keys)
         prefix = self.ledger_prefix() if self.ledger_prefix is not None else ""
-        applier = _PartitionApplier(self, f"{prefix}{batch_id}", df.columns)
+        applier = _PartitionApplier(self, prefix, batch_id, df.columns)
         # mapInArrow resolves each column by name, which fails on dots and backquotes
         plain = df.toDF(*[f"c{i}" for i in range(len(df.columns))])
         self.tally(plain.mapInArrow(applier, REPORT_SCHEMA), batch_id)
@@ -198,14 +198,20 @@ class Tally:
 class _PartitionApplier:
     """Runs on executors: compact one partition's changes (Arrow batches) and apply them."""
 
-    def __init__(self, mirror: Mirror, batch_id: str, columns: Sequence[str]) -> None:
+    def __init__(self, mirror: Mirror, prefix: str, number: int, columns: Sequence[str]
+                 ) -> None:
         self.position = {name: i for i, name in enumerate(columns)}
         """Where each column of the batch is (the batches carry positional names)."""
         self.target = mirror.target
         self.by_name = {str(t.table): t for t in mirror.tables}
         self.by_id = {t.table: t for t in mirror.tables}
         self.envelope = mirror.envelope
-        self.batch_id = batch_id
+        self.batch_id = f"{prefix}{number:012d}"
+        """The batch's ledger id, before its task's number: the sync's id and the Spark batch's
+        number, 12 digits, so the ids sort by it and a range of them can be trimmed."""
+        self.trims = [(f"{prefix}{0:012d}", f"{prefix}{number - TRIM_BEHIND + 1:012d}")] \
+            if number >= TRIM_BEHIND else []
+        """The ledger ids no replay asks about (Spark replays at most its last batch)."""
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -238,6 +244,7 @@ class _PartitionApplier:
             applier.begin()  # the task's tables commit together (apply.consistency)
             for table, events in per_table.items():
                 applier.apply(self.by_id[table], events, f"{self.batch_id}-{task}")
+            applier.trim(self.trims)
             applier.commit()
         finally:
             applier.close()

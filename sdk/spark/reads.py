@@ -34,7 +34,7 @@ from ..dialect.types import (
 )
 from ..job.failures import doing
 from ..job.spec import SourceSpec
-from ..job.target import Applier, Pipeline
+from ..job.target import TRIM_BEHIND, Applier, Pipeline
 from .batches import REPORT_ARROW, TableBatcher, envelope_batch, envelope_schema, event_rows
 from .deadletter import Rejects
 from .engine_state import (
@@ -166,12 +166,6 @@ def split_ledger_id(stage: str, split: SnapshotSplit) -> str:
 def log_ledger_id(state: str) -> str:
     """The ledger id of a log batch applied by a chained task."""
     return f"log/{state}"
-
-
-TRIM_BEHIND = 2
-"""A log batch deletes the target ledger's rows of its tables' batches whose state is this
-many or more before its own: a replay is only ever of the batch after Spark's last commit
-(and a head start hands Spark only its last batch to replay), so two is a margin."""
 
 
 def ledger_trims(prefix: str, state: str) -> list[tuple[str, str]]:
