@@ -368,6 +368,28 @@ def _refuse_unreadable(dialect: Dialect, conn: Connection, patterns: list[str],
                 f"SELECT on {table}; as an administrator: {check.fix}")
 
 
+def _refuse_revoked(dialect: Dialect, conn: Connection, gone: list[TableId]) -> None:
+    """Captured tables gone from the listing that the preflight says this user may not
+    ``SELECT``: hidden from it (MySQL lists only what a user holds a privilege on), not
+    dropped; the sync stops naming the GRANT instead of letting them leave, their mirror
+    stale. A table dropped for real passes (its grant, or the database's, is still there)."""
+    if not gone:
+        return
+    try:
+        checks = dialect.preflight(conn, gone)
+    except Exception:  # the listing's verdict stands
+        log.debug("preflight of %s failed", gone, exc_info=True)
+        return
+    failed = {r.name: r for r in checks if not r.ok}
+    revoked = [(t, failed[f"SELECT on {t}"]) for t in gone if f"SELECT on {t}" in failed]
+    if revoked:
+        raise ConfigurationError(
+            "; ".join(f"captured table {t} is gone from what this user may list: it lacks "
+                      f"SELECT on it (revoked?); as an administrator: {check.fix}"
+                      for t, check in revoked)
+            + " (a table dropped for real leaves the sync by itself)")
+
+
 BeforePrepare = Callable[[Dialect, Connection, list[TableSchema]], None]
 """Called with the chosen tables just before their capture is prepared (a resumed sync
 records there what preparing may undo)."""
@@ -478,6 +500,7 @@ class TableWatch:
         listed = select_tables(dialect.list_tables(conn), parse_patterns(spec.patterns))
         present = set(listed)
         gone = [t for t in captured if t not in present and t not in leaving]
+        _refuse_revoked(dialect, conn, gone)
         at = dialect.current_offset(conn) if gone else None  # after the listing: past the drop
         identities = dialect.table_identities(
             conn, [t for t in captured if t in present and t not in leaving])

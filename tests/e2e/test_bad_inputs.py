@@ -146,6 +146,54 @@ def test_postgres_table_without_select_names_the_grant(
         postgres_admin.execute("DROP ROLE IF EXISTS sdk_bad_inputs")
 
 
+@pytest.mark.mysql
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_mariadb_table_the_user_may_no_longer_read_stops_the_sync(
+        mysql_admin: Any, mysql_url: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """MariaDB lists only the tables a user holds a privilege on: one whose SELECT was
+    revoked vanishes from the listing. The resumed sync refuses, naming the GRANT, instead of
+    marking it dropped and leaving its mirror stale; granted again, it resumes equal."""
+    tag = secrets.token_hex(4)
+    user, account = f"sdk_rv_{tag}", f"'sdk_rv_{tag}'@'127.0.0.1'"
+    tables = [f"rv_{tag}_a", f"rv_{tag}_b"]
+
+    def run(sql: str) -> None:
+        with mysql_admin.cursor() as cur:
+            cur.execute(sql)
+    run(f"CREATE USER {account} IDENTIFIED BY 'rv'")
+    run(f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO {account}")
+    for name in tables:
+        run(f"CREATE TABLE sdk_test.{name} (id INT PRIMARY KEY, v INT)")
+        run(f"INSERT INTO sdk_test.{name} VALUES (1, 1), (2, 2)")
+        run(f"GRANT SELECT ON sdk_test.{name} TO {account}")
+    config = ConnectionConfig.from_url(mysql_url)
+    url = f"mysql://{user}:rv@{config.host}:{config.port or 3306}/sdk_test"
+    mirror = tmp_path / "mirror.db"
+    args = ["sync", "--source", url, "--target", f"sqlite:///{mirror}", "--tables",
+            f"sdk_test.rv_{tag}_*", "--checkpoint", str(tmp_path / "ck"), "--until",
+            "caught-up"]
+    try:
+        assert main(args) == 0
+        run(f"REVOKE SELECT ON sdk_test.{tables[1]} FROM {account}")
+        run(f"INSERT INTO sdk_test.{tables[1]} VALUES (3, 3)")
+        capsys.readouterr()
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"captured table sdk_test.{tables[1]} is gone from what this user may list: " \
+            f"it lacks SELECT on it (revoked?); as an administrator: GRANT SELECT ON " \
+            f"`sdk_test`.`{tables[1]}` TO {account}" in err, err
+        run(f"GRANT SELECT ON sdk_test.{tables[1]} TO {account}")
+        assert main(args) == 0
+        with sqlite3.connect(mirror) as conn:
+            assert conn.execute(f"SELECT id FROM {tables[1]} ORDER BY id").fetchall() == \
+                [(1,), (2,), (3,)]
+    finally:
+        run(f"DROP USER IF EXISTS {account}")
+        run(f"DROP TABLE IF EXISTS sdk_test.{tables[0]}, sdk_test.{tables[1]}")
+
+
 @pytest.mark.postgres
 @pytest.mark.spark
 @pytest.mark.slow
