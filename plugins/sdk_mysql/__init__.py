@@ -514,8 +514,9 @@ column access denied)."""
 def _account(conn: MySqlConnection) -> str:
     """The account the server says the session is (``CURRENT_USER()``), quoted as GRANT
     takes it: ``'cdc'@'127.0.0.1'``, not the ``'%'`` host a grant names by habit."""
-    (current,) = conn.query("SELECT CURRENT_USER()")[0]
-    user, _, host = str(current).rpartition("@")
+    rows = conn.query("SELECT CURRENT_USER()")
+    current = str(rows[0][0]) if rows else f"{conn.settings.get('user', '')}@%"
+    user, _, host = current.rpartition("@")
     return "'{}'@'{}'".format(user.replace("'", "''"), host.replace("'", "''"))
 
 

@@ -22,13 +22,12 @@ from ..dialect.errors import (
     ConfigurationError,
     SdkError,
 )
-from ..dialect.manager import Dialect, default_manager
-from ..dialect.types import Connection, FinishedSplit, TableSchema
+from ..dialect.manager import default_manager
+from ..dialect.types import FinishedSplit
 from ..job.metrics import MetricsServer
 from ..job.spec import (
     READER_OPTIONS,
     UNTIL,
-    BeforePrepare,
     SourceSpec,
     SyncSettings,
     checkpoint_paths,
@@ -199,27 +198,10 @@ def _prepare(settings: SyncSettings) -> tuple[SourceSpec, dict[str, str], str, s
         if settings.target_schema is not None:
             reader_options["target.schema"] = settings.target_schema
     _check_resumed_source(settings.source, state_dir, settings.checkpoint)
-    resolved = resolve(reader_options, before_prepare=_before_prepare(settings, state_dir))
+    resolved = resolve(reader_options, before_prepare=noting_changed_tables(state_dir))
     # the advice was logged just now: the query's own resolve (in a Python worker) keeps quiet
     reader_options["preflight.advice"] = "quiet"
     return resolved, reader_options, state_dir, spark_checkpoint
-
-
-def _before_prepare(settings: SyncSettings, state_dir: str) -> BeforePrepare | None:
-    """What runs once the tables are chosen, before the source's capture is prepared (its
-    slot, publication or triggers made): a resumed sync notes the tables that changed while it
-    was stopped; a new one with a target makes the target tables first, so a target that
-    refuses them (a user without CREATE) stops the sync with nothing made at the source."""
-    noting = noting_changed_tables(state_dir)
-    if settings.target is None or latest_name(StateStore(state_dir, create=False)) is not None:
-        return noting
-    target = Target.of(settings.target, settings.target_schema)
-
-    def prepare(dialect: Dialect, conn: Connection, schemas: list[TableSchema]) -> None:
-        if noting is not None:
-            noting(dialect, conn, schemas)
-        target.create_tables(schemas)
-    return prepare
 
 
 def _check_resumed_source(source: str, state_dir: str, checkpoint: str) -> None:

@@ -148,7 +148,8 @@ def test_a_slot_the_standby_does_not_have_is_refused_naming_the_settings(
     (line,) = [line for line in err.splitlines() if line.startswith("sdk: error:")]
     assert "does not exist on this server, which took over" in line
     assert "sync_replication_slots" in line
-    assert not standby.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'sdk_slot_sdk_test'")
+    assert not standby.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = "
+                             "'sdk_slot_sdk_test'")
 
 
 def test_a_switchover_while_the_snapshot_runs_goes_on_from_the_splits_read(
@@ -162,8 +163,8 @@ def test_a_switchover_while_the_snapshot_runs_goes_on_from_the_splits_read(
     primary, standby = topology
     primary.execute("INSERT INTO items SELECT i, i FROM generate_series(1000, 20999) i",
                     "ANALYZE items")  # the splits estimated from the statistics
-    primary.query("SELECT pg_create_logical_replication_slot('sdk_slot_sdk_test', 'pgoutput', false, "
-                  "false, true)")
+    primary.query("SELECT pg_create_logical_replication_slot('sdk_slot_sdk_test', 'pgoutput', "
+                  "false, false, true)")
     wait_slot_synced(standby, "sdk_slot_sdk_test", lsn=advance_slot(primary, "sdk_slot_sdk_test"))
     mirror, checkpoint = tmp_path / "mirror.db", tmp_path / "ck"
     args = [*_sync(primary.url(), mirror, checkpoint)[:-2], "--until", "never",
