@@ -4,6 +4,9 @@ the tests read from the environment."""
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 MYSQL = os.environ.get("SDK_TEST_MYSQL_URL", "mysql://sdk_cdc:sdk_cdc@127.0.0.1:3306/sdk_test")
@@ -23,3 +26,12 @@ def fill_mariadb(conn: Any, table: str, rows: int) -> None:
         last = min(first + 99_999, rows)
         conn.query(f"INSERT INTO `{table}` SELECT seq, CONCAT('v', seq), seq / 8, "
                    f"'2024-01-01' + INTERVAL seq SECOND FROM seq_{first}_to_{last}")
+
+
+def sdk_command() -> list[str]:
+    """How a user runs ``sdk``: the venv's script, else the one on PATH, else the module."""
+    found = Path(sys.executable).with_name("sdk")
+    if found.exists():
+        return [str(found)]
+    which = shutil.which("sdk")
+    return [which] if which else [sys.executable, "-m", "sdk.app.cli"]

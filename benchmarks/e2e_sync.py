@@ -116,7 +116,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from _cpu import Cpu, Meter, become_subreaper, reap, tree
-from _servers import MYSQL, MYSQL_ADMIN, PG, PG_ADMIN
+from _servers import MYSQL, MYSQL_ADMIN, PG, PG_ADMIN, sdk_command
 
 TAG = str(os.getpid())
 COLUMNS = "id, customer_id, amount, status, note, created_at"
@@ -754,14 +754,6 @@ def tuple_values(data: bytes, pos: int) -> list[bytes | None]:
         else:  # 'n' NULL ('u' unchanged TOAST: none in this table)
             values.append(None)
     return values
-
-
-def sdk_command() -> list[str]:
-    found = Path(sys.executable).with_name("sdk")
-    if found.exists():
-        return [str(found)]
-    which = shutil.which("sdk")
-    return [which] if which else [sys.executable, "-m", "sdk.app.cli"]
 
 
 @dataclass

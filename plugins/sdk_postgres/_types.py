@@ -30,6 +30,7 @@ split or log read. So its text is read as the bytes it stored (the snapshot sele
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -133,16 +134,13 @@ def decode_text(data: Any) -> str | BadValue:
 def register_wide_temporals(adapters: Any) -> None:
     """On a connection's ``adapters``: wrap psycopg's text loaders of date, time, timestamp and
     timestamptz so a value they refuse loads as a WideTemporal, and dump WideTemporal as
-    PostgreSQL text."""
-    import psycopg
-    from psycopg.adapt import Dumper, Loader
+    PostgreSQL text.
+
+    The classes are made once per process (:func:`_wide_loader`, :func:`_wide_dumper`), not
+    per connection: psycopg keeps every dumper and loader class ever registered, on any
+    connection, in a class-level map (``AdaptersMap._optimised``) for good, and a worker
+    connects at every log batch."""
     from psycopg.pq import Format
-
-    class WideDumper(Dumper):
-        """A WideTemporal as untyped text: the statement's cast or column gives its type."""
-
-        def dump(self, obj: Any) -> bytes:
-            return pg_text(obj).encode()
 
     for name, logical in (("date", DATE), ("time", TIME), ("timestamp", TIMESTAMP),
                           ("timestamptz", TIMESTAMP_TZ)):
@@ -150,32 +148,54 @@ def register_wide_temporals(adapters: Any) -> None:
         base = adapters.get_loader(oid, Format.TEXT)
         if base is None or getattr(base, "wide", False):
             continue
+        adapters.register_loader(oid, _wide_loader(base, logical))
+    adapters.register_dumper(WideTemporal, _wide_dumper())
 
-        class WideLoader(Loader):
-            """psycopg's loader, then :func:`wide_value` for what it refuses; what that
-            refuses too, a :class:`~sdk.BadValue`."""
 
-            wide = True
-            inner: Any = base
-            kind = logical
+@functools.cache
+def _wide_dumper() -> type:
+    from psycopg.adapt import Dumper
 
-            def __init__(self, oid: int, context: Any = None) -> None:
-                super().__init__(oid, context)
-                self._inner = self.inner(oid, context)
+    class WideDumper(Dumper):
+        """A WideTemporal as untyped text: the statement's cast or column gives its type."""
 
-            def load(self, data: Any) -> Any:
+        def dump(self, obj: Any) -> bytes:
+            return pg_text(obj).encode()
+
+    return WideDumper
+
+
+@functools.cache
+def _wide_loader(base: type, logical: Any) -> type:
+    """The loader wrapping psycopg's ``base`` loader for the ``logical`` type: one class per
+    (base, type) in a process, however many connections register it."""
+    import psycopg
+    from psycopg.adapt import Loader
+
+    class WideLoader(Loader):
+        """psycopg's loader, then :func:`wide_value` for what it refuses; what that
+        refuses too, a :class:`~sdk.BadValue`."""
+
+        wide = True
+        inner: Any = base
+        kind = logical
+
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._inner = self.inner(oid, context)
+
+        def load(self, data: Any) -> Any:
+            try:
+                return self._inner.load(data)
+            except psycopg.DataError:
+                text = bytes(data).decode()
                 try:
-                    return self._inner.load(data)
-                except psycopg.DataError:
-                    text = bytes(data).decode()
-                    try:
-                        return wide_value(text, self.kind)
-                    except ValueError as why:  # the engine names the row, applies errors.mode
-                        head, colon, reason = str(why).partition(": ")
-                        return BadValue(text, reason if colon and head in text else str(why))
+                    return wide_value(text, self.kind)
+                except ValueError as why:  # the engine names the row, applies errors.mode
+                    head, colon, reason = str(why).partition(": ")
+                    return BadValue(text, reason if colon and head in text else str(why))
 
-        adapters.register_loader(oid, WideLoader)
-    adapters.register_dumper(WideTemporal, WideDumper)
+    return WideLoader
 
 
 _PG_INTERVAL = re.compile(r"(?:([+-]?\d+) years? ?)?(?:([+-]?\d+) mons? ?)?(?:([+-]?\d+) days? ?)?"
@@ -201,9 +221,18 @@ def interval_value(text: str) -> Interval:
 def register_intervals(adapters: Any) -> None:
     """On a connection's ``adapters``: load interval text as an :class:`Interval` (a text it
     cannot read as a :class:`~sdk.BadValue`), and dump an Interval or a ``timedelta`` as ISO
-    8601 text."""
+    8601 text (classes made once per process: see :func:`register_wide_temporals`)."""
     import datetime as dt
 
+    loader, dumper = _interval_adapters()
+    adapters.register_loader(adapters.types["interval"].oid, loader)
+    adapters.register_dumper(Interval, dumper)
+    adapters.register_dumper(dt.timedelta, dumper)
+
+
+@functools.cache
+def _interval_adapters() -> tuple[type, type]:
+    """The interval loader and dumper classes, made once per process."""
     from psycopg.adapt import Dumper, Loader
 
     class IntervalDumper(Dumper):
@@ -222,6 +251,4 @@ def register_intervals(adapters: Any) -> None:
             except ValueError as why:  # the engine names the row, applies errors.mode
                 return BadValue(text, str(why))
 
-    adapters.register_loader(adapters.types["interval"].oid, IntervalLoader)
-    adapters.register_dumper(Interval, IntervalDumper)
-    adapters.register_dumper(dt.timedelta, IntervalDumper)
+    return IntervalLoader, IntervalDumper
