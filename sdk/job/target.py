@@ -375,11 +375,10 @@ class Applier:
         dialect = get_dialect(self.target.dialect_name)
         with dialect.passing_faults():
             self._connect(dialect)
-            made = (self.target.dialect_name, self.target.config.url, self.marker)
-            if self.marker is not None and made not in _POSITION_MADE:
+            if self.marker is not None and self._made not in _POSITION_MADE:
                 # before the block: MySQL's DDL commits by itself
                 dialect.create_table(self._conn, position_table(self.marker[0]))
-                _POSITION_MADE.add(made)
+                _POSITION_MADE.add(self._made)
             self._begun = True
             if not self.target.transactional:
                 return
@@ -406,6 +405,11 @@ class Applier:
             row = (sync, dumps(position.to_json()), commit, dt.datetime.now(dt.UTC))
             dialect.apply_changes(self._conn, table, [
                 ChangeEvent(table.table, "u", (sync,), row, position)], batch_id)
+
+    @property
+    def _made(self) -> tuple[str, str, tuple[str, str] | None]:
+        """This applier's key in :data:`_POSITION_MADE`."""
+        return self.target.dialect_name, self.target.config.url, self.marker
 
     def trim(self, ranges: Sequence[tuple[str, str]]) -> None:
         """Delete, in the transaction of the changes, the target ledger's rows of the tables
@@ -449,8 +453,7 @@ class Applier:
         """Close the connection; a transaction still open is rolled back with it (and the
         :data:`POSITION` table made again by the next :meth:`begin`: it may be what failed)."""
         if self._begun:
-            _POSITION_MADE.discard((self.target.dialect_name, self.target.config.url,
-                                    self.marker))
+            _POSITION_MADE.discard(self._made)
         self._transaction = None
         if self._conn is not None:
             self._conn.close()
