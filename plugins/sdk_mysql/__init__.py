@@ -60,6 +60,7 @@ from ._lineage import _quoted, _text, refuse_unlisted
 from ._lineage import check_offset as check_offset
 from ._lineage import locate_offset as locate_offset
 from ._lineage import server_identity as server_identity
+from ._names import _table, q, qp
 from ._offsets import (
     NAME,
     MariadbGtidState,
@@ -69,6 +70,7 @@ from ._offsets import (
     parts,
     position_key,
 )
+from ._rights import _account, _grants, held, target_rights
 from ._rows import TableMap, describe_column, storage_matches
 from ._tls import connection_security as connection_security
 from ._types import logical_column, normalizer, select_term, zero_date, zero_dates
@@ -120,24 +122,6 @@ class MySqlConnection:
 
     def close(self) -> None:
         self.raw.close()
-
-
-def q(name: str) -> str:
-    """Quote an identifier with backticks (an inner one doubled): for statements run without
-    parameters, and for the statements messages show."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def qp(name: str) -> str:
-    """An identifier quoted for a statement run with parameters: pymysql formats such a
-    statement with ``%``, so a ``%`` in the name is doubled."""
-    return q(name).replace("%", "%%")
-
-
-def _table(table: TableId, params: bool = False) -> str:
-    """A table's quoted ``schema.name``; ``params``: for a statement run with parameters."""
-    quote = qp if params else q
-    return f"{quote(table.schema)}.{quote(table.name)}"
 
 
 @hookimpl
@@ -321,24 +305,10 @@ def preflight(conn: MySqlConnection, tables: Sequence[TableId]) -> list[Requirem
         checks.append(Requirement(f"privilege {privilege}", ok, "",
                                   f"GRANT {privilege} ON *.* TO {account}"))
     for table in tables:
-        scopes = ("*.*", f"{q(table.schema)}.*".upper(), _table(table).upper())
-        ok = any(grants.get(s, set()) & {"SELECT", "ALL PRIVILEGES"} for s in scopes)
+        ok = "SELECT" in held(grants, table.schema, table.name)
         checks.append(Requirement(f"SELECT on {table}", ok, "",
                                   f"GRANT SELECT ON {_table(table)} TO {account}"))
     return checks
-
-
-def _grants(conn: MySqlConnection) -> dict[str, set[str]]:
-    """``SHOW GRANTS`` as {object: privileges}, objects upper-cased (``*.*``, ```db`.*``)."""
-    out: dict[str, set[str]] = {}
-    for (line,) in conn.query("SHOW GRANTS"):
-        text = line.upper()
-        if not text.startswith("GRANT ") or " ON " not in text:
-            continue
-        privileges, _, rest = text[6:].partition(" ON ")
-        target = rest.split(" TO ", 1)[0].strip()
-        out.setdefault(target, set()).update(p.strip() for p in privileges.split(","))
-    return out
 
 
 # --- tables and splits ------------------------------------------------------------------------
@@ -509,15 +479,6 @@ def _status_row(conn: MySqlConnection) -> tuple[Any, ...]:
 ACCESS_DENIED = (1227, 1045, 1044, 1142, 1143)
 """The server's "you may not" errors: a privilege missing (specific, database, table or
 column access denied)."""
-
-
-def _account(conn: MySqlConnection) -> str:
-    """The account the server says the session is (``CURRENT_USER()``), quoted as GRANT
-    takes it: ``'cdc'@'127.0.0.1'``, not the ``'%'`` host a grant names by habit."""
-    rows = conn.query("SELECT CURRENT_USER()")
-    current = str(rows[0][0]) if rows else f"{conn.settings.get('user', '')}@%"
-    user, _, host = current.rpartition("@")
-    return "'{}'@'{}'".format(user.replace("'", "''"), host.replace("'", "''"))
 
 
 def _mysql_gtid(text: Any) -> str | None:
@@ -862,6 +823,12 @@ def earliest_offset(conn: MySqlConnection) -> Offset:
 
 
 # --- the dialect as a sync target -------------------------------------------------------------
+
+
+@hookimpl
+def target_preflight(conn: MySqlConnection, tables: Sequence[TableSchema]
+                     ) -> list[Requirement]:
+    return target_rights(conn, tables)
 
 
 @hookimpl

@@ -63,6 +63,7 @@ from ._lineage import check_offset as check_offset
 from ._lineage import locate_offset as locate_offset
 from ._lineage import server_identity as server_identity
 from ._offsets import NAME, compare, lsn_int, lsn_text, make_offset, parts
+from ._rights import target_rights
 from ._stream import check_slot, read_changes
 from ._tls import connection_security as connection_security
 from ._types import (
@@ -778,6 +779,11 @@ def end_snapshot(conn: PgConnection) -> None:
 
 
 # --- the dialect as a sync target -------------------------------------------------------------
+
+
+@hookimpl
+def target_preflight(conn: PgConnection, tables: Sequence[TableSchema]) -> list[Requirement]:
+    return target_rights(conn, tables)
 
 
 @hookimpl

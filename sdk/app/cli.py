@@ -36,12 +36,14 @@ def cmd_dialects(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Run the source dialect's preflight and print each requirement with OK or its fix: what
-    ``sdk sync`` would find (what it sets up itself, such as a publication, counts as OK)."""
+    """Run the source dialect's preflight (and with ``--target`` the target's) and print each
+    requirement with OK or its fix: what ``sdk sync`` would find (what it sets up itself,
+    such as a publication, counts as OK)."""
     from ..algorithm import SyncOptions, choose_key
     from ..dialect.errors import MissingKeyError
     from ..dialect.types import Requirement
     from ..job.spec import chosen_tables
+    from ..job.target import Target
 
     dialect, config = default_manager().source_for_url(args.source)
     conn = dialect.connect(config)
@@ -51,9 +53,11 @@ def cmd_check(args: argparse.Namespace) -> int:
             checks.append(_checkpoint_check(dialect, conn, config.masked_url, args.checkpoint))
         tables = chosen_tables(dialect, conn, config, ",".join(args.tables or ["*"]))
         checks += dialect.preflight(conn, tables)
+        described = []
         for table in tables:  # the key sync splits on, with the default options
+            described.append(dialect.describe_table(conn, table))
             try:
-                key = choose_key(dialect.describe_table(conn, table), SyncOptions()).key
+                key = choose_key(described[-1], SyncOptions()).key
                 checks.append(Requirement(f"key of {table}", True, ", ".join(key)))
             except MissingKeyError as exc:
                 checks.append(Requirement(
@@ -64,6 +68,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{config.masked_url} ({dialect.name}):")
     for check in checks:
         print(f"  {check}")
+    if args.target:  # what the target user may do, as sdk sync asks it before it starts
+        target = Target.of(args.target, args.target_schema)
+        print(f"{target.config.masked_url} ({target.dialect_name}, target):")
+        targeted = target.preflight(described)
+        for check in targeted:
+            print(f"  {check}")
+        checks += targeted
     failed = [c for c in checks if not c.ok and c.required]
     warned = [c for c in checks if not c.ok and not c.required]
     print(f"{len(checks) - len(failed) - len(warned)} OK, {len(failed)} missing, "
@@ -579,6 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "'shop.*,!shop.audit_*' (default: all)")
     check.add_argument("--checkpoint", help="also check that a sync's checkpoint can resume "
                        "from this source: the same server, its log position still there")
+    check.add_argument("--target", help="also check that the target's user may mirror the "
+                       "tables: each missing grant with its fix")
+    check.add_argument("--target-schema", help="the target schema, as sdk sync takes it")
     check.set_defaults(func=cmd_check)
     sync = sub.add_parser("sync", help=cmd_sync.__doc__)
     _sync_flags(sync)

@@ -578,6 +578,19 @@ def applied_tables(conn: Connection, tables: Sequence[TableSchema]) -> dict[Tabl
 
 
 @_spec(Role.TARGET)
+def target_preflight(conn: Connection, tables: Sequence[TableSchema]) -> list[Requirement]:
+    """Check that this target user may mirror into ``tables`` (target tables, named as the
+    sync writes them, its ``_sdk_position`` tables among them; the ledger is the dialect's
+    own, checked in each of their schemas): one :class:`sdk.Requirement` per right, with the
+    exact GRANT that gives it. A table that exists needs only the rights to read and write
+    its rows; one that is missing, the right to create it (in its schema, or the schema
+    itself), named as one the sync makes. Asked before anything is made at the source, so a
+    refused sync leaves no slot behind; ``sdk check --target`` prints them. Without it the
+    rights show when a table is made or written.
+    """
+
+
+@_spec(Role.TARGET)
 def trim_ledger(conn: Connection, table: TableSchema, low: str, high: str) -> None:
     """Delete the applied-batch ledger's rows of target table ``table`` whose batch id is in
     ``[low, high)`` (compared as text): batches no replay can ask about any more. Called

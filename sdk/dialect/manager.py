@@ -537,6 +537,14 @@ class Dialect:
         result: dict[TableId, bool] = self._call("applied_tables", conn=conn, tables=tables)
         return result
 
+    def target_preflight(self, conn: Connection, tables: Sequence[TableSchema]
+                         ) -> list[Requirement]:
+        """The target user's rights to mirror into ``tables``; none without the hook."""
+        if not self.implements("target_preflight"):
+            return []
+        result: list[Requirement] = self._call("target_preflight", conn=conn, tables=tables)
+        return result
+
     def trim_ledger(self, conn: Connection, table: TableSchema, low: str, high: str) -> None:
         """The ledger's rows of ``table`` with batch ids in ``[low, high)`` deleted; nothing
         without the hook."""

@@ -24,6 +24,7 @@ from ..dialect.types import (
     Column,
     LogicalType,
     Offset,
+    Requirement,
     SnapshotSplit,
     TableId,
     TableSchema,
@@ -102,6 +103,33 @@ class Target:
         """The target table of source table ``source``: its columns, under the target name."""
         return replace(source, table=TableId(self.schema_name or source.table.schema,
                                              source.table.name))
+
+    def preflight(self, tables: Sequence[TableSchema]) -> list[Requirement]:
+        """What the target user needs to mirror source tables ``tables``, each right with its
+        GRANT (the dialect's ``target_preflight``): their target tables, and the ledger and
+        :data:`POSITION` table of each of their schemas."""
+        dialect = get_dialect(self.dialect_name)
+        if not tables or not dialect.implements("target_preflight"):
+            return []
+        mirrored = {m.table: m for m in (self.table_for(t) for t in tables)}
+        for schema in dict.fromkeys(t.schema for t in list(mirrored)):
+            mirrored.setdefault(TableId(schema, POSITION), position_table(schema))
+        conn = dialect.connect(self.config)
+        try:
+            with dialect.passing_faults():
+                return dialect.target_preflight(conn, list(mirrored.values()))
+        finally:
+            conn.close()
+
+    def check_rights(self, tables: Sequence[TableSchema]) -> None:
+        """Refuse, naming each missing grant (a :class:`ConfigurationError`: exit 2, as a
+        source's missing privilege), a target user who may not mirror ``tables``: asked before
+        anything is made at the source or the target."""
+        missing = [r for r in self.preflight(tables) if not r.ok and r.required]
+        if missing:
+            raise ConfigurationError(
+                f"the target user {self.config.user} may not mirror the tables into "
+                f"{self.config.masked_url}:\n" + "\n".join(str(r) for r in missing))
 
     def create_tables(self, tables: Iterable[TableSchema], own: bool = False) -> None:
         """Create the target table of each source table in ``tables`` that does not exist.

@@ -241,6 +241,7 @@ class CdcDataSource(DataSource):
                 'a cdc stream needs option("state.dir", ...) on storage shared by the driver '
                 "and the executors, e.g. <checkpointLocation>/cdc-state")
         if spec.target is not None and not getattr(self, "_prepared", False):
+            spec.target.check_rights(spec.tables)  # each missing grant named, nothing made
             check_target(spec, spec.target)  # a restart: what the target lost is read again
             spec.target.create_tables(spec.tables)  # sdk sync made them before it started
         self._prepare(spec)

@@ -22,12 +22,13 @@ from ..dialect.errors import (
     ConfigurationError,
     SdkError,
 )
-from ..dialect.manager import default_manager
-from ..dialect.types import FinishedSplit
+from ..dialect.manager import Dialect, default_manager
+from ..dialect.types import Connection, FinishedSplit, TableSchema
 from ..job.metrics import MetricsServer
 from ..job.spec import (
     READER_OPTIONS,
     UNTIL,
+    BeforePrepare,
     SourceSpec,
     SyncSettings,
     checkpoint_paths,
@@ -198,10 +199,26 @@ def _prepare(settings: SyncSettings) -> tuple[SourceSpec, dict[str, str], str, s
         if settings.target_schema is not None:
             reader_options["target.schema"] = settings.target_schema
     _check_resumed_source(settings.source, state_dir, settings.checkpoint)
-    resolved = resolve(reader_options, before_prepare=noting_changed_tables(state_dir))
+    resolved = resolve(reader_options, before_prepare=_before_prepare(settings, state_dir))
     # the advice was logged just now: the query's own resolve (in a Python worker) keeps quiet
     reader_options["preflight.advice"] = "quiet"
     return resolved, reader_options, state_dir, spark_checkpoint
+
+
+def _before_prepare(settings: SyncSettings, state_dir: str) -> BeforePrepare:
+    """What runs between choosing the tables and preparing their capture: the target user's
+    rights checked (a refused sync leaves no slot or publication behind), then the tables
+    whose token changed while a resumed sync was stopped recorded."""
+    noting = noting_changed_tables(state_dir)
+    target = Target.of(settings.target, settings.target_schema) \
+        if settings.target is not None else None
+
+    def before(dialect: Dialect, conn: Connection, schemas: list[TableSchema]) -> None:
+        if target is not None:
+            target.check_rights(schemas)
+        if noting is not None:
+            noting(dialect, conn, schemas)
+    return before
 
 
 def _check_resumed_source(source: str, state_dir: str, checkpoint: str) -> None:

@@ -41,9 +41,11 @@ from ..dialect.types import (
     Heartbeat,
     Key,
     Offset,
+    Requirement,
     Row,
     SchemaChange,
     SnapshotSplit,
+    TableId,
     TableSchema,
     TableTruncated,
 )
@@ -1142,6 +1144,22 @@ class TestApplyTransaction:
                                     f"kit {kit.tag}:{3:012d}")
         assert [kit.dialect.apply_changes(kit.target_conn, mirror, change, b)
                 for b in ids] == [True, True, False], "the trim missed or passed its range"
+
+    @requires("target_preflight")
+    def test_target_preflight_names_what_the_user_may_do(self, kit: Kit) -> None:
+        """``target_preflight`` for a mirror the kit's user just made and for one not made
+        yet: a list of requirements, none missing (the user made the first, so may make the
+        second), the table not made named as one the sync would make."""
+        items = kit.items([(1, "one")])
+        mirror = _mirror(kit, items, kit.rows(items))
+        absent = replace(mirror, table=TableId(mirror.table.schema,
+                                               kit.base_name(items) + "_absent"))
+        checks = kit.dialect.target_preflight(kit.target_conn, [mirror, absent])
+        assert checks and all(isinstance(c, Requirement) for c in checks), checks
+        assert not [str(c) for c in checks if not c.ok and c.required], \
+            "a right is missing for a user who made the mirror table"
+        assert any(absent.table.name in f"{c.name} {c.detail}" for c in checks), \
+            f"no requirement names {absent.table}, which the sync would make: {checks}"
 
     @staticmethod
     def _read(kit: Kit, conn: Any, mirror: TableSchema) -> list[Row]:
