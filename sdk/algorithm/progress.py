@@ -120,7 +120,8 @@ _STATES = {s.value: s for s in TableState}
 _REPORT_KEYS = frozenset(("phase", "tables", "rows", "rows_per_second", "started_at",
                           "updated_at", "position", "head", "caught_up", "counted", "requests",
                           "applied", "applied_per_second", "skipped", "lag_seconds",
-                          "source_commit", "consistent_since", "resuming", "final"))
+                          "source_commit", "consistent_since", "per_table_commits",
+                          "resuming", "final"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +162,10 @@ class ProgressReport:
     consistent_since: float | None = None
     """Since when a reader of the target sees only states the source had (every table
     streams, each log batch one target transaction); None while it does not."""
+    per_table_commits: bool = False
+    """The target commits each table's changes by itself (``apply.consistency=table``, or a
+    target without transactions: a lakehouse table format): it is never consistent across
+    tables, and a reader is told so rather than to wait."""
     resuming: bool = False
     """The last run's report, shown until this run writes its own."""
     final: bool = False
@@ -225,6 +230,8 @@ class ProgressReport:
                 out[key] = value
         if self.requests:
             out["requests"] = {k: dict(v) for k, v in self.requests.items()}
+        if self.per_table_commits:
+            out["per_table_commits"] = True
         if self.resuming:
             out["resuming"] = True
         if self.final:
@@ -262,7 +269,8 @@ class ProgressReport:
             _number(data.get("applied_per_second")),
             None if skipped is None else int(skipped), _number(data.get("lag_seconds")),
             _number(data.get("source_commit")), _number(data.get("consistent_since")),
-            bool(data.get("resuming", False)), bool(data.get("final", False)), extra)
+            bool(data.get("per_table_commits", False)), bool(data.get("resuming", False)),
+            bool(data.get("final", False)), extra)
 
 
 def _number(value: Any) -> float | None:

@@ -249,6 +249,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     last: dict[str, Any] = {  # what the running sync last said it applied
         key: float(applied[key]) for key in ("lag_seconds", "source_commit", "consistent_since")
         if applied.get(key) is not None and getattr(progress, key) is None}
+    if applied.get("per_table_commits"):
+        last["per_table_commits"] = True
     progress = replace(progress, **last)
     verified = store.read_json(VERIFY_FILE)
     if args.json:

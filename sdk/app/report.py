@@ -112,7 +112,8 @@ def part_text(part: Part, report: ProgressReport, style: Style) -> str | None:
         case Part.CONSISTENT:
             if report.source_commit is None:
                 return None
-            since = "not consistent yet" if report.consistent_since is None else \
+            since = "each table commits by itself" if report.per_table_commits else \
+                "not consistent yet" if report.consistent_since is None else \
                 f"consistent since {time_label(report.consistent_since, 0)}"
             return f"target as of source commit {time_label(report.source_commit)} ({since})"
         case _:

@@ -201,7 +201,8 @@ APPLIED_FILE = "applied.json"
 """What the running ``sdk sync`` last reported of what it applied (``sdk status`` shows it):
 changes applied and set aside by this run, the lag then, the source commit the target
 reflects and since when it is consistent."""
-APPLIED_KEYS = ("applied", "skipped", "lag_seconds", "source_commit", "consistent_since")
+APPLIED_KEYS = ("applied", "skipped", "lag_seconds", "source_commit", "consistent_since",
+                "per_table_commits")
 
 VERIFY_FILE = "verify.json"
 """The progress of the last ``sdk verify`` on the checkpoint (:mod:`sdk.spark.verify`):

@@ -458,19 +458,27 @@ class _Run:
         self.consistent_since = self._consistent_since(progress)
         if self.consistent_since is not None:
             report["consistent_since"] = self.consistent_since
+        target = self._target()
+        if target is not None and not target.transactional:
+            report["per_table_commits"] = True
         return report
 
     def _consistent_since(self, progress: dict[str, Any]) -> float | None:
         """Since when a reader of the target sees only states the source had: from the first
         report in the log phase with every table streaming (a table read again commits per
         split: not then), when each log batch is one target transaction; kept across runs."""
-        target = self.spec.target if self.spec.target is not None else \
-            getattr(self.mirror, "target", None)
+        target = self._target()
         tables = progress.get("tables") or {}
         if target is None or not target.transactional or progress.get("phase") != "log" or \
                 not tables or any(t.get("state") not in _SETTLED for t in tables.values()):
             return None
         return self.consistent_since or time.time()
+
+    def _target(self) -> Target | None:
+        """The target the run applies to, chained or through a :class:`Mirror`."""
+        target: Target | None = self.spec.target if self.spec.target is not None else \
+            getattr(self.mirror, "target", None)
+        return target
 
     def due(self) -> bool:
         """Whether a report is due (someone to tell, and the interval passed)."""

@@ -585,3 +585,30 @@ def test_target_tables_made_with_foreign_keys_and_a_unique_index_hold_them(
         else:
             on_target(f"DROP DATABASE IF EXISTS famt{tag}")
     assert not any(broken), f"reads of the mirror found rows breaking a key: {broken}"
+
+
+def test_a_mirror_of_per_table_commits_says_so_instead_of_not_consistent_yet(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``apply.consistency=table``: each table's changes commit by themselves, so the target
+    is never consistent across tables; ``sdk status`` says that, not "not consistent yet" for
+    ever, and its JSON carries ``per_table_commits``."""
+    import sqlite3
+
+    source = tmp_path / "src.db"
+    with sqlite3.connect(source) as conn:
+        conn.execute("CREATE TABLE a (id INTEGER PRIMARY KEY, v TEXT)")
+        conn.executemany("INSERT INTO a VALUES (?, ?)", [(i, "x") for i in range(10)])
+    args = ["sync", "--source", f"sqlite:///{source}", "--target",
+            f"sqlite:///{tmp_path / 'mirror.db'}", "--checkpoint", str(tmp_path / "ck"),
+            "--until", "caught-up", "--option", "apply.consistency=table"]
+    assert main(args) == 0
+    with sqlite3.connect(source) as conn:
+        conn.execute("UPDATE a SET v = 'y' WHERE id = 3")
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["status", "--checkpoint", str(tmp_path / "ck")]) == 0
+    text = capsys.readouterr().out
+    assert "(each table commits by itself)" in text and "not consistent" not in text, text
+    assert main(["status", "--checkpoint", str(tmp_path / "ck"), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status.get("per_table_commits") is True and "consistent_since" not in status, status

@@ -138,4 +138,10 @@ def test_the_source_commit_the_target_reflects_reads_the_same_everywhere() -> No
     snapshot = ProgressReport.from_json({**REPORTS["snapshot"], "source_commit": commit})
     assert part_text(Part.CONSISTENT, snapshot, PLAIN).endswith("(not consistent yet)")
     assert samples(render(snapshot.to_json()))["sdk_sync_consistent"] == 0
+    # a target whose tables commit each by itself never becomes consistent: said so
+    per_table = {**REPORTS["caught up"], "source_commit": commit, "per_table_commits": True}
+    report = ProgressReport.from_json(per_table)
+    assert report.to_json() == per_table
+    assert part_text(Part.CONSISTENT, report, PLAIN).endswith("(each table commits by itself)")
+    assert samples(render(per_table))["sdk_sync_consistent"] == 0
     assert part_text(Part.CONSISTENT, ProgressReport.from_json(REPORTS["done"]), PLAIN) is None
