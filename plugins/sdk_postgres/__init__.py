@@ -59,6 +59,7 @@ from sdk.dialect.sql import row_range, with_condition
 
 from . import _arrow, _capture, _checksum, _snapshot, _target, _tls
 from ._connection import PgConnection, q, qp, qualified
+from ._describe import describe
 from ._lineage import check_offset as check_offset
 from ._lineage import locate_offset as locate_offset
 from ._lineage import server_identity as server_identity
@@ -72,7 +73,6 @@ from ._types import (
     UNCHECKED_ENCODING,
     decode_text,
     kind_of,
-    logical_column,
     output_text,
     register_intervals,
     register_wide_temporals,
@@ -418,34 +418,7 @@ def table_identities(conn: PgConnection, tables: Sequence[TableId]) -> dict[Tabl
 
 @hookimpl
 def describe_table(conn: PgConnection, table: TableId) -> TableSchema:
-    """The table's columns and keys. Generated columns are left out: pgoutput never sends
-    them (before PostgreSQL 18, and by default after), so the snapshot leaves them out too
-    and the log's rows match it instead of looking like a dropped column."""
-    # attgenerated: PostgreSQL 12+ ('' for a plain column, 's' stored, 'v' virtual)
-    plain = " AND a.attgenerated = ''" if conn.raw.info.server_version >= 120000 else ""
-    rows = conn.query(
-        "SELECT a.attname, t.typname, t.typtype, format_type(a.atttypid, a.atttypmod), "
-        "NOT a.attnotnull, a.atttypmod, bt.typname FROM pg_attribute a "
-        "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_type bt ON bt.oid = t.typbasetype "
-        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped"
-        f"{plain} ORDER BY a.attnum", (table.schema, table.name))
-    if not rows:
-        raise ConfigurationError(f"table {table} does not exist or is not readable")
-    columns = tuple(logical_column(*row) for row in rows)
-    indexes = conn.query(
-        "SELECT i.indisprimary, array_agg(a.attname ORDER BY k.ord) FROM pg_index i "
-        "JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
-        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum "
-        "WHERE n.nspname = %s AND c.relname = %s AND i.indisunique AND i.indpred IS NULL "
-        "GROUP BY i.indexrelid, i.indisprimary ORDER BY i.indexrelid",
-        (table.schema, table.name))
-    not_null = {c.name for c in columns if not c.nullable}
-    primary = next((tuple(cols) for is_pk, cols in indexes if is_pk), ())
-    unique = tuple(tuple(cols) for is_pk, cols in indexes
-                   if not is_pk and set(cols) <= not_null)
-    return TableSchema(table, columns, primary, unique)
+    return describe(conn, table)
 
 
 def _select_term(column: Column, stored: bool = False) -> str:

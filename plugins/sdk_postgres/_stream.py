@@ -40,6 +40,7 @@ from sdk import (
 
 from . import _pgoutput as pgo
 from ._connection import PgConnection, q, qualified
+from ._describe import describe
 from ._offsets import NAME, lsn_int, lsn_text
 from ._types import (
     STRING_KINDS,
@@ -284,10 +285,8 @@ def _new_schema(conn: PgConnection, old: TableSchema, relation: pgo.Relation,
     the relation's key flags (the replica identity) name, in the order of a live key on those
     columns, else ``old``'s; the primary and unique keys are the live ones the columns still
     hold."""
-    from . import describe_table  # the package's hook (the package imports this module)
-
     try:
-        live: TableSchema | None = describe_table(conn, old.table)
+        live: TableSchema | None = describe(conn, old.table)
     except ConfigurationError:  # the table is gone by now
         live = None
     by_name = {c.name: c for c in live.columns} if live is not None else {}

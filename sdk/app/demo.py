@@ -154,8 +154,6 @@ def verify(source_url: str, mirror_url: str) -> list[str]:
     options = SyncOptions.from_strings({"chunk-key.column": "events:code"})
     source = pg.connect(ConnectionConfig.from_url(source_url))
     mirror = sqlite.connect(ConnectionConfig.from_url(mirror_url))
-    from sdk_sqlite import read_target
-
     bad = []
     try:
         for table in pg.list_tables(source):
@@ -163,7 +161,9 @@ def verify(source_url: str, mirror_url: str) -> list[str]:
             whole = SnapshotSplit(table, 0, None, None)
             rows = {schema.key_of(r): r for b in pg.read_range(source, schema, whole, 10_000)
                     for r in b}
-            if read_target(mirror, schema) != rows:  # type: ignore[arg-type]
+            mirrored = {schema.key_of(r): r for b in sqlite.read_target_range(
+                mirror, schema, whole, 10_000) for r in b}  # as the source's rows read
+            if mirrored != rows:
                 bad.append(str(table))
     finally:
         source.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -110,12 +110,26 @@ class ConnectionConfig:
         return self.masked_url
 
 
+def _own_name(scheme: str) -> str:
+    """A URL scheme's dialect when none is installed to say: its first part (``delta+s3``
+    -> ``delta``)."""
+    return scheme.split("+")[0]
+
+
+_schemes: list[Callable[[str], str]] = [_own_name]
+"""What names the dialect of a URL scheme: :mod:`.manager` puts the installed dialects'
+lookup here when it loads (it imports this module; this one does not import it)."""
+
+
+def name_schemes_with(lookup: Callable[[str], str]) -> None:
+    """Name URL schemes' dialects with ``lookup`` from now on (the dialect manager's)."""
+    _schemes[0] = lookup
+
+
 def _dialect_of(scheme: str) -> str:
     """The dialect a URL scheme selects (``delta+s3`` by its ``delta``), as the installed
     dialects declare their schemes; the scheme itself when none does."""
-    from .manager import default_manager  # the manager parses URLs with this module
-
-    return default_manager().name_for_scheme(scheme)
+    return _schemes[0](scheme)
 
 
 def _hosts(text: str) -> tuple[tuple[str, int | None], ...]:

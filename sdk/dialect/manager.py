@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from . import hookspecs
-from .config import ConnectionConfig
+from .config import ConnectionConfig, name_schemes_with
 from .errors import (
     ConfigurationError,
     DialectNotFoundError,
@@ -626,6 +626,9 @@ def default_manager() -> DialectManager:
 def get_dialect(name: str) -> Dialect:
     """The installed dialect ``name`` (see :meth:`DialectManager.get`)."""
     return default_manager().get(name)
+
+
+name_schemes_with(lambda scheme: default_manager().name_for_scheme(scheme))
 
 
 def connect(url: str) -> tuple[Dialect, Connection, ConnectionConfig]:

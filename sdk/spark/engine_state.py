@@ -44,6 +44,7 @@ from ..dialect.types import (
 )
 from ..job.spec import SourceSpec
 from .checkpoint_format import FORMAT, check_format
+from .handoff import HEAD_START_FILE, resumed_state
 from .statestore import StateStore
 
 log = logging.getLogger(__name__)
@@ -513,8 +514,6 @@ def _reads_from(store: StateStore, dialect: Dialect) -> Offset | None:
     if leaf != "state":
         return None
     spark = StateStore(f"{base}/checkpoint", create=False)
-    from .headstart import HEAD_START_FILE, resumed_state  # it imports this module's users
-
     batches = [int(n) for n in spark.list_dir("commits") if n.isdigit()]
     text = spark.read_bytes("offsets", str(max(batches))) if batches else None
     try:

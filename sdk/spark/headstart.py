@@ -15,9 +15,9 @@ stream replays, never rows the checkpoint does not know of.
 The driver holds :data:`HEAD_START_LOCK` while it runs; the stream's source waits for it before
 it reads the record. A batch it completes is committed for the stream (the source's log
 acknowledged, older states dropped but the one Spark's checkpoint stands at); the stream and a
-failover's relocation resume from it (:func:`resumed_state`). The ``head-start`` setting (or
-``SDK_HEAD_START``) asks for one: ``auto`` gives a bounded sync one, which it runs whole
-without starting Spark; beside a JVM starting, on two cores, the JVM takes the CPU it would
+failover's relocation resume from it (the record is :mod:`.handoff`'s). The ``head-start``
+setting (or ``SDK_HEAD_START``) asks for one: ``auto`` gives a bounded sync one, which it runs
+whole without starting Spark; beside a JVM starting, on two cores, the JVM takes the CPU it would
 use (docs/operations.md has the figures). Only a chained sync (its tasks apply to the target)
 on a local master on Linux with a local checkpoint gets one.
 """
@@ -25,121 +25,23 @@ on a local master on Linux with a local checkpoint gets one.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import queue
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..dialect.errors import RetriableError
 from ..job.failures import task_error
+from .collector import gc_paused
+from .handoff import HEAD_START_FILE, HEAD_START_LOCK, Offset, base_state
 from .headworkers import Worker
-from .reads import gc_paused
 
 if TYPE_CHECKING:
     from .source import CdcStreamReader
     from .statestore import StateStore
 
 log = logging.getLogger(__name__)
-
-HEAD_START_FILE = "headstart.json"
-"""The record: ``start`` (the state Spark's checkpoint ends at, None when new), ``initial`` (the
-initial offset, for a new checkpoint), ``done`` (the offset after the last batch completed) and
-``planned`` (a batch planned after it whose tasks may not all have run)."""
-HEAD_START_LOCK = "headstart.lock"
-Offset = dict[str, Any]
-
-
-def spark_position(checkpoint: str) -> tuple[bool, Offset | None]:
-    """Where Spark's checkpoint ``checkpoint`` (a local directory) ends: (usable, the source
-    offset its last committed batch ended at, None for a new one). Not usable when its last
-    batch is not committed (Spark replays it first) or its offset log cannot be read."""
-    offsets, commits = Path(checkpoint, "offsets"), Path(checkpoint, "commits")
-    numbers = [int(f.name) for f in offsets.glob("*") if f.name.isdigit()] \
-        if offsets.is_dir() else []
-    if not numbers:
-        return True, None
-    last = max(numbers)
-    if not (commits / str(last)).is_file():
-        return False, None
-    lines = (offsets / str(last)).read_text().splitlines()
-    try:  # "v1", the batch's metadata, then one line per source: this query has one
-        offset = json.loads(lines[2]) if len(lines) == 3 and lines[0] == "v1" else None
-    except ValueError:
-        offset = None
-    return (True, offset) if isinstance(offset, dict) and "state" in offset else (False, None)
-
-
-def _base(record: dict[str, Any]) -> str | None:
-    """The state the stream's next batch starts from when it takes the record up."""
-    if record.get("initial"):
-        return str(record["initial"]["state"])
-    return record.get("start")
-
-
-def resumed_state(record: dict[str, Any] | None, committed: str | None) -> str | None:
-    """The state a stream resumes from whose Spark checkpoint last committed the state
-    ``committed`` (None: nothing yet): the end of the driver's last completed batch when the
-    stream has not taken it up yet (that batch was committed for it), else ``committed``."""
-    if not record or not record.get("done"):
-        return committed
-    base = _base(record)
-    if committed == base or (committed is None and record.get("initial")):
-        return str(record["done"]["state"])
-    return committed
-
-
-def next_step(record: dict[str, Any] | None, start: Offset) -> Offset | None:
-    """The end of the stream's next batch from ``start`` as the record gives it: the last
-    completed state (a batch without tasks), then the batch left unfinished; None past them."""
-    if not record:
-        return None
-    done, planned = record.get("done"), record.get("planned")
-    if start["state"] == _base(record):
-        return done or planned
-    if done and planned and start["state"] == done["state"]:
-        return planned  # type: ignore[no-any-return]
-    return None
-
-
-def skips(record: dict[str, Any] | None, start: Offset, end: Offset) -> bool:
-    """Whether the batch ``start`` -> ``end`` is the one the driver completed: no tasks."""
-    return record is not None and start["state"] == _base(record) and \
-        record.get("done") == end
-
-
-def taken_up(record: dict[str, Any] | None, last: Offset | None) -> bool:
-    """Whether the stream has gone past everything ``record`` holds, Spark's checkpoint ending
-    at ``last`` (None: new)."""
-    if not record or not (record.get("done") or record.get("planned")):
-        return True
-    if last is None:
-        return False  # a new checkpoint starts at the record's initial offset
-    return next_step(record, last) is None
-
-
-def untouched(record: dict[str, Any] | None, last: Offset | None) -> bool:
-    """Whether the stream has taken up nothing of ``record`` yet (Spark's checkpoint ending at
-    ``last``, None: new): a head start may then go on from where the record ends."""
-    if taken_up(record, last) or record is None:
-        return False
-    return (last is None and bool(record.get("initial"))) or \
-        (last is not None and last["state"] == _base(record))
-
-
-def wait_for_driver(store: StateStore) -> dict[str, Any] | None:
-    """The record, once a driver running a head start on this state directory has stopped."""
-    lock = Path(store.path(HEAD_START_LOCK))
-    if lock.is_file():
-        import fcntl
-
-        with open(lock, "rb") as held:
-            fcntl.flock(held, fcntl.LOCK_SH)  # released when the file closes
-    record = store.read_json(HEAD_START_FILE)
-    return record if isinstance(record, dict) else None
-
 
 class HeadStart:
     """Runs the stream's first batches on the driver until it hands over to the stream
@@ -251,7 +153,7 @@ class HeadStart:
                 return  # stopped at once: the stream replays it
             record["done"], record["planned"] = end, None
             self.store.write_json(record, HEAD_START_FILE)
-            reader.settle(end, keep={_base(record) or ""})  # as Spark's commit, the state
+            reader.settle(end, keep={base_state(record) or ""})  # as Spark's commit, the state
             # its checkpoint stands at kept: the stream steps from there to this batch's end
             self.batches += 1
             self.progress()

@@ -3,9 +3,7 @@ state directory so a replayed batch serves the same rows) or a micro-batch's log
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -36,6 +34,7 @@ from ..job.failures import doing
 from ..job.spec import SourceSpec
 from ..job.target import TRIM_BEHIND, Applier, Pipeline
 from .batches import REPORT_ARROW, TableBatcher, envelope_batch, envelope_schema, event_rows
+from .collector import gc_paused
 from .deadletter import Rejects
 from .engine_state import (
     SCHEMA_STAGE,
@@ -178,38 +177,6 @@ def ledger_trims(prefix: str, state: str) -> list[tuple[str, str]]:
         return []
     return [(f"{prefix}{0:012d}", f"{prefix}{below:012d}"),
             (f"{prefix}{log_ledger_id(f'{0:012d}')}", f"{prefix}{log_ledger_id(f'{below:012d}')}")]
-
-
-@functools.cache
-def freeze_imports() -> None:
-    """Once per process: move the objects alive now out of the cyclic collector's sight (see
-    :func:`gc_paused`)."""
-    gc.freeze()
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a task turns rows into Arrow batches.
-
-    A task holds up to a split's rows or a batch's events (acyclic tuples and events, freed by
-    reference counting); with the collector on, each of its passes walks all of them again, so
-    the cost grows with what is held. Measured on 100k log changes: 0.44x of the dialect's raw
-    stream with it on, 1.0x paused. Cycles made meanwhile are collected when it resumes.
-
-    A worker's first task (or :mod:`.warmup`) also moves the objects alive then (its imports:
-    ~100k objects of pyarrow, pandas, psycopg, the dialects) out of the collector's sight for
-    good: Spark's daemon collects after every task of a reused worker, 30 ms a time walking
-    them again.
-    """
-    freeze_imports()
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def read_splits(spec: SourceSpec, partition: SplitPartition) -> Iterator[pa.RecordBatch]:

@@ -101,7 +101,7 @@ from .engine_state import (
     with_cut,
     write_progress,
 )
-from .headstart import next_step, resumed_state, skips, wait_for_driver
+from .handoff import next_step, resumed_state, skips, wait_for_driver
 from .reads import (
     LogPartition,
     SplitPartition,

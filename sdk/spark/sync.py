@@ -48,14 +48,8 @@ from .engine_state import (
     ledger_prefix,
     live_progress,
 )
-from .headstart import (
-    HEAD_START_FILE,
-    STOPPING,
-    HeadStart,
-    spark_position,
-    taken_up,
-    untouched,
-)
+from .handoff import HEAD_START_FILE, spark_position, taken_up, untouched
+from .headstart import STOPPING, HeadStart
 from .headworkers import (
     Worker,
     discard,

@@ -61,7 +61,7 @@ def load_dialects(dialects: Sequence[str], idle: Callable[[], bool] = lambda: Tr
     import importlib
 
     from ..dialect.manager import get_dialect
-    from .reads import freeze_imports
+    from .collector import freeze_imports
 
     for name in dialects:
         with contextlib.suppress(Exception):

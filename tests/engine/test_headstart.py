@@ -13,7 +13,7 @@ import pytest
 
 from sdk.dialect.errors import ConfigurationError
 from sdk.job.spec import sync_settings
-from sdk.spark.headstart import (
+from sdk.spark.handoff import (
     next_step,
     resumed_state,
     skips,
