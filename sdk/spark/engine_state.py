@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -309,6 +309,85 @@ def with_cut(store: StateStore, name: str, engine: EngineState) -> EngineState:
     if engine.sync.position == at:
         return engine
     return replace(engine, sync=replace(engine.sync, position=at))
+
+
+KEPT_STATES = 4
+"""States a stream's driver keeps loaded: a batch names its start and end state three times
+(latestOffset, partitions, commit)."""
+
+
+class StateCache:
+    """The states a stream's driver saved or loaded last, by name, the chunk cache their saves
+    share and when each batch was handed out; and what a committed batch lets it drop."""
+
+    def __init__(self, store: StateStore, planned: dict[str, float] | None = None) -> None:
+        self.store = store
+        self.states: dict[str, EngineState] = {}
+        self.chunks: ChunkCache = {}
+        self.planned: dict[str, float] = dict(planned or {})
+        """When this driver handed out the batch ending at each state (``time.time()``): the
+        rate limits count from there."""
+
+    def load(self, name: str) -> EngineState:
+        """State ``name``, with its cut (:func:`with_cut`: its batch may have been cut since
+        it was planned)."""
+        engine = self.states.get(name)
+        if engine is None:
+            return self._keep(name, EngineState.load(self.store, name))
+        cut = with_cut(self.store, name, engine)
+        return engine if cut is engine else self._keep(name, cut)
+
+    def _keep(self, name: str, engine: EngineState) -> EngineState:
+        self.states[name] = engine
+        while len(self.states) > KEPT_STATES:
+            del self.states[next(iter(self.states))]
+        return engine
+
+    def save(self, engine: EngineState) -> str:
+        """Save ``engine`` as the end of a batch handed out now; its name."""
+        name = engine.save(self.store, self.chunks)
+        self.planned[name] = time.time()
+        while len(self.planned) > KEPT_STATES:
+            del self.planned[next(iter(self.planned))]
+        self._keep(name, engine)
+        return name
+
+    def forget(self) -> None:
+        """Drop what is loaded (the positions moved under it: a failover followed)."""
+        self.states.clear()
+        self.chunks = {}
+
+    def collect_garbage(self, committed_seq: int, keep_states: Collection[str] = ()) -> None:
+        """Drop the stages and states of batches before the committed one but ``keep_states``:
+        Spark never goes back to them (a restart replays at most the batch after the last
+        commit)."""
+        for name in self.store.list_dir("batches"):
+            if int(name.split("-", 1)[0]) < committed_seq:
+                self.store.delete_dir("batches", name)
+        keep: set[str] = set()
+        drop: list[tuple[str, str]] = []
+        for file in self.store.list_dir("states"):
+            if not file.endswith(".json"):  # a state being written (its temporary file)
+                continue
+            pointer = self.store.read_json("states", file)
+            if pointer is None:
+                continue
+            if int(file.split("-", 1)[0]) < committed_seq - 1 and \
+                    file.removesuffix(".json") not in keep_states:
+                drop.append((file, pointer["content"]))
+            else:
+                keep.add(pointer["content"])
+        kept_chunks = {c for content in keep for c in EngineState.chunks_of(self.store, content)}
+        for file, content in drop:
+            self.store.delete_file("states", file)
+            self.store.delete_file(CUTS, file)
+            if content not in keep:
+                self.store.delete_file("content", f"{content}.json")
+        gone = {file.removesuffix(".json") for file in self.store.list_dir("chunks")} - kept_chunks
+        for digest in gone:
+            self.store.delete_file("chunks", f"{digest}.json")
+        if gone:  # a later save must write such a chunk again, not trust the cache
+            self.chunks = {k: v for k, v in self.chunks.items() if v[1] not in gone}
 
 
 def latest_name(store: StateStore) -> str | None:

@@ -48,6 +48,7 @@ from .engine_state import (
     ledger_prefix,
     live_progress,
 )
+from .following import noting_changed_tables
 from .handoff import HEAD_START_FILE, spark_position, taken_up, untouched
 from .headstart import STOPPING, HeadStart
 from .headworkers import (
@@ -65,7 +66,6 @@ from .source import (
     CdcDataSource,
     CdcStreamReader,
     check_target,
-    noting_changed_tables,
     save_resolved,
 )
 from .statestore import StateStore
