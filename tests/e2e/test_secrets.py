@@ -383,9 +383,18 @@ def test_a_password_never_leaks(accounts: Accounts, mysql_admin: Any, postgres_a
         "--target-schema", name, "--head-start", "off",  # on Spark from its start
         "--checkpoint", str(tmp_path / "ck-pg"), "--until", "caught-up"],
         argv_given=True, metrics=True, admins=admins) == 0
-    # fails in the middle of its stream: the mirror's table (not the role's) refuses its rows
-    postgres_admin.execute(f"CREATE TABLE {name}_r.{name} (LIKE {name}_m.{name} INCLUDING ALL)")
-    postgres_admin.execute(f"GRANT SELECT ON {name}_r.{name} TO {name}")
+    # fails in the middle of its stream: the mirror's table (not the role's) refuses its rows,
+    # by a trigger (the role holds the rights the sync checks before it starts)
+    table = f"{name}_r.{name}"
+    for sql in (f"CREATE TABLE {table} (LIKE {name}_m.{name} INCLUDING ALL)",
+                f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {name}",
+                f"CREATE FUNCTION {name}_r.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                "BEGIN RAISE EXCEPTION 'permission denied: this mirror refuses rows' USING "
+                "ERRCODE = 'insufficient_privilege'; END $$",
+                f"CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON {table} FOR EACH ROW "
+                f"EXECUTE FUNCTION {name}_r.refuse()",
+                f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER refuse"):  # as a replica too
+        postgres_admin.execute(sql)
     failed = _sync(findings, tmp_path, "refused-writes", [
         "--source", accounts.mysql_url("env"), "--target", accounts.pg_url("inline"),
         "--tables", mysql_table, "--target-schema", f"{name}_r",
