@@ -13,18 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from sdk import Requirement, TableId, TableSchema
-from sdk.dialect.apply import LEDGER
+from sdk.dialect.apply import LEDGER, LEDGER_RIGHTS, ROW_RIGHTS
 
 from ._names import _table, q
 
 if TYPE_CHECKING:
     from . import MySqlConnection
-
-ROW_RIGHTS = ("SELECT", "INSERT", "UPDATE", "DELETE")
-"""What the apply does to a mirrored table (and to the ``_sdk_position`` table)."""
-
-LEDGER_RIGHTS = ("SELECT", "INSERT", "DELETE")
-"""What the apply does to the ledger: claims a batch, asks for one, trims old ones."""
 
 _OBJECT = re.compile(r"^`((?:[^`]|``)*)`\.(?:\*|`((?:[^`]|``)*)`)$")
 """A grant's object as ``SHOW GRANTS`` prints it: ```db`.*`` or ```db`.`table```."""

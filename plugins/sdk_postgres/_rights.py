@@ -11,15 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sdk import Requirement, TableId, TableSchema
-from sdk.dialect.apply import LEDGER
+from sdk.dialect.apply import LEDGER, LEDGER_RIGHTS, ROW_RIGHTS
 
 from ._connection import PgConnection, q, qualified
-
-ROW_RIGHTS = ("SELECT", "INSERT", "UPDATE", "DELETE")
-"""What the apply does to a mirrored table (and to the ``_sdk_position`` table)."""
-
-LEDGER_RIGHTS = ("SELECT", "INSERT", "DELETE")
-"""What the apply does to the ledger: claims a batch, asks for one, trims old ones."""
 
 
 def target_rights(conn: PgConnection, tables: Sequence[TableSchema]) -> list[Requirement]:

@@ -99,6 +99,13 @@ LEDGER = "_sdk_applied"
 table's name and the batch's id (the mirror's ``<Spark batch id>-<task>``), so a replayed Spark
 micro-batch is applied once."""
 
+ROW_RIGHTS = ("SELECT", "INSERT", "UPDATE", "DELETE")
+"""What an apply does to a mirrored table (and to the ``_sdk_position`` table): the rights a
+dialect's ``target_preflight`` asks of the target user on each."""
+
+LEDGER_RIGHTS = ("SELECT", "INSERT", "DELETE")
+"""What an apply does to :data:`LEDGER`: claims a batch, asks for one, trims old ones."""
+
 
 class Cursor(Protocol):
     """The part of a DB-API cursor that ``Ledger.apply`` uses."""
