@@ -11,7 +11,7 @@ from pyspark.sql.datasource import DataSource
 
 
 class DefaultSource(DataSource):
-    """``format("cdc")``: makes the engine's :class:`sdk.spark.source.CdcDataSource` (the
+    """``format("cdc")``: makes the engine's :class:`sdk.spark.driver.source.CdcDataSource` (the
     lookup only asks this class its name; what Spark makes of it is the engine's source)."""
 
     @classmethod
@@ -19,7 +19,7 @@ class DefaultSource(DataSource):
         return "cdc"
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        from sdk.spark.source import CdcDataSource
+        from sdk.spark.driver.source import CdcDataSource
 
         return CdcDataSource(*args, **kwargs)
 

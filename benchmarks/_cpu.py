@@ -16,7 +16,7 @@ from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
 
-NOT_THE_SYNC = "sdk.spark.jvmcache"
+NOT_THE_SYNC = "sdk.spark.startup.jvmcache"
 """A process a sync leaves to build its JVM's class archive, once per machine, at the
 lowest priority after the sync has ended: not the sync's work, left out."""
 

@@ -23,7 +23,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from sdk.spark import source as src
-from sdk.spark.statestore import StateStore
+from sdk.spark.state.statestore import StateStore
 
 
 def main() -> None:

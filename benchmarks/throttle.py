@@ -11,7 +11,7 @@ fresh checkpoint, default options but the limit); the snapshot's rate is its row
 run (progress.json: first split handed out to the snapshot done, Spark's start-up left out).
 Then ``--changes`` rows are updated (statements of 10,000 rows) and the same checkpoint is
 resumed with ``--until caught-up`` and the log limit. The backlog is one log batch whose task
-applies what it reads in chunks of 50,000 changes (``sdk.spark.reads.BATCH_ROWS``), each
+applies what it reads in chunks of 50,000 changes (``sdk.spark.executor.reads.BATCH_ROWS``), each
 committed to the mirror while the next is read; the log's rate is the changes between the
 first and the last chunk seen in the mirror over the time between them (start-up left out).
 Both are also run unthrottled (on a second checkpoint), so the limit is known to bind. The

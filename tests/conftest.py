@@ -198,7 +198,7 @@ def postgres_admin_url(postgres_admin: Any) -> str:
 def spark() -> Iterator[Any]:
     """One local Spark session for the whole run (starting one takes seconds)."""
 
-    from sdk.spark.workers import worker_python
+    from sdk.spark.startup.workers import worker_python
 
     os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     from pyspark.sql import SparkSession

@@ -24,22 +24,13 @@ from ..dialect.types import (
     Offset,
     Row,
     SchemaChange,
-    SnapshotSplit,
     TableId,
     TableSchema,
     TableTruncated,
 )
+from .following import Request, schema_change_rereads, take_up_requests
 from .machine import Batch, PhaseMachine
-from .policy import (
-    SCHEMA_REQUEST,
-    RequestStep,
-    fold_schema_changes,
-    follow_truncation,
-    judge_request,
-    judge_schema_change,
-    own_request_id,
-    served,
-)
+from .policy import follow_truncation, judge_schema_change
 from .reader import PhaseHooks, SharedView, SplitResult, read_split
 from .schema import projector
 from .settings import SyncOptions
@@ -57,8 +48,8 @@ class SyncRunner:
                  splits_per_step: int = 1, schema_changes: str = "evolve") -> None:
         self.dialect = dialect
         self.schema_changes = schema_changes
-        self.requests: list[tuple[str, TableId, str | None]] = []
-        """Snapshot requests not served yet (id, table, condition), in the order asked."""
+        self.requests: list[Request] = []
+        """Snapshot requests not served yet, in the order asked."""
         self._steps = 0
         self.options = options or SyncOptions()
         self.hooks = hooks or PhaseHooks()
@@ -93,29 +84,20 @@ class SyncRunner:
         meeting ``where`` when given), served in the log phase as the Spark engine serves
         ``sdk snapshot``: its id, recorded in the state once served or refused."""
         request_id = request_id or f"request-{len(self.requests)}-{table}"
-        self.requests.append((request_id, table, where))
+        self.requests.append(Request(request_id, table, where))
         return request_id
 
     def _serve_requests(self, state: SyncState) -> SyncState:
-        """``state`` with the requests that can be served now taken up (policy
-        :func:`.policy.judge_request`); those whose table is busy wait."""
-        if state.phase is not Phase.LOG:
-            return state
-        waiting = []
-        filtered = self.dialect.has(Capability.FILTERED_READS)
-        for request in self.requests:
-            request_id, table, where = request
-            step, refusal = judge_request(state, request_id, table, where, filtered)
-            if step is RequestStep.WAIT:
-                waiting.append(request)
-            elif step is RequestStep.SERVE:
-                state = self.machine.reread(self.conn, state, table, where, request_id)
-            elif step is not RequestStep.DONE:
-                if refusal is not None:
-                    log.warning("snapshot request %s refused: %s", request_id, refusal)
-                state = served(state, request_id)
-        self.requests = waiting
-        return state
+        """``state`` with the requests that can be served now taken up
+        (:func:`.following.take_up_requests`); those whose table is busy wait."""
+        taken = take_up_requests(state, self.requests,
+                                 self.dialect.has(Capability.FILTERED_READS),
+                                 lambda s, r: self.machine.reread(self.conn, s, r.table,
+                                                                  r.where, r.id))
+        for request, refusal in taken.refused:
+            log.warning("snapshot request %s refused: %s", request.id, refusal)
+        self.requests = taken.waiting
+        return taken.state
 
     def step(self, state: SyncState) -> tuple[list[ChangeEvent], SyncState]:
         """Do one batch: read the next splits, or the next log range."""
@@ -199,12 +181,9 @@ class SyncRunner:
         be read again (served once it is not being read)."""
         if not changes:
             return state
-        waiting = [t for _, t, where in self.requests if where is None]
-        state, rereads = fold_schema_changes(state, changes, self.options, waiting)
-        for table in rereads:
-            digest = SnapshotSplit(table, 0, None, None).split_id
-            self.request_snapshot(table, None, own_request_id(SCHEMA_REQUEST, self._steps,
-                                                               digest))
+        state, rereads = schema_change_rereads(state, changes, self.options, self.requests,
+                                               self._steps)
+        self.requests.extend(rereads)
         return self._serve_requests(state)
 
     def run(self, state: SyncState, emit: Callable[[list[ChangeEvent], SyncState], None],

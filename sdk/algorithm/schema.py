@@ -1,6 +1,6 @@
 """Schema changes of a captured table: what changed between two schemas, whether a sync can
 follow it without losing values, and rows of one shape read as another. Pure logic: the
-log batches (``sdk.spark.reads``), the split reads and the targets use it."""
+log batches (``sdk.spark.executor.reads``), the split reads and the targets use it."""
 
 from __future__ import annotations
 

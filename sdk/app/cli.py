@@ -89,8 +89,8 @@ def _checkpoint_check(dialect: Any, conn: Any, url: str, checkpoint: str) -> Any
     from ..dialect.errors import LogMismatchError, OffsetExpiredError
     from ..dialect.types import Requirement
     from ..job.spec import checkpoint_paths
-    from ..spark.engine_state import check_checkpoint_source
-    from ..spark.statestore import StateStore
+    from ..spark.state.engine_state import check_checkpoint_source
+    from ..spark.state.statestore import StateStore
 
     name = f"checkpoint {checkpoint} can resume here"
     store = StateStore(checkpoint_paths(checkpoint)[0], create=False)
@@ -176,7 +176,7 @@ def _sync_settings(args: argparse.Namespace) -> SyncSettings:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     """Copy the chosen tables into the target, then follow every change, exactly once."""
-    from ..spark.headworkers import discard, early_workers, ends_without_spark
+    from ..spark.startup.headworkers import discard, early_workers, ends_without_spark
 
     settings = _sync_settings(args)
     # the head start's workers start their imports before the engine is imported here
@@ -214,9 +214,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     from ..algorithm.lineage import SOURCE_FILE
     from ..job.failures import Exit
     from ..job.spec import checkpoint_paths
-    from ..spark import deadletter
-    from ..spark.engine_state import APPLIED_FILE, VERIFY_FILE, live_report, readable_checkpoint
-    from ..spark.statestore import StateStore
+    from ..spark.executor import deadletter
+    from ..spark.state.engine_state import (
+        APPLIED_FILE,
+        VERIFY_FILE,
+        live_report,
+        readable_checkpoint,
+    )
+    from ..spark.state.statestore import StateStore
     from .report import describe_progress
 
     state_dir, _ = checkpoint_paths(args.checkpoint)
@@ -229,7 +234,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     source = store.read_json(SOURCE_FILE)
     if args.source:
         from ..dialect.manager import connect
-        from ..spark.engine_state import captured_tables
+        from ..spark.state.engine_state import captured_tables
 
         dialect, conn, config = connect(args.source)
         try:
@@ -296,7 +301,7 @@ def _skipped_lines(dead: Any, skipped: dict[str, int], checkpoint: str, folder: 
     """What ``sdk status`` says of the changes set aside (``errors.mode=skip``): per table,
     how many for each reason (the most frequent first, at most ``REASONS_SHOWN``), and the
     ``sdk snapshot`` that brings them across once fixed."""
-    from ..spark import deadletter
+    from ..spark.executor import deadletter
 
     if not skipped:
         return []
@@ -328,7 +333,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
     from ..dialect.errors import ConfigurationError
     from ..job.spec import checkpoint_paths
-    from ..spark.requests import list_requests, request_snapshot, withdraw_request
+    from ..spark.driver.requests import list_requests, request_snapshot, withdraw_request
 
     state_dir, _ = checkpoint_paths(args.checkpoint)
     if args.list:
@@ -354,8 +359,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                                  "the condition is run there before it is recorded")
     request = request_snapshot(state_dir, args.table, where, args.source)
     if args.skipped:
-        from ..spark import deadletter
-        from ..spark.statestore import StateStore
+        from ..spark.executor import deadletter
+        from ..spark.state.statestore import StateStore
 
         deadletter.retire(StateStore(state_dir, create=False), str(request.table))
     rows = f"the rows of {request.table} where {request.where}" if request.where else \
@@ -369,8 +374,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def _skipped_where(state_dir: str, args: argparse.Namespace) -> str:
     """The ``--where`` selecting the keys of ``--table``'s changes set aside."""
     from ..dialect.errors import ConfigurationError
-    from ..spark import deadletter
-    from ..spark.statestore import StateStore
+    from ..spark.executor import deadletter
+    from ..spark.state.statestore import StateStore
 
     if args.where is not None or args.table is None:
         raise ConfigurationError("--skipped goes with --table (and --source), not --where")
@@ -572,7 +577,7 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
         from .. import __version__
-        from ..spark.checkpoint_format import FORMAT
+        from ..spark.state.checkpoint_format import FORMAT
 
         print(f"sdk {__version__} (checkpoint format {FORMAT})")
         parser.exit()

@@ -182,8 +182,8 @@ def run_demo(workdir: Path, rows: int, report: Any) -> DemoResult:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     marker.touch()
-    from ..spark.headworkers import ends_without_spark
     from ..spark.session import DEFAULT_MASTER, EarlySession, jvm_rows
+    from ..spark.startup.headworkers import ends_without_spark
 
     # the Spark session starts while the embedded server starts and the shop is filled,
     # unless the driver's head start runs the (bounded) syncs whole

@@ -1,5 +1,6 @@
-"""Dialect values as Arrow columns and back, Spark-free: the one value mapping the Spark engine
-(:mod:`sdk.spark.batches`) and the table-format targets (:mod:`sdk.dialect.tableformat`) share.
+"""Dialect values as Arrow columns and back, Spark-free: the one value mapping the Spark
+engine (:mod:`sdk.spark.executor.batches`) and the table-format targets
+(:mod:`sdk.dialect.tableformat`) share.
 
 Instants are UTC; decimals wider than 38 digits (or of unknown precision) are kept exactly as
 strings; TIME is kept as its ISO text unless the format has a time type, an INTERVAL as its

@@ -310,7 +310,8 @@ def _truncated(value: int, unit: int) -> tuple[int, int]:
 
 
 def time_from_text(text: str) -> dt.time | WideTemporal:
-    """A time of day as :func:`sdk.spark.batches` carries it (ISO text; ``24:00:00`` too)."""
+    """A time of day as :mod:`sdk.spark.executor.batches` carries it (ISO text; ``24:00:00``
+    too)."""
     try:
         return dt.time.fromisoformat(text)
     except ValueError:

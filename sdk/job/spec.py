@@ -244,10 +244,11 @@ class SourceSpec:
     log_batch_changes: int = 100_000
     """The most changes one log batch reads; its task cuts the batch there."""
     log_batch_bytes: int = 256 * 1024 * 1024
-    """About the most bytes of changes one log batch reads (``sdk.spark.reads.BatchSize``)."""
+    """About the most bytes of changes one log batch reads
+    (``sdk.spark.executor.reads.BatchSize``)."""
     errors_mode: str = "fail"
     """What a change the sync cannot carry does: stop (``fail``) or go to the dead-letter
-    table (``skip``; see :mod:`sdk.spark.deadletter`)."""
+    table (``skip``; see :mod:`sdk.spark.executor.deadletter`)."""
     apply_consistency: str = "transaction"
     """How a log batch commits at a target (:attr:`sdk.job.target.Target.consistency`)."""
 

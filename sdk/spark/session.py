@@ -12,8 +12,8 @@ import sys
 import threading
 from typing import Any
 
-from . import jvmcache
-from .workers import python_for
+from .startup import jvmcache
+from .startup.workers import python_for
 
 DEFAULT_MASTER = "local[*]"
 """Spark master of a sync that names none: every core of this machine."""

@@ -1,8 +1,9 @@
 """The main job: keep a copy of chosen source tables in a target, exactly once, resumable.
 
-``run_sync`` runs the ``cdc`` stream into a :class:`~sdk.spark.mirror.Mirror` on Spark (local
-mode unless told otherwise), with the checkpoint and the state under one directory, so running
-it again with the same ``checkpoint`` resumes exactly where it stopped or crashed.
+``run_sync`` runs the ``cdc`` stream into a :class:`~sdk.spark.executor.mirror.Mirror` on
+Spark (local mode unless told otherwise), with the checkpoint and the state under one
+directory, so running it again with the same ``checkpoint`` resumes exactly where it stopped
+or crashed.
 """
 
 from __future__ import annotations
@@ -35,8 +36,26 @@ from ..job.spec import (
     resolve,
 )
 from ..job.target import Target
-from .checkpoint_format import record_format
-from .engine_state import (
+from .driver.following import noting_changed_tables
+from .driver.source import (
+    CdcDataSource,
+    CdcStreamReader,
+    check_target,
+    save_resolved,
+)
+from .executor.mirror import Mirror, Tally
+from .session import EarlySession, spark_session
+from .startup.headstart import STOPPING, HeadStart
+from .startup.headworkers import (
+    Worker,
+    discard,
+    early_workers,
+    ends_without_spark,
+    head_start_cores,
+    local_cores,
+)
+from .state.checkpoint_format import record_format
+from .state.engine_state import (
     APPLIED_FILE,
     APPLIED_KEYS,
     PROGRESS_FILE,
@@ -48,27 +67,9 @@ from .engine_state import (
     ledger_prefix,
     live_progress,
 )
-from .following import noting_changed_tables
-from .handoff import HEAD_START_FILE, spark_position, taken_up, untouched
-from .headstart import STOPPING, HeadStart
-from .headworkers import (
-    Worker,
-    discard,
-    early_workers,
-    ends_without_spark,
-    head_start_cores,
-    local_cores,
-)
-from .lease import CheckpointLease
-from .mirror import Mirror, Tally
-from .session import EarlySession, spark_session
-from .source import (
-    CdcDataSource,
-    CdcStreamReader,
-    check_target,
-    save_resolved,
-)
-from .statestore import StateStore
+from .state.handoff import HEAD_START_FILE, spark_position, taken_up, untouched
+from .state.lease import CheckpointLease
+from .state.statestore import StateStore
 
 TRANSIENT = ("RetriableError",)
 """What marks a failure as passing, in the text of the exception Spark reports (the Python
@@ -577,7 +578,7 @@ class _Query:
         if spark_checkpoint.startswith(("/", "file:")):
             spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", LOCAL_CHECKPOINTS)
         reader_options.setdefault("cores", str(spark.sparkContext.defaultParallelism))
-        from .warmup import warm_tasks, warm_workers
+        from .startup.warmup import warm_tasks, warm_workers
 
         mirror = run.mirror
         writes = spec.target.dialect_name if spec.target is not None else \

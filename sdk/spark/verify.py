@@ -36,15 +36,15 @@ from ..dialect.types import Capability, Key, Offset, TableSchema
 from ..job.spec import checkpoint_paths
 from ..job.target import Target
 from ..job.verify import Chunk, ChunkResult, Side, SourceRead, Verifier
-from .engine_state import (
+from .driver.requests import list_requests, request_snapshot
+from .state.engine_state import (
     VERIFY_FILE,
     captured_tables,
     check_checkpoint_source,
     read_progress,
     readable_checkpoint,
 )
-from .requests import list_requests, request_snapshot
-from .statestore import StateStore
+from .state.statestore import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def running_owner(store: StateStore) -> dict[str, Any] | None:
     storage the lease must have been renewed lately."""
     import socket
 
-    from .lease import LEASE_SECONDS, CheckpointLease
+    from .state.lease import LEASE_SECONDS, CheckpointLease
 
     lease = CheckpointLease(store)
     owner = lease.owner()

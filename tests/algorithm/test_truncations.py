@@ -67,8 +67,8 @@ def test_a_staged_truncation_keeps_what_the_driver_needs(tmp_path: Any) -> None:
     """The driver reads a log batch's truncations back from its stage whole: ``dropped``
     decides whether a table gone without table discovery is read again."""
     from sdk import Offset, TableId, TableTruncated
-    from sdk.spark.engine_state import TRUNCATED_STAGE, staged_truncations
-    from sdk.spark.statestore import StateStore
+    from sdk.spark.state.engine_state import TRUNCATED_STAGE, staged_truncations
+    from sdk.spark.state.statestore import StateStore
 
     items = [TableTruncated(TableId("db", "t"), Offset("mem", seq=3)),
              TableTruncated(TableId("db", "u"), Offset("mem", seq=4), "DROP TABLE", True)]

@@ -271,7 +271,7 @@ def test_a_checkpoint_a_file_stands_in_the_way_of(
 
 def test_a_state_directory_a_file_stands_in_the_way_of(blocked: dict[str, Path]) -> None:
     """The Spark source's ``state.dir`` (not through a checkpoint) says the same."""
-    from sdk.spark.statestore import StateStore
+    from sdk.spark.state.statestore import StateStore
 
     under = blocked["under"]
     with pytest.raises(ConfigurationError) as raised:

@@ -20,8 +20,7 @@ from sdk.app.cli import main
 from sdk.dialect.errors import ConfigurationError
 from sdk.dialect.manager import connect
 from sdk.dialect.types import TableId
-from sdk.spark.engine_state import EngineState, latest
-from sdk.spark.requests import (
+from sdk.spark.driver.requests import (
     SnapshotRequest,
     claim_request,
     list_requests,
@@ -30,7 +29,8 @@ from sdk.spark.requests import (
     withdraw_request,
     write_request,
 )
-from sdk.spark.statestore import StateStore
+from sdk.spark.state.engine_state import EngineState, latest
+from sdk.spark.state.statestore import StateStore
 
 DAMAGED = re.compile(r"sdk: error: checkpoint (\S+): file (\S+) is damaged \((.+)\): (.+)\n")
 WAY_OUT = ("restore {ck} from a backup, or start a new sync with a new --checkpoint directory "

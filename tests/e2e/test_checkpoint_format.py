@@ -22,7 +22,7 @@ import pytest
 from helpers.paths import ROOT
 
 import sdk
-from sdk.spark.checkpoint_format import FORMAT, FORMAT_FILE
+from sdk.spark.state.checkpoint_format import FORMAT, FORMAT_FILE
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -175,8 +175,8 @@ def test_progress_counts_the_splits_a_running_batch_has_staged(tmp_path: Any) ->
     that folded them in."""
     from sdk import FinishedSplit, Offset, SnapshotSplit, TableId
     from sdk.spark import progress
-    from sdk.spark.engine_state import stage_name
-    from sdk.spark.statestore import StateStore
+    from sdk.spark.state.engine_state import stage_name
+    from sdk.spark.state.statestore import StateStore
 
     store = StateStore(str(tmp_path))
     table = TableId("shop", "orders")
@@ -203,7 +203,7 @@ def test_progress_counts_the_splits_a_running_batch_has_staged(tmp_path: Any) ->
     assert progress(str(tmp_path)) == folded
 
     # polled (sdk sync): each staged split read once, and only the newest batch's kept
-    from sdk.spark.engine_state import live_progress
+    from sdk.spark.state.engine_state import live_progress
 
     seen: dict[str, Any] = {}
     store.write_json({**folded, "counted": 0}, "progress.json")
@@ -304,7 +304,7 @@ def test_sigterm_to_the_process_group_stops_the_sync_cleanly(tmp_path: Path) -> 
          "--target", f"sqlite:///{tmp_path}/mirror.db", "--checkpoint", str(tmp_path / "ck"),
          "--until", "never"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         # no JVM class archive: on a machine without one yet, its detached builder waits for
-        # the sync to end and then works for a minute, by design (sdk/spark/jvmcache.py)
+        # the sync to end and then works for a minute, by design (sdk/spark/startup/jvmcache.py)
         env={**os.environ, "PYTHONUNBUFFERED": "1", "SDK_JVM_ARCHIVE": "0"},
         start_new_session=True)
     assert process.stdout is not None

@@ -509,12 +509,12 @@ def _frame(spark: Any, table: TableSchema, rows: list[tuple[Any, ...]], name: st
     """A DataFrame of ``rows`` as the cdc source gives them (through TableBatcher)."""
     from helpers.spark import probe
 
-    from sdk.spark.batches import TableBatcher
+    from sdk.spark.executor.batches import TableBatcher
 
     batcher = TableBatcher(table)
     events = [ChangeEvent(table.table, "c", (r[0],), r, _offset(), commit_ts=10**15)
               for r in rows]
-    from sdk.spark.batches import event_rows
+    from sdk.spark.executor.batches import event_rows
 
     columns = event_rows(batcher, events)
     return probe(spark, name, [batcher.batch(*columns, 0)], batcher.spark_schema)
@@ -536,7 +536,7 @@ def west_of_utc(spark: Any) -> Iterator[Any]:
 def test_mirror_carries_postgres_edge_values_through_spark(
         pg_table: Any, postgres_admin: Any, postgres_url: str, west_of_utc: Any,
         tmp_path: Path) -> None:
-    from sdk.spark.mirror import Mirror
+    from sdk.spark import Mirror
     from sdk_sqlite import read_target
 
     _, conn, table = pg_table
@@ -586,7 +586,7 @@ def test_mirror_carries_postgres_intervals_through_spark(
         tmp_path: Path) -> None:
     """Through Spark (ISO 8601 text there) the intervals keep their ``::text`` into a
     PostgreSQL mirror and PostgreSQL's ``iso_8601`` text into SQLite."""
-    from sdk.spark.mirror import Mirror
+    from sdk.spark import Mirror
 
     _, conn, table = pg_intervals
     _, logged = _snapshot_and_log(get_dialect("postgres"), conn, table,
@@ -615,7 +615,7 @@ def test_mirror_carries_postgres_intervals_through_spark(
 @pytest.mark.slow
 def test_mysql_target_refuses_before_writing_then_proceeds_with_the_option(
         pg_table: Any, postgres_admin: Any, mysql_admin: Any, west_of_utc: Any) -> None:
-    from sdk.spark.mirror import Mirror
+    from sdk.spark import Mirror
 
     _, conn, table = pg_table
     _pg_insert(postgres_admin, table, 1)

@@ -1,4 +1,4 @@
-"""The driver's head start (``sdk/spark/headstart.py``, ``--head-start``): bounded
+"""The driver's head start (``sdk/spark/startup/headstart.py``, ``--head-start``): bounded
 ``sdk sync`` runs MariaDB -> PostgreSQL that the driver runs whole, Spark's stream taking up what
 they did later; and a driver SIGKILLed in the middle of its head start, whose batch the next
 run replays (its head start, or Spark's stream)."""
@@ -22,7 +22,7 @@ from helpers.kill import kill_when, mid_snapshot, paced, sync_process
 from helpers.servers import with_query
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
-from sdk.spark.headworkers import NAME
+from sdk.spark.startup.headworkers import NAME
 
 pytestmark = [pytest.mark.mysql, pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 
@@ -136,7 +136,7 @@ def _head_workers(root: int) -> int:
     count = 0
     for child in children:
         with contextlib.suppress(psutil.Error):
-            count += "sdk.spark.headworkers" in child.cmdline() or \
+            count += "sdk.spark.startup.headworkers" in child.cmdline() or \
                 child.name() == NAME.decode()
     return count
 

@@ -28,8 +28,8 @@ from helpers.servers import MYSQL_ADMIN_URL
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
 from sdk.spark import request_snapshot
-from sdk.spark.engine_state import latest
-from sdk.spark.statestore import StateStore
+from sdk.spark.state.engine_state import latest
+from sdk.spark.state.statestore import StateStore
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 

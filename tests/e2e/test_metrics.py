@@ -14,8 +14,8 @@ from helpers.metrics import samples
 
 from sdk.app.cli import main
 from sdk.job.metrics import MetricsServer, render
-from sdk.spark.lease import CheckpointLease
-from sdk.spark.statestore import StateStore
+from sdk.spark.state.lease import CheckpointLease
+from sdk.spark.state.statestore import StateStore
 
 REPORT = {"phase": "log", "rows": 1200, "applied": 1500, "applied_per_second": 250.5,
           "lag_seconds": 0.4, "caught_up": True, "updated_at": time.time(),

@@ -35,7 +35,7 @@ from helpers.servers import MYSQL_ADMIN_URL
 
 from sdk import ConnectionConfig
 from sdk.app.cli import main
-from sdk.spark.headworkers import NAME
+from sdk.spark.startup.headworkers import NAME
 
 pytestmark = [pytest.mark.mysql, pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 
@@ -204,7 +204,7 @@ def _kind(proc: psutil.Process, cmdline: list[str], root: int) -> str:
         return "sdk"
     if "java" in proc.name():
         return "java"
-    if "sdk.spark.headworkers" in cmdline or proc.name() == NAME.decode():
+    if "sdk.spark.startup.headworkers" in cmdline or proc.name() == NAME.decode():
         return "head start worker"
     return "python worker" if any("pyspark" in a for a in cmdline) else proc.name()
 

@@ -15,9 +15,9 @@ from helpers.cli import rows
 from sdk.app.cli import main
 from sdk.dialect.errors import ConfigurationError
 from sdk.spark import request_snapshot
-from sdk.spark.engine_state import latest
-from sdk.spark.requests import pending_requests
-from sdk.spark.statestore import StateStore
+from sdk.spark.driver.requests import pending_requests
+from sdk.spark.state.engine_state import latest
+from sdk.spark.state.statestore import StateStore
 
 pytestmark = pytest.mark.spark
 

@@ -16,9 +16,9 @@ from sdk import ConnectionConfig, get_dialect
 from sdk.algorithm import Phase, PhaseMachine, SyncState
 from sdk.dialect.errors import ConfigurationError
 from sdk.job.spec import resolve
-from sdk.spark.engine_state import EngineState
-from sdk.spark.reads import SplitPartition, read_splits
-from sdk.spark.statestore import StateStore
+from sdk.spark.executor.reads import SplitPartition, read_splits
+from sdk.spark.state.engine_state import EngineState
+from sdk.spark.state.statestore import StateStore
 from sdk_sqlite import read_target
 
 pytestmark = pytest.mark.spark
@@ -178,7 +178,7 @@ def test_first_reads_are_loaded_on_the_writer_thread_in_order(tmp_path: Path,
     assert [b for b, _, _ in loaded] == [f"5-load/{s.split_id}" for s in splits]
     assert sum(n for _, n, _ in loaded) == 500 and all(t for _, _, t in loaded)
 
-    monkeypatch.setattr("sdk.spark.reads.split_ledger_id",
+    monkeypatch.setattr("sdk.spark.executor.reads.split_ledger_id",
                         lambda stage, split: f"{stage}/fail" if split.index == 1 else stage)
     with pytest.raises(RuntimeError, match="refused the split"):
         list(read_splits(spec, SplitPartition(splits, stage="6-load")))
@@ -188,7 +188,7 @@ def test_a_log_batch_past_its_limit_is_cut_and_the_next_reads_on(tmp_path: Path)
     """``log.batch.changes=4`` over 9 changes: the batch applies 4 and records its cut, which
     its state (loaded again) ends at; a replay applies nothing and cuts at the same change;
     the batches after it read on from the cut, and the target ends equal."""
-    from sdk.spark.reads import LogPartition, read_log
+    from sdk.spark.executor.reads import LogPartition, read_log
 
     spec, target_url = chained_spec(tmp_path, rows=10, **{"log.batch.changes": "4"})
     table, dialect = spec.tables[0], get_dialect("sqlite")
@@ -225,7 +225,7 @@ def test_a_log_batch_past_its_limit_is_cut_and_the_next_reads_on(tmp_path: Path)
 def test_a_log_batch_past_its_bytes_is_cut_where_a_replay_cuts_it(tmp_path: Path) -> None:
     """``log.batch.bytes`` of about 64 changes of 1,000-character rows: the batch is cut
     where its estimate (every 64th change sampled) passes the limit, the same on a replay."""
-    from sdk.spark.reads import BatchSize, LogPartition, read_log
+    from sdk.spark.executor.reads import BatchSize, LogPartition, read_log
 
     spec, _ = chained_spec(tmp_path, rows=300, **{"log.batch.bytes": str(100 * 1040)})
     table, dialect = spec.tables[0], get_dialect("sqlite")

@@ -19,7 +19,7 @@ from sdk.job.failures import Exit
 from sdk.job.metrics import families
 from sdk.job.target import Applier, Target
 from sdk.spark import deadletter
-from sdk.spark.statestore import StateStore
+from sdk.spark.state.statestore import StateStore
 
 FAR = "294276-12-31 23:59:59+00"
 """A timestamp PostgreSQL holds and Spark's TimestampType does not."""
@@ -238,7 +238,7 @@ def test_only_what_a_change_applies_decides() -> None:
     through, NULL there; one in the after image or key is stopped at (``fail``)."""
     from sdk import BadValue
     from sdk.dialect.errors import DataError
-    from sdk.spark.deadletter import Rejects
+    from sdk.spark.executor.deadletter import Rejects
 
     table = TableSchema(TableId("db", "t"), (Column("id", LogicalType.INT64, "bigint"),
                                               Column("d", LogicalType.DATE, "date")), ("id",))

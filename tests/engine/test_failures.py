@@ -19,7 +19,7 @@ SPARK_TEXT = """\
 Task 0 in stage 1.0 failed 1 times
 org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown from \
 the Python worker: Traceback (most recent call last):
-  File "/x/sdk/spark/reads.py", line 200, in read_splits
+  File "/x/sdk/spark/executor/reads.py", line 200, in read_splits
     yield from _read_splits(spec, partition)
   File "/x/psycopg/cursor.py", line 97, in execute
     raise ex.with_traceback(None)

@@ -1,4 +1,4 @@
-"""The head start's record and Spark checkpoint reading (``sdk/spark/headstart.py``): which
+"""The head start's record and Spark checkpoint reading (``sdk/spark/startup/headstart.py``): which
 batches the stream steps over, which it runs, and when a driver may start a new head start."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 
 from sdk.dialect.errors import ConfigurationError
 from sdk.job.spec import sync_settings
-from sdk.spark.handoff import (
+from sdk.spark.startup.headworkers import ends_without_spark, local_cores, wanted
+from sdk.spark.state.handoff import (
     next_step,
     resumed_state,
     skips,
@@ -21,7 +22,6 @@ from sdk.spark.handoff import (
     taken_up,
     untouched,
 )
-from sdk.spark.headworkers import ends_without_spark, local_cores, wanted
 
 
 def _offset(state: str) -> dict[str, object]:
@@ -129,7 +129,7 @@ def test_the_head_start_is_auto_unless_set(monkeypatch: pytest.MonkeyPatch) -> N
 _FORK_PROBE = """
 import os, sys, time
 from sdk.app.cli import _sync_settings, build_parser
-from sdk.spark.headworkers import NAME, _Forked, _may_fork, start_workers
+from sdk.spark.startup.headworkers import NAME, _Forked, _may_fork, start_workers
 
 args = build_parser().parse_args(["sync", "--source", "mysql://u@127.0.0.1/db", "--target",
                                   "postgresql://u@127.0.0.1/db", "--checkpoint", sys.argv[1]])

@@ -1,4 +1,4 @@
-"""The driver JVM's class-data-sharing archive (sdk/spark/jvmcache.py): a session started
+"""The driver JVM's class-data-sharing archive (sdk/spark/startup/jvmcache.py): a session started
 without one lists its classes, the archive is made after its process ends, the next session
 maps it (the JVM says "sharing" only when it accepted the archive: a mismatched one leaves it
 without); one archive per JDK and jar set; a failed build is not tried again; off by

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from sdk.app.cli import main
-from sdk.spark.lease import CheckpointInUseError, CheckpointLease
-from sdk.spark.statestore import StateStore
+from sdk.spark.state.lease import CheckpointInUseError, CheckpointLease
+from sdk.spark.state.statestore import StateStore
 
 HOLD = """
 import sys, time
-from sdk.spark.lease import CheckpointLease
-from sdk.spark.statestore import StateStore
+from sdk.spark.state.lease import CheckpointLease
+from sdk.spark.state.statestore import StateStore
 CheckpointLease(StateStore(sys.argv[1])).acquire()
 print("held", flush=True)
 time.sleep(120)

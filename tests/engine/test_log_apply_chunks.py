@@ -13,15 +13,15 @@ from helpers.sources import chained_spec
 
 from sdk import ConnectionConfig, get_dialect
 from sdk.algorithm import Phase, SyncState
-from sdk.spark.engine_state import EngineState
-from sdk.spark.statestore import StateStore
+from sdk.spark.state.engine_state import EngineState
+from sdk.spark.state.statestore import StateStore
 from sdk_sqlite import read_target
 
 pytestmark = pytest.mark.spark
 
 
 def test_chunks_grow_to_the_batch_rows_and_never_end_later_than_fixed_chunks() -> None:
-    from sdk.spark.reads import BATCH_ROWS, FIRST_CHUNK_ROWS, chunk_rows
+    from sdk.spark.executor.reads import BATCH_ROWS, FIRST_CHUNK_ROWS, chunk_rows
 
     sizes = [chunk_rows(n) for n in range(64)]
     assert sizes[0] == FIRST_CHUNK_ROWS and sizes[1] == 2 * FIRST_CHUNK_ROWS

@@ -13,7 +13,7 @@ import pytest
 from helpers.spark import sync_to_mirror_while
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
-from sdk.spark.mirror import Mirror
+from sdk.spark import Mirror
 from sdk_sqlite import read_target
 
 pytestmark = [pytest.mark.mysql, pytest.mark.spark]

@@ -14,7 +14,7 @@ from helpers.servers import with_query
 from helpers.spark import sync_to_mirror_while
 
 from sdk import ConnectionConfig, SnapshotSplit, TableId, get_dialect
-from sdk.spark.mirror import Mirror
+from sdk.spark import Mirror
 from sdk_postgres import lsn_int
 from sdk_sqlite import read_target
 

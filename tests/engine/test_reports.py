@@ -87,8 +87,8 @@ def test_a_log_batch_writes_o_of_its_changes_not_o_of_the_tables(tmp_path: Any) 
     """3,000 captured tables in the log phase: the state and progress files a log batch
     writes come to under 50 KB (the schemas and the per-table figures are written again
     only when they change)."""
-    from sdk.spark.engine_state import EngineState, write_progress
-    from sdk.spark.statestore import StateStore
+    from sdk.spark.state.engine_state import EngineState, write_progress
+    from sdk.spark.state.statestore import StateStore
 
     store = StateStore(str(tmp_path / "state"))
     schemas = {TableId("shop", f"t{i:04d}"): TableSchema(

@@ -15,9 +15,9 @@ import pytest
 from sdk import ConfigurationError
 from sdk.app.cli import main
 from sdk.job.spec import checkpoint_paths, resolve
-from sdk.spark.engine_state import EngineState, checkpointed, latest
-from sdk.spark.source import CdcStreamReader
-from sdk.spark.statestore import StateStore
+from sdk.spark.driver.source import CdcStreamReader
+from sdk.spark.state.engine_state import EngineState, checkpointed, latest
+from sdk.spark.state.statestore import StateStore
 
 pytestmark = pytest.mark.spark
 
@@ -348,7 +348,7 @@ def test_the_query_takes_the_tables_sdk_sync_resolved(tmp_path: Path) -> None:
     """With option ``resolved`` naming the recorded token, the query's data source takes the
     tables ``sdk sync`` resolved (and made in the target) instead of discovering them again;
     another token, or none, discovers."""
-    from sdk.spark.source import CdcDataSource, save_resolved
+    from sdk.spark.driver.source import CdcDataSource, save_resolved
 
     url, state = make_source(tmp_path / "src.db"), tmp_path / "state"
     given = {**options(url, state), "tables": "items"}

@@ -16,11 +16,10 @@ from helpers.sources import make_source, random_change
 
 from sdk import ConnectionConfig, get_dialect
 from sdk.job.spec import resolve
-from sdk.spark import engine_state, progress
-from sdk.spark.engine_state import EngineState
-from sdk.spark.mirror import Mirror
-from sdk.spark.source import CdcStreamReader
-from sdk.spark.statestore import StateStore
+from sdk.spark import Mirror, engine_state, progress
+from sdk.spark.driver.source import CdcStreamReader
+from sdk.spark.state.engine_state import EngineState
+from sdk.spark.state.statestore import StateStore
 from sdk_sqlite import read_target
 
 pytestmark = pytest.mark.spark

@@ -14,7 +14,7 @@ from helpers.spark import probe
 from sdk import ChangeEvent, Column, LogicalType, Offset, TableId, TableSchema
 from sdk.dialect.temporal import Interval
 from sdk.spark import split_tables
-from sdk.spark.batches import TableBatcher, envelope_batch, envelope_schema, event_rows
+from sdk.spark.executor.batches import TableBatcher, envelope_batch, envelope_schema, event_rows
 
 pytestmark = pytest.mark.spark
 

@@ -1,6 +1,6 @@
-"""The launcher Spark starts its Python workers with (sdk/spark/workers.py): it drops Spark's
-own pyspark and py4j zips from the worker's path and keeps everything else, and it is used
-only where those zips are the installed pyspark, on a local master."""
+"""The launcher Spark starts its Python workers with (sdk/spark/startup/workers.py): it drops
+Spark's own pyspark and py4j zips from the worker's path and keeps everything else, and it is
+used only where those zips are the installed pyspark, on a local master."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pyspark
 import pytest
 
-from sdk.spark.workers import python_for, worker_python
+from sdk.spark.startup.workers import python_for, worker_python
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
 
@@ -55,7 +55,7 @@ def test_executors_on_a_cluster_run_the_interpreter_not_this_machines_launcher(
 
 
 def test_the_warm_up_leaves_a_core_to_the_stream_start() -> None:
-    from sdk.spark.warmup import warm_tasks
+    from sdk.spark.startup.warmup import warm_tasks
 
     assert [warm_tasks(cores) for cores in (1, 2, 8)] == [1, 1, 7]
 
@@ -66,7 +66,7 @@ def test_warmed_workers_serve_the_next_tasks_with_the_dialects_imported(spark: A
     named; the next Python data source tasks run on those very workers (no import left)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from sdk.spark.warmup import warm, warm_workers
+    from sdk.spark.startup.warmup import warm, warm_workers
 
     class Probe(DataSource):
         @classmethod
@@ -106,7 +106,7 @@ def test_warmed_workers_serve_the_next_tasks_with_the_dialects_imported(spark: A
 def test_the_warm_up_imports_each_dialects_drivers_ahead_of_its_first_connection() -> None:
     """A plugin imports its driver when it first connects (``sdk --help`` stays quick); a
     worker's warm-up imports the drivers its ``DialectInfo`` lists before that."""
-    probe = ("import sys; from sdk.spark.warmup import load_dialects; "
+    probe = ("import sys; from sdk.spark.startup.warmup import load_dialects; "
              "print('psycopg' in sys.modules, end=' '); load_dialects(['postgres']); "
              "print('psycopg' in sys.modules and 'sdk_postgres' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

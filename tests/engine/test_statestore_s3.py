@@ -23,9 +23,9 @@ from helpers.sources import make_source
 
 from sdk import ConnectionConfig, get_dialect
 from sdk.job.spec import checkpoint_paths
-from sdk.spark.lease import CheckpointInUseError, CheckpointLease
-from sdk.spark.mirror import Mirror
-from sdk.spark.statestore import StateStore
+from sdk.spark import Mirror
+from sdk.spark.state.lease import CheckpointInUseError, CheckpointLease
+from sdk.spark.state.statestore import StateStore
 from sdk_sqlite import read_target
 
 

@@ -25,7 +25,7 @@ def main() -> None:
     source, mirror_url, work = sys.argv[1:4]
     chained = sys.argv[4:] == ["chained"]
     from sdk import ConnectionConfig, Offset, get_dialect
-    from sdk.spark.mirror import Mirror
+    from sdk.spark import Mirror
     from sdk.spark.session import spark_session
 
     spark = spark_session("local[2]")  # as ``sdk sync`` starts it (its JVM archive too)

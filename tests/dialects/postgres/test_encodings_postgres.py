@@ -36,7 +36,7 @@ from sdk import (
 from sdk.app.cli import main
 from sdk.dialect.types import Offset
 from sdk.job.failures import Exit
-from sdk.spark.deadletter import Rejects
+from sdk.spark.executor.deadletter import Rejects
 
 pytestmark = pytest.mark.postgres
 

@@ -26,7 +26,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 LAUNCHER = """#!/bin/sh
-# Written by sdk (sdk/spark/workers.py): runs Spark's Python workers with pyspark and py4j
+# Written by sdk (sdk/spark/startup/workers.py): runs Spark's Python workers with pyspark and py4j
 # from site-packages, whose bytecode is cached, rather than from the zips Spark puts first
 # on PYTHONPATH (the same code, compiled again by every worker process).
 kept=

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
-from ..dialect.codec import dumps
-from ..dialect.errors import CheckpointDamagedError, ConfigurationError
+from ...dialect.codec import dumps
+from ...dialect.errors import CheckpointDamagedError, ConfigurationError
 
 _IPC_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
 
@@ -171,7 +171,7 @@ def _file_in_the_way(store: StateStore, error: OSError) -> str:
     if isinstance(store.fs, pafs.LocalFileSystem):
         from pathlib import Path
 
-        from ..job.spec import file_in_the_way
+        from ...job.spec import file_in_the_way
 
         place = file_in_the_way(Path(store.root))
         if place is not None:

@@ -31,7 +31,9 @@ import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
-MODULES = ("sdk.spark.source", "sdk.spark.reads", "sdk.job.target", "pyarrow.compute")
+MODULES = (
+    "sdk.spark.driver.source", "sdk.spark.executor.reads", "sdk.job.target", "pyarrow.compute",
+)
 """What every task of a sync imports, besides its dialects."""
 
 
@@ -60,8 +62,8 @@ def load_dialects(dialects: Sequence[str], idle: Callable[[], bool] = lambda: Tr
     import contextlib
     import importlib
 
-    from ..dialect.manager import get_dialect
-    from .collector import freeze_imports
+    from ...dialect.manager import get_dialect
+    from ..executor.collector import freeze_imports
 
     for name in dialects:
         with contextlib.suppress(Exception):

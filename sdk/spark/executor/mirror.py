@@ -32,10 +32,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..dialect.codec import decode_value
-from ..dialect.errors import ConfigurationError
-from ..dialect.types import ChangeEvent, LogicalType, Offset, TableId, TableSchema
-from ..job.target import REPORT_SCHEMA, TRIM_BEHIND, Applier, Target, add_reports
+from ...dialect.codec import decode_value
+from ...dialect.errors import ConfigurationError
+from ...dialect.types import ChangeEvent, LogicalType, Offset, TableId, TableSchema
+from ...job.target import REPORT_SCHEMA, TRIM_BEHIND, Applier, Target, add_reports
 from .batches import REPORT_ARROW, python_values
 
 _EPOCH_NTZ = "TIMESTAMP_NTZ '1970-01-01 00:00:00'"
@@ -48,8 +48,8 @@ def spark_name(name: str) -> str:
 
 
 def _as_units(name: str, logical: LogicalType) -> Any:
-    """The Spark column ``name`` as :func:`~sdk.spark.batches.python_values` takes it: dates and
-    timestamps as the numbers Spark stores, so PySpark never builds a datetime of them."""
+    """The Spark column ``name`` as :func:`~sdk.spark.executor.batches.python_values` takes it:
+    dates and timestamps as the numbers Spark stores, so PySpark never builds a datetime of them."""
     from pyspark.sql import functions as F
 
     column = F.col(spark_name(name))

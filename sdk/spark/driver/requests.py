@@ -22,11 +22,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..algorithm.lineage import SOURCE_FILE, source_record
-from ..dialect.errors import ConfigurationError, LogMismatchError, SdkError
-from ..dialect.types import Capability, SnapshotSplit, TableId, TableSchema
-from .engine_state import PROGRESS_FILE, EngineState, readable_checkpoint
-from .statestore import StateStore
+from ...algorithm.lineage import SOURCE_FILE, source_record
+from ...dialect.errors import ConfigurationError, LogMismatchError, SdkError
+from ...dialect.types import Capability, SnapshotSplit, TableId, TableSchema
+from ..state.engine_state import PROGRESS_FILE, EngineState, readable_checkpoint
+from ..state.statestore import StateStore
 
 REQUESTS = "requests"
 WAITING, TAKEN, WITHDRAWN = ".json", ".taken", ".withdrawn"
@@ -94,7 +94,7 @@ def check_on_source(store: StateStore, source: str, table: TableId, where: str |
     """Check on ``source`` that a request of ``table`` (``where``: its rows meeting it) can be
     served: the source is the one the sync in ``store`` reads, it has the table, its dialect
     reads with a condition and runs this one (in a read that returns nothing)."""
-    from ..dialect.manager import default_manager
+    from ...dialect.manager import default_manager
 
     dialect, config = default_manager().source_for_url(source)
     if where is not None and not dialect.has(Capability.FILTERED_READS):
@@ -106,7 +106,7 @@ def check_on_source(store: StateStore, source: str, table: TableId, where: str |
             recorded = store.read_json(SOURCE_FILE)
             now = source_record(dialect, conn, config.masked_url)
             if recorded is not None:
-                from ..algorithm.lineage import check_same_source
+                from ...algorithm.lineage import check_same_source
 
                 try:
                     check_same_source(recorded, now, store.uri)

@@ -24,10 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..dialect.codec import dumps, encode_value
-from ..dialect.errors import DataError
-from ..dialect.types import BadValue, ChangeEvent, Offset, TableId, TableSchema
-from .statestore import StateStore
+from ...dialect.codec import dumps, encode_value
+from ...dialect.errors import DataError
+from ...dialect.types import BadValue, ChangeEvent, Offset, TableId, TableSchema
+from ..state.statestore import StateStore
 
 MODES = ("fail", "skip")
 FOLDER = "dead-letter"

@@ -9,14 +9,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..algorithm import Phase, SyncState
-from ..algorithm.lineage import check_not_past_head
-from ..algorithm.progress import ProgressReport, progress_of
-from ..dialect.codec import dumps
-from ..dialect.types import Connection, Offset, SnapshotSplit
-from ..job.spec import SourceSpec
-from .engine_state import read_progress, write_progress
-from .statestore import StateStore
+from ...algorithm import Phase, SyncState
+from ...algorithm.lineage import check_not_past_head
+from ...algorithm.progress import ProgressReport, progress_of
+from ...dialect.codec import dumps
+from ...dialect.types import Connection, Offset, SnapshotSplit
+from ...job.spec import SourceSpec
+from ..state.engine_state import read_progress, write_progress
+from ..state.statestore import StateStore
 
 REQUESTS_SHOWN = 20
 """The snapshot requests a report lists: the last ones taken up."""

@@ -12,27 +12,27 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..algorithm import Phase, PhaseMachine, SyncState
-from ..algorithm.policy import (
-    SCHEMA_REQUEST,
+from ...algorithm import Phase, PhaseMachine, SyncState
+from ...algorithm.following import (
+    own_reread_id,
+    schema_change_rereads,
+    take_up_requests,
+    whole_reads_waiting,
+)
+from ...algorithm.policy import (
     TRUNCATED_REQUEST,
-    RequestStep,
     busy,
     check_recreated,
-    fold_schema_changes,
-    judge_request,
-    own_request_id,
     recreated_request,
-    served,
     truncations_to_reread,
 )
-from ..dialect.errors import ConfigurationError
-from ..dialect.manager import Dialect
-from ..dialect.types import Capability, Connection, SnapshotSplit, TableId, TableSchema
-from ..job.spec import BeforePrepare, SourceSpec, TableWatch
-from .engine_state import EngineState, stage_name, staged_schema_changes, staged_truncations
+from ...dialect.errors import ConfigurationError
+from ...dialect.manager import Dialect
+from ...dialect.types import Capability, Connection, TableId, TableSchema
+from ...job.spec import BeforePrepare, SourceSpec, TableWatch
+from ..state.engine_state import EngineState, staged_schema_changes, staged_truncations
+from ..state.statestore import StateStore
 from .requests import SnapshotRequest, claim_request, forget_requests, write_request
-from .statestore import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -187,19 +187,19 @@ class Following:
                               IDENTITIES_FILE)
 
     def fold_schema_changes(self, name: str, engine: EngineState, sync: SyncState,
-                             requests: list[SnapshotRequest]) -> SyncState:
+                            requests: list[SnapshotRequest]) -> SyncState:
         """``sync`` with the schema changes log batch ``name`` followed
-        (:func:`.policy.fold_schema_changes`); a table that gained columns is read again, by
-        a request of the sync's own added to ``requests`` (written again if this is done
-        again after a crash)."""
+        (:func:`sdk.algorithm.following.schema_change_rereads`); a table that gained columns
+        is read again, by a request of the sync's own added to ``requests`` (written again if
+        this is done again after a crash)."""
         changes = staged_schema_changes(self.store, name)
         if not changes:
             return sync
-        waiting = [r.table for r in requests if r.id not in sync.served and r.where is None]
-        sync, rereads = fold_schema_changes(sync, changes, self.spec.options, waiting)
-        for table in rereads:
-            request = self._own_request(SCHEMA_REQUEST, engine, table, requests)
-            log.warning("table %s gained columns: it is read again (request %s)", table,
+        sync, rereads = schema_change_rereads(sync, changes, self.spec.options, requests,
+                                              engine.seq)
+        for asked in rereads:
+            request = self._own_request(asked.id, asked.table, requests)
+            log.warning("table %s gained columns: it is read again (request %s)", asked.table,
                         request.id)
         return sync
 
@@ -210,22 +210,20 @@ class Following:
         added to ``requests``, whose read deletes the target rows the table no longer
         holds. With the tables followed, a table dropped for good leaves instead (its
         request is then dropped with it)."""
-        waiting = [r.table for r in requests if r.id not in sync.served and r.where is None]
         exists = None if self.watch is not None else functools.partial(self._exists, conn)
-        for item in truncations_to_reread(sync, staged_truncations(self.store, name), waiting,
-                                          exists):
-            request = self._own_request(TRUNCATED_REQUEST, engine, item.table, requests)
+        for item in truncations_to_reread(sync, staged_truncations(self.store, name),
+                                          whole_reads_waiting(sync, requests), exists):
+            request = self._own_request(own_reread_id(TRUNCATED_REQUEST, engine.seq,
+                                                      item.table), item.table, requests)
             if self.watch is not None:
                 self.watch.due()
             log.warning("table %s is read again whole (request %s)", item.table, request.id)
 
-    def _own_request(self, prefix: str, engine: EngineState, table: TableId,
+    def _own_request(self, request_id: str, table: TableId,
                      requests: list[SnapshotRequest]) -> SnapshotRequest:
         """A request of the sync's own to read ``table`` again whole, written and added to
         ``requests``."""
-        digest = stage_name(SnapshotSplit(table, 0, None, None))
-        request = SnapshotRequest(own_request_id(prefix, engine.seq, digest), table, None,
-                                  time.time())
+        request = SnapshotRequest(request_id, table, None, time.time())
         write_request(self.store, request)
         requests.append(request)
         return request
@@ -239,32 +237,26 @@ class Following:
 
     def serve_requests(self, conn: Connection, sync: SyncState,
                        waiting: list[SnapshotRequest]) -> SyncState:
-        """``sync`` with the snapshot requests ``waiting`` in the state directory taken up as
-        :func:`.policy.judge_request` says (see :mod:`.requests`): the files of those
-        ``sync`` holds already are deleted (it is a committed state), and one withdrawn
-        before this claims it (:func:`.requests.claim_request`) is passed over."""
+        """``sync`` with the snapshot requests ``waiting`` in the state directory taken up
+        (:func:`sdk.algorithm.following.take_up_requests`, see :mod:`.requests`): the files
+        of those ``sync`` holds already are deleted (it is a committed state), and one
+        withdrawn before this claims it (:func:`.requests.claim_request`) is passed over."""
         if sync.phase is not Phase.LOG:
             return sync
         forget_requests(self.store, [r.id for r in waiting if r.id in sync.served])
-        filtered = self.spec.dialect_obj.has(Capability.FILTERED_READS)
-        for request in waiting:
-            table = request.table
-            step, refusal = judge_request(sync, request.id, table, request.where, filtered)
-            if step in (RequestStep.DONE, RequestStep.WAIT):
-                continue
-            if step is RequestStep.LEFT:
-                sync = served(sync, request.id)
-            elif not claim_request(self.store, request.id):
-                log.warning("snapshot request %s of %s withdrawn", request.id, table)
-            elif step is RequestStep.REFUSED:
-                log.warning("snapshot request %s refused: %s", request.id, refusal)
-                self.outcomes[request.id] = {"table": str(table), "state": "refused",
-                                              "reason": refusal, "at": request.at}
-                sync = served(sync, request.id)
-            else:
-                sync = self.machine.reread(conn, sync, table, request.where, request.id)
-                log.warning("snapshot request %s: table %s read again%s", request.id, table,
-                            f" where {request.where}" if request.where else "")
-                self.outcomes[request.id] = {"table": str(table), "state": "served",
-                                              "where": request.where, "at": request.at}
-        return sync
+        taken = take_up_requests(
+            sync, waiting, self.spec.dialect_obj.has(Capability.FILTERED_READS),
+            lambda s, r: self.machine.reread(conn, s, r.table, r.where, r.id),
+            lambda r: claim_request(self.store, r.id))
+        for request in taken.withdrawn:
+            log.warning("snapshot request %s of %s withdrawn", request.id, request.table)
+        for request, refusal in taken.refused:
+            log.warning("snapshot request %s refused: %s", request.id, refusal)
+            self.outcomes[request.id] = {"table": str(request.table), "state": "refused",
+                                         "reason": refusal, "at": request.at}
+        for request in taken.read:
+            log.warning("snapshot request %s: table %s read again%s", request.id,
+                        request.table, f" where {request.where}" if request.where else "")
+            self.outcomes[request.id] = {"table": str(request.table), "state": "served",
+                                         "where": request.where, "at": request.at}
+        return taken.state

@@ -12,13 +12,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from ..algorithm import log_filter, read_split
-from ..algorithm.policy import follow_truncation, judge_schema_change
-from ..algorithm.schema import projector
-from ..algorithm.throttle import throttle
-from ..dialect.codec import dumps
-from ..dialect.errors import ConfigurationError, SchemaChangedError
-from ..dialect.types import (
+from ...algorithm import log_filter, read_split
+from ...algorithm.policy import follow_truncation, judge_schema_change
+from ...algorithm.schema import projector
+from ...algorithm.throttle import throttle
+from ...dialect.codec import dumps
+from ...dialect.errors import ConfigurationError, SchemaChangedError
+from ...dialect.types import (
     ChangeEvent,
     Connection,
     FinishedSplit,
@@ -30,13 +30,10 @@ from ..dialect.types import (
     TableSchema,
     TableTruncated,
 )
-from ..job.failures import doing
-from ..job.spec import SourceSpec
-from ..job.target import TRIM_BEHIND, Applier, Pipeline
-from .batches import REPORT_ARROW, TableBatcher, envelope_batch, envelope_schema, event_rows
-from .collector import gc_paused
-from .deadletter import Rejects
-from .engine_state import (
+from ...job.failures import doing
+from ...job.spec import SourceSpec
+from ...job.target import TRIM_BEHIND, Applier, Pipeline
+from ..state.engine_state import (
     SCHEMA_STAGE,
     TRUNCATED_STAGE,
     EngineState,
@@ -47,7 +44,10 @@ from .engine_state import (
     with_cut,
     write_cut,
 )
-from .statestore import StateStore
+from ..state.statestore import StateStore
+from .batches import REPORT_ARROW, TableBatcher, envelope_batch, envelope_schema, event_rows
+from .collector import gc_paused
+from .deadletter import Rejects
 
 log = logging.getLogger(__name__)
 

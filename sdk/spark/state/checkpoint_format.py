@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import __version__
-from ..dialect.errors import ConfigurationError
+from ... import __version__
+from ...dialect.errors import ConfigurationError
 from .statestore import StateStore
 
 FORMAT = 2

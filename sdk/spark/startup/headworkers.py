@@ -15,11 +15,11 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..dialect.errors import ConfigurationError
+from ...dialect.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ..job.spec import SyncSettings
-    from .source import CdcStreamReader
+    from ...job.spec import SyncSettings
+    from ..driver.source import CdcStreamReader
 
 _LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?$")
 
@@ -43,7 +43,7 @@ def wanted(setting: str | None, until: str) -> bool:
     ``auto`` for a bounded one, ``on`` always, ``off`` never; None (not set): the
     environment's ``SDK_HEAD_START`` (``auto``, ``on``/``1``, ``off``/``0``), else ``auto``."""
     if setting is None:
-        from ..job.spec import HEAD_START
+        from ...job.spec import HEAD_START
 
         given = os.environ.get("SDK_HEAD_START", "auto")
         try:
@@ -80,8 +80,8 @@ def early_workers(settings: SyncSettings) -> list[Worker]:
     """The head start's worker processes, started before the sync is prepared (and before
     ``sdk sync`` imports the engine) so that their imports run meanwhile, when the settings
     alone allow a head start (:func:`.sync._head_start` decides)."""
-    from ..dialect.config import ConnectionConfig
-    from ..dialect.manager import default_manager
+    from ...dialect.config import ConnectionConfig
+    from ...dialect.manager import default_manager
 
     cores = head_start_cores(settings)
     if cores is None or settings.target is None or settings.changes is not None:
@@ -106,7 +106,7 @@ def reads_log(checkpoint: str) -> bool:
     import json
     from pathlib import Path
 
-    from ..job.spec import checkpoint_paths
+    from ...job.spec import checkpoint_paths
 
     try:
         state, _ = checkpoint_paths(checkpoint)
@@ -132,7 +132,7 @@ def start_workers(cores: int) -> list[Worker]:
 
 class Worker:
     """A Python process of its own (forked from the driver while :func:`_may_fork` allows it,
-    else ``python -m sdk.spark.headworkers``) running partitions of the reader it is given
+    else ``python -m sdk.spark.startup.headworkers``) running partitions of the reader it is given
     (:meth:`load`) as Spark's Python workers run tasks; it imports the engine, then the
     plugins and drivers of ``dialects`` (names; None: told later, by :meth:`tell`) while it
     waits for the reader, and dies with the thread that made it (so with the driver)."""
@@ -144,7 +144,8 @@ class Worker:
         self._out, from_worker = os.pipe()
         forked = _forked(to_worker, from_worker) if _may_fork() else None
         self.process: subprocess.Popen[bytes] | _Forked = forked or subprocess.Popen(
-            [sys.executable, "-m", "sdk.spark.headworkers", str(to_worker), str(from_worker)],
+            [sys.executable, "-m", "sdk.spark.startup.headworkers", str(to_worker),
+             str(from_worker)],
             pass_fds=(to_worker, from_worker), stdin=subprocess.DEVNULL)
         os.close(to_worker)
         os.close(from_worker)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from ..dialect.errors import ConfigurationError
+from ...dialect.errors import ConfigurationError
 from .statestore import StateStore
 
 LEASE_SECONDS = 30.0

@@ -9,7 +9,6 @@ read states without a Spark session).
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import time
@@ -18,8 +17,9 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..algorithm import SyncState
-from ..algorithm.lineage import (
+from ...algorithm import SyncState
+from ...algorithm.following import table_digest
+from ...algorithm.lineage import (
     SOURCE_FILE,
     another_source,
     check_position,
@@ -28,11 +28,11 @@ from ..algorithm.lineage import (
     resume_position,
     source_record,
 )
-from ..algorithm.progress import ProgressReport, TableProgress, with_staged
-from ..dialect.codec import dumps, position_label
-from ..dialect.errors import ConfigurationError, RetriableError
-from ..dialect.manager import Dialect
-from ..dialect.types import (
+from ...algorithm.progress import ProgressReport, TableProgress, with_staged
+from ...dialect.codec import dumps, position_label
+from ...dialect.errors import ConfigurationError, RetriableError
+from ...dialect.manager import Dialect
+from ...dialect.types import (
     Connection,
     FinishedSplit,
     Offset,
@@ -42,7 +42,7 @@ from ..dialect.types import (
     TableSchema,
     TableTruncated,
 )
-from ..job.spec import SourceSpec
+from ...job.spec import SourceSpec
 from .checkpoint_format import FORMAT, check_format
 from .handoff import HEAD_START_FILE, resumed_state
 from .statestore import StateStore
@@ -194,8 +194,7 @@ def stage_name(split: SnapshotSplit) -> str:
     """The file name a split's output is staged under in its batch: the split's table by
     identity (a digest of its name, safe for any characters) and the split's number, so a
     replay after the table list changed finds the same stage."""
-    digest = hashlib.sha256(dumps(split.table.to_json()).encode()).hexdigest()[:16]
-    return f"{digest}-{split.index}"
+    return f"{table_digest(split.table)}-{split.index}"
 
 
 APPLIED_FILE = "applied.json"

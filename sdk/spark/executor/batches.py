@@ -18,13 +18,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from ..dialect.arrow import arrow_type, python_values
-from ..dialect.arrow import converter as _converter
-from ..dialect.arrow import units as _units
-from ..dialect.arrow import wide as _wide
-from ..dialect.codec import dumps, encode_value
-from ..dialect.errors import FatalSyncError
-from ..dialect.types import ChangeEvent, Column, LogicalType, TableSchema
+from ...dialect.arrow import arrow_type, python_values
+from ...dialect.arrow import converter as _converter
+from ...dialect.arrow import units as _units
+from ...dialect.arrow import wide as _wide
+from ...dialect.codec import dumps, encode_value
+from ...dialect.errors import FatalSyncError
+from ...dialect.types import ChangeEvent, Column, LogicalType, TableSchema
 
 #: Metadata columns added after a table's own columns.
 META_COLUMNS = (

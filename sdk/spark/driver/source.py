@@ -36,19 +36,19 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from ..algorithm import Batch, Phase, PhaseMachine, SharedView
-from ..algorithm.lineage import (
+from ...algorithm import Batch, Phase, PhaseMachine, SharedView
+from ...algorithm.lineage import (
     SOURCE_FILE,
     check_position,
     resume_position,
     source_record,
 )
-from ..algorithm.policy import (
+from ...algorithm.policy import (
     applied_tables,
 )
-from ..dialect.codec import dumps, position_label
-from ..dialect.errors import ConfigurationError
-from ..dialect.types import (
+from ...dialect.codec import dumps, position_label
+from ...dialect.errors import ConfigurationError
+from ...dialect.types import (
     Connection,
     FinishedSplit,
     Offset,
@@ -56,7 +56,7 @@ from ..dialect.types import (
     TableId,
     TableSchema,
 )
-from ..job.spec import (
+from ...job.spec import (
     READER_OPTIONS,
     SourceSpec,
     needs_capture,
@@ -64,10 +64,16 @@ from ..job.spec import (
     prepare_source,
     resolve,
 )
-from ..job.target import Target, has_rows
-from .batches import REPORT_SPARK, TableBatcher, envelope_schema
-from .checkpoint_format import check_format, record_format
-from .engine_state import (
+from ...job.target import Target, has_rows
+from ..executor.batches import REPORT_SPARK, TableBatcher, envelope_schema
+from ..executor.reads import (
+    LogPartition,
+    SplitPartition,
+    read_log,
+    read_splits,
+)
+from ..state.checkpoint_format import check_format, record_format
+from ..state.engine_state import (
     EngineState,
     StateCache,
     checkpointed,
@@ -78,20 +84,14 @@ from .engine_state import (
     stage_name,
     start_stream,
 )
+from ..state.handoff import next_step, resumed_state, skips, wait_for_driver
+from ..state.statestore import StateStore
 from .following import Following, noting_changed_tables
-from .handoff import next_step, resumed_state, skips, wait_for_driver
-from .reads import (
-    LogPartition,
-    SplitPartition,
-    read_log,
-    read_splits,
-)
 from .requests import (
     SnapshotRequest,
     pending_requests,
     write_request,
 )
-from .statestore import StateStore
 from .stream_progress import StreamProgress
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..dialect.types import Column, LogicalType, TableSchema
+from ...dialect.types import Column, LogicalType, TableSchema
 from .batches import spark_type
 
 # How sdk.dialect.codec.encode_value tags values JSON has no type for.

@@ -2,7 +2,7 @@
 
 On a local master the JVM, the Spark session and the stream take some 5 s before Spark runs a
 task (docs/operations.md, "Measured costs"). Meanwhile the driver plans batches with the
-stream's own reader (:class:`~sdk.spark.source.CdcStreamReader`) and runs their partitions
+stream's own reader (:class:`~sdk.spark.driver.source.CdcStreamReader`) and runs their partitions
 with the tasks' own code, in Python processes of its own (:class:`.headworkers.Worker`, one
 per core): the same reads, stages and ledger-recorded loads. It
 records how far it got in :data:`HEAD_START_FILE`; the stream's source then goes from where
@@ -31,15 +31,15 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..dialect.errors import RetriableError
-from ..job.failures import task_error
-from .collector import gc_paused
-from .handoff import HEAD_START_FILE, HEAD_START_LOCK, Offset, base_state
+from ...dialect.errors import RetriableError
+from ...job.failures import task_error
+from ..executor.collector import gc_paused
+from ..state.handoff import HEAD_START_FILE, HEAD_START_LOCK, Offset, base_state
 from .headworkers import Worker
 
 if TYPE_CHECKING:
-    from .source import CdcStreamReader
-    from .statestore import StateStore
+    from ..driver.source import CdcStreamReader
+    from ..state.statestore import StateStore
 
 log = logging.getLogger(__name__)
 
