@@ -92,7 +92,9 @@ times in turn and shows the best with the spread (worst - best).
 variables too (over ``--sdk-env``'s; in the log case from a snapshot of its own, made before
 the updates), shown on its own lines ("sdk sync ... [KEY=VALUE]") with its own ratios and
 check, so that two settings of sdk are compared in one run (``--compare-env
-SDK_HEAD_START=off``).
+SDK_HEAD_START=off``). The two take turns going first (the first to read the log after the
+updates meets it cold). Code against code: ``--sdk-env PYTHONPATH=A:A/plugins
+--compare-env PYTHONPATH=B:B/plugins`` over two ``git archive`` copies, so both load alike.
 """
 
 from __future__ import annotations
@@ -112,13 +114,14 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from _cpu import Cpu, Meter, become_subreaper, reap, tree
 from _servers import MYSQL, MYSQL_ADMIN, PG, PG_ADMIN, sdk_command
 
 TAG = str(os.getpid())
+T = TypeVar("T")
 COLUMNS = "id, customer_id, amount, status, note, created_at"
 FETCH = 10_000
 
@@ -946,6 +949,12 @@ def target_checksum(table: str) -> tuple[int, int]:
     return int(count), int(total)
 
 
+def _alternated(variants: list[T], repeat: int) -> list[T]:
+    """``variants`` in their order in even repeats and reversed in odd ones, so neither of
+    two settings compared always runs first (on a cold cache, right after the updates)."""
+    return variants if repeat % 2 == 0 else variants[::-1]
+
+
 def env_label(env: dict[str, str]) -> str:
     return " ".join(f"{key}={value}" for key, value in env.items())
 
@@ -1051,7 +1060,7 @@ def snapshot_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup:
             settings.append((f"sdk [{compare}]", compared, f"snapc_{source.kind}_{k}",
                              f"e2e_sdkc_{source.kind}_{TAG}_{k}",
                              {**args.sdk_env, **args.compare_env}))
-        for what, into, run_name, schema, env in settings:
+        for what, into, run_name, schema, env in _alternated(settings, k):
             run, equal = snapshot_sdk(source, sink, table, run_name, schema, work, args, env,
                                       expected)
             into.append(run)
@@ -1175,7 +1184,7 @@ def log_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Clea
         print(f"  [{k + 1}/{args.repeat}] updates made in {made:.1f} s; raw {raw_s[-1]:.2f} s "
               f"({raw_count:,} changes, {raw_tx:,} transactions); the dialect's stream_log "
               f"{dialect_s[-1]:.2f} s ({decoded:,} changes)", flush=True)
-        for label, prefix, env in variants:
+        for label, prefix, env in _alternated(variants, k):
             run_name, schema = f"{prefix}_{source.kind}_{k}", \
                 f"e2e_{prefix}_{source.kind}_{TAG}_{k}"
             checkpoint = work / run_name
