@@ -207,6 +207,22 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status_at_source(url: str, checkpoint: str, store: Any) -> tuple[Any, list[Any]]:
+    """Whether the source at ``url`` is the one ``checkpoint`` follows (a line of ``sdk
+    check``), and what it says of the capture now (the WAL a slot holds back, ...)."""
+    from ..dialect.manager import connect
+    from ..spark.state.engine_state import captured_tables
+
+    dialect, conn, config = connect(url)
+    try:
+        check = _checkpoint_check(dialect, conn, config.masked_url, checkpoint)
+        advice = [r for r in dialect.preflight(conn, [t.table for t in captured_tables(store)])
+                  if not r.ok] if check.ok else []
+    finally:
+        conn.close()
+    return check, advice
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Show a sync's phase, per-table progress and log position from its checkpoint."""
     from dataclasses import replace
@@ -233,18 +249,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     source = store.read_json(SOURCE_FILE)
     if args.source:
-        from ..dialect.manager import connect
-        from ..spark.state.engine_state import captured_tables
-
-        dialect, conn, config = connect(args.source)
-        try:
-            check = _checkpoint_check(dialect, conn, config.masked_url, args.checkpoint)
-            # what the source says of the capture now (the WAL a slot holds back, ...)
-            advice = [r for r in dialect.preflight(conn, [t.table for t in
-                                                          captured_tables(store)])
-                      if not r.ok] if check.ok else []
-        finally:
-            conn.close()
+        check, advice = _status_at_source(args.source, args.checkpoint, store)
         if not check.ok:
             print(f"sdk: error: {check.fix}", file=sys.stderr)
             return int(Exit.REFUSED)

@@ -469,69 +469,15 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
     assert spec.target is not None
     sink = Applier(spec.target)
     writer = Pipeline()
-    chunk: dict[TableId, list[ChangeEvent]] = {}
-    held = number = 0
-    rejected: list[Rejects] = []  # each chunk's
-    mark = Rejects.mark()
     prefix = ledger_prefix(shapes.store)
-
-    current = dict(shapes.tables)  # the columns of the changes read since the last change
-    limit = chunk_rows(0)  # the changes the chunk being read may hold
-
-    def flush() -> None:
-        nonlocal chunk, held, number, mark, limit
-        events, ledger = chunk, f"{prefix}{log_ledger_id(partition.state)}/{number}"
-        schemas = dict(current)
-        rejects = Rejects(spec.errors_mode, shapes.store)
-        rejected.append(rejects)
-        if Rejects.mark() != mark:
-            events = {t: kept for t, changes in events.items()
-                      if (kept := rejects.events(schemas, changes, mark))}
-            mark = Rejects.mark()
-        letter = f"log-{partition.state}-{number}"
-        rejects.write(letter)
-        refused = rejects.refused if rejects.skips else None
-
-        def apply() -> None:
-            for table, changes in events.items():
-                with doing(f"applying {len(changes)} changes of {table} (from log position "
-                           f"{changes[0].offset.json_text()}) to the target", table=table,
-                           applying=True, skips=rejects.skips):
-                    sink.apply(schemas[table], changes, ledger, refused=refused)
-            rejects.write(letter)
-
-        writer.submit(apply)
-        chunk, held, number = {}, 0, number + 1
-        limit = chunk_rows(number)
-
+    chunks = _LogChunks(spec, partition, shapes, sink, writer, prefix)
     engine = shapes.engine
-    last_table: TableId | None = None
-    changes: list[ChangeEvent] = []
-    last: ChangeEvent | None = None
     if shapes.tables:  # the position the batch leaves the target at, with its changes
         first = sink.target.table_for(next(iter(shapes.tables.values())))
         sink.marker = (first.table.schema, prefix.rstrip(":") or "sync")
     try:
         writer.submit(sink.begin)  # connects while the first chunk is read
-        for item in _log_events(spec, engine, shapes, partition.paced_from):
-            if isinstance(item, SchemaChange):
-                last_table = None
-                if held:
-                    flush()
-                writer.wait()
-                sink.alter(current[item.table], item.schema)
-                current[item.table] = item.schema
-                continue
-            if item.table is not last_table:  # runs of one table's changes: one lookup a run
-                last_table = item.table
-                changes = chunk.setdefault(last_table, [])
-            changes.append(item)
-            last = item
-            held += 1
-            if held >= limit:
-                flush()
-                last_table = None
-        flush()
+        last = chunks.read(_log_events(spec, engine, shapes, partition.paced_from))
         end = with_cut(shapes.store, partition.state, engine).sync.position
         if end is not None and sink.marker is not None:  # where it was cut, if it was
             writer.submit(functools.partial(
@@ -543,7 +489,80 @@ def _apply_log(spec: SourceSpec, partition: LogPartition, shapes: Shapes
     finally:
         writer.shutdown()
         sink.close()
-    yield pa.RecordBatch.from_pylist(sink.report(_skipped(rejected)), schema=REPORT_ARROW)
+    yield pa.RecordBatch.from_pylist(sink.report(_skipped(chunks.rejected)),
+                                     schema=REPORT_ARROW)
+
+
+class _LogChunks:
+    """A chained log batch's changes cut into chunks, each handed to the writer thread while
+    the next is read (:func:`_apply_log`), with its ledger id, its dead letters and the
+    columns its changes were read with."""
+
+    def __init__(self, spec: SourceSpec, partition: LogPartition, shapes: Shapes,
+                 sink: Applier, writer: Pipeline, prefix: str) -> None:
+        self.spec, self.partition, self.shapes = spec, partition, shapes
+        self.sink, self.writer = sink, writer
+        self.ledger = f"{prefix}{log_ledger_id(partition.state)}"
+        self.current = dict(shapes.tables)  # the columns of the changes read since the last
+        self.chunk: dict[TableId, list[ChangeEvent]] = {}  # schema change
+        self.held = self.number = 0
+        self.limit = chunk_rows(0)  # the changes the chunk being read may hold
+        self.rejected: list[Rejects] = []  # each chunk's
+        self.mark = Rejects.mark()
+
+    def read(self, items: Iterator[ChangeEvent | SchemaChange]) -> ChangeEvent | None:
+        """Cut ``items`` into chunks; a schema change ends one, and the target's table is
+        altered before the next. Returns the last change."""
+        last_table: TableId | None = None
+        changes: list[ChangeEvent] = []
+        last: ChangeEvent | None = None
+        for item in items:
+            if isinstance(item, SchemaChange):
+                last_table = None
+                if self.held:
+                    self.flush()
+                self.writer.wait()
+                self.sink.alter(self.current[item.table], item.schema)
+                self.current[item.table] = item.schema
+                continue
+            if item.table is not last_table:  # runs of one table's changes: one lookup a run
+                last_table = item.table
+                changes = self.chunk.setdefault(last_table, [])
+            changes.append(item)
+            last = item
+            self.held += 1
+            if self.held >= self.limit:
+                self.flush()
+                last_table = None
+        self.flush()
+        return last
+
+    def flush(self) -> None:
+        """Hand the chunk read so far to the writer thread, its dead letters set aside."""
+        events, ledger = self.chunk, f"{self.ledger}/{self.number}"
+        schemas = dict(self.current)
+        rejects = Rejects(self.spec.errors_mode, self.shapes.store)
+        self.rejected.append(rejects)
+        if Rejects.mark() != self.mark:
+            events = {t: kept for t, changes in events.items()
+                      if (kept := rejects.events(schemas, changes, self.mark))}
+            self.mark = Rejects.mark()
+        letter = f"log-{self.partition.state}-{self.number}"
+        rejects.write(letter)
+        refused = rejects.refused if rejects.skips else None
+        sink = self.sink
+
+        def apply() -> None:
+            for table, changes in events.items():
+                with doing(f"applying {len(changes)} changes of {table} (from log position "
+                           f"{changes[0].offset.json_text()}) to the target", table=table,
+                           applying=True, skips=rejects.skips):
+                    sink.apply(schemas[table], changes, ledger, refused=refused)
+            rejects.write(letter)
+
+        self.writer.submit(apply)
+        self.chunk, self.held, self.number = {}, 0, self.number + 1
+        self.limit = chunk_rows(self.number)
 
 
 FIRST_CHUNK_ROWS = 5_000
