@@ -61,6 +61,7 @@ def test_the_warm_up_leaves_a_core_to_the_stream_start() -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_warmed_workers_serve_the_next_tasks_with_the_dialects_imported(spark: Any) -> None:
     """The warm-up job leaves a worker per core that imported the engine and the dialects
     named; the next Python data source tasks run on those very workers (no import left)."""
