@@ -1158,7 +1158,9 @@ def log_case(source: Source, sink: Sink, args: argparse.Namespace, cleanup: Clea
     for k in range(args.repeat):  # each repeat: a fresh table, checkpoints and targets
         source.create(table, args.log_rows)
         snaps: dict[str, SdkRun] = {}
-        for label, prefix, env in variants:  # each setting's snapshot, before the updates
+        # each setting's snapshot, before the updates, in turns: the first one's slot has the
+        # WAL of the second one's snapshot (written to a target on the same server) to pass
+        for label, prefix, env in _alternated(variants, k):
             sink.fresh(f"e2e_{prefix}_{source.kind}_{TAG}_{k}")
             snaps[label] = run_sdk(source, sink, table, f"{prefix}_{source.kind}_{k}",
                                    work / f"{prefix}_{source.kind}_{k}",
