@@ -25,9 +25,18 @@ _OBJECT = re.compile(r"^`((?:[^`]|``)*)`\.(?:\*|`((?:[^`]|``)*)`)$")
 
 
 def _grants(conn: MySqlConnection) -> dict[str, set[str]]:
-    """``SHOW GRANTS`` as {object: privileges}, objects upper-cased (``*.*``, ```db`.*``)."""
+    """What the session may do, as {object: privileges}, objects upper-cased (``*.*``,
+    ```db`.*``): ``SHOW GRANTS``, its active roles' privileges included (MariaDB lists them
+    with the user's; MySQL 8 only when asked ``USING`` them). A role granted but not active
+    gives the session nothing, and counts for nothing."""
+    statement = "SHOW GRANTS"
+    if not conn.mariadb:
+        rows = conn.query("SELECT CURRENT_ROLE()")  # "`r`@`%`,..." as USING takes it
+        active = str(rows[0][0]) if rows and rows[0][0] is not None else "NONE"
+        if active.upper() != "NONE":
+            statement = f"SHOW GRANTS FOR CURRENT_USER() USING {active}"
     out: dict[str, set[str]] = {}
-    for (line,) in conn.query("SHOW GRANTS"):
+    for (line,) in conn.query(statement):
         text = line.upper()
         if not text.startswith("GRANT ") or " ON " not in text:
             continue
