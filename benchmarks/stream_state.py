@@ -22,7 +22,7 @@ from pathlib import Path
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from sdk.spark import source as src
+from sdk.spark.driver import source as src
 from sdk.spark.state.statestore import StateStore
 
 

@@ -43,6 +43,7 @@ from .driver.source import (
     check_target,
     save_resolved,
 )
+from .driver.stream_progress import CAUGHT_UP_AT
 from .executor.mirror import Mirror, Tally
 from .session import EarlySession, spark_session
 from .startup.headstart import STOPPING, HeadStart
@@ -446,8 +447,13 @@ class _Run:
         if skipped:
             report["skipped"] = skipped
         if mirror is not None and progress.get("phase") in ("log", "done"):
-            # caught up with nothing left to apply: no lag; else the last batch's
-            report["lag_seconds"] = 0.0 if progress.get("caught_up") else mirror.lag_seconds
+            # caught up with nothing left to apply: no lag; else the newest change applied's,
+            # but no more than since the head was last reached (what waits committed after:
+            # WAL other databases wrote moves the head, and is no lag of this sync's tables)
+            lag, since = mirror.lag_seconds, progress.get(CAUGHT_UP_AT)
+            if lag is not None and since is not None:
+                lag = min(lag, max(0.0, time.time() - float(since)))
+            report["lag_seconds"] = 0.0 if progress.get("caught_up") else lag
         if mirror is not None and mirror.newest is not None:
             report["source_commit"] = mirror.newest
         self.consistent_since = self._consistent_since(progress)

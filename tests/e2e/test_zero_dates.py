@@ -18,7 +18,7 @@ from helpers.servers import with_query
 
 from sdk.app.cli import main
 from sdk.job.failures import Exit
-from sdk.spark import deadletter
+from sdk.spark.executor import deadletter
 from sdk.spark.state.statestore import StateStore
 
 GOOD = {i: f"2024-01-{i:02d}" for i in range(1, 11) if i != 5}

@@ -78,7 +78,7 @@ def test_a_log_batch_is_applied_in_chunks_once(tmp_path: Path,
     range, cut into the same chunks) writes nothing."""
     from sdk import ChangeEvent, Offset
     from sdk.job.target import Applier
-    from sdk.spark import reads
+    from sdk.spark.executor import reads
 
     spec, target_url = chained_spec(tmp_path, rows=10)
     table = spec.tables[0]

@@ -18,7 +18,7 @@ from sdk.app.cli import main
 from sdk.job.failures import Exit
 from sdk.job.metrics import families
 from sdk.job.target import Applier, Target
-from sdk.spark import deadletter
+from sdk.spark.executor import deadletter
 from sdk.spark.state.statestore import StateStore
 
 FAR = "294276-12-31 23:59:59+00"

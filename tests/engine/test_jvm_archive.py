@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sdk.spark import jvmcache
+from sdk.spark.startup import jvmcache
 
 SESSION = """
 import json

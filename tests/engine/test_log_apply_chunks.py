@@ -35,7 +35,7 @@ def test_a_log_batch_is_cut_into_growing_chunks_and_a_replay_writes_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sdk import ChangeEvent, Offset
     from sdk.job.target import Applier
-    from sdk.spark import reads
+    from sdk.spark.executor import reads
 
     spec, target_url = chained_spec(tmp_path, rows=10)
     table = spec.tables[0]

@@ -16,8 +16,9 @@ from helpers.sources import make_source, random_change
 
 from sdk import ConnectionConfig, get_dialect
 from sdk.job.spec import resolve
-from sdk.spark import Mirror, engine_state, progress
+from sdk.spark import Mirror, progress
 from sdk.spark.driver.source import CdcStreamReader
+from sdk.spark.state import engine_state
 from sdk.spark.state.engine_state import EngineState
 from sdk.spark.state.statestore import StateStore
 from sdk_sqlite import read_target

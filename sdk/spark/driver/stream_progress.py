@@ -22,6 +22,11 @@ REQUESTS_SHOWN = 20
 """The snapshot requests a report lists: the last ones taken up."""
 
 
+CAUGHT_UP_AT = "caught_up_at"
+"""The report's key for :attr:`StreamProgress.caught_up_at`: what bounds the lag a report
+shows while the head moved past the applied position (WAL other databases wrote, say)."""
+
+
 class StreamProgress:
     """The log head as the driver last asked it, the Trigger.AvailableNow target, and the
     progress report it wrote last (with the snapshot requests ``outcomes`` it took up)."""
@@ -34,6 +39,9 @@ class StreamProgress:
         self.target: Offset | None = None
         """Under Trigger.AvailableNow: where the run ends (the head when it began, or later)."""
         self.report: ProgressReport | None = None
+        self.caught_up_at: float | None = None
+        """When (seconds since the epoch) the head was read that the applied position last
+        reached: every change not applied yet committed after it (kept across runs)."""
         self.tables: Mapping[str, Any] | None = None
         """The per-table progress written last (written again only when changed)."""
 
@@ -82,10 +90,17 @@ class StreamProgress:
             previous = read_progress(self.store)
             if previous is not None:
                 self.tables = previous.tables
+                at = previous.extra.get(CAUGHT_UP_AT)
+                self.caught_up_at = None if at is None else float(at)
+        if caught_up:
+            self.caught_up_at = time.time() - (time.monotonic() - self.head[0])
         report = progress_of(replace(sync, position=applied), self.spec.options.split_size,
                              previous, head, caught_up, inflight)
         requests = {**(previous.requests if previous else {}), **self.outcomes}
-        self.report = replace(report, counted=counted,
+        extra = {**report.extra}
+        if self.caught_up_at is not None:
+            extra[CAUGHT_UP_AT] = self.caught_up_at
+        self.report = replace(report, counted=counted, extra=extra,
                               requests=dict(list(requests.items())[-REQUESTS_SHOWN:]))
         self.tables = write_progress(self.store, self.report, self.tables)
 
